@@ -1,0 +1,75 @@
+"""The launch agent: `python -m pytest_distperf.agent JOB_DIR`.
+
+Runs torch's elastic launcher in its own process (its own session), so that:
+- torch elastic's signal handlers and environment writes never touch the pytest process;
+- CUDA is never initialised in the pytest process;
+- the launcher in pytest owns a wall-clock timeout and can end the whole process tree.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+
+
+def main(job_dir: str) -> int:
+    from pytest_distperf import jobfiles
+
+    jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: elastic's handler then stops the ranks
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from pytest_distperf.worker import rank_main
+
+    job = jobfiles.read_job(job_dir)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=job.world_size,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",  # a free port chosen by the OS, on loopback
+        rdzv_configs={"timeout": 120},
+        local_addr="127.0.0.1",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
+    )
+    try:
+        values = elastic_launch(config, rank_main)(job_dir)
+        jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
+        return 0
+    except ChildFailedError as e:
+        failures = []
+        for rank, f in sorted(e.failures.items()):
+            sig = None
+            if f.exitcode < 0:
+                try:
+                    sig = signal.Signals(-f.exitcode).name
+                except ValueError:
+                    sig = str(-f.exitcode)
+            failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig, message=_traceback_text(f.message),
+                                                     timestamp=f.timestamp))
+        jobfiles.write_result(job_dir, jobfiles.AgentResult(failures=failures))
+        return 1
+    except BaseException as e:  # rendezvous failure, SIGTERM from the launcher, ...
+        import traceback
+
+        jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e))))
+        return 2
+
+
+def _traceback_text(message: object) -> str:
+    """torch elastic gives the rank's error file as a dict, or a plain string without one."""
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        return str(extra.get("py_callstack") or message.get("message") or message)
+    return str(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

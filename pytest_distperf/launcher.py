@@ -1,0 +1,195 @@
+"""Start a job's ranks and get their return values back: the one way ranks are started.
+
+pytest process ──Popen (own session)──► agent (torch elastic_launch, spawn, c10d on
+127.0.0.1:0, no restarts) ──► N ranks. This module owns the wall-clock timeout: on expiry
+every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
+gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
+path, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import psutil
+
+from pytest_distperf import jobfiles
+from pytest_distperf.spec import JobSpec
+
+POLL_SECONDS = 0.05
+TERM_GRACE_SECONDS = 3.0
+STACK_DUMP_SECONDS = 1.0
+
+
+class JobError(Exception):
+    """A job did not produce a value for every rank."""
+
+    def __init__(self, message: str, job_dir: str | None = None):
+        super().__init__(message)
+        self.job_dir = job_dir
+
+
+class RankFailed(JobError):
+    def __init__(self, message: str, failures: list[jobfiles.RankFailure], job_dir: str):
+        super().__init__(message, job_dir)
+        self.failures = failures
+
+
+class JobTimeout(JobError):
+    pass
+
+
+class RankOutcome(Exception):
+    """A rank stopped on pytest.skip() or pytest.xfail(): the test takes that outcome."""
+
+    def __init__(self, outcome: str, reason: str, rank: int):
+        super().__init__(f"rank {rank}: {reason}")
+        self.outcome, self.reason, self.rank = outcome, reason, rank
+
+
+def agent_environment(job: JobSpec) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    path = [p for p in job.sys_path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+    env["PYTHONUNBUFFERED"] = "1"
+    if job.device == "cpu" and "OMP_NUM_THREADS" not in env:
+        # CPU policy: split the cores between the ranks instead of oversubscribing them.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.world_size))
+    return env
+
+
+def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
+           on_progress: Callable[[str, float], None] | None = None, keep: bool = False) -> dict[int, Any]:
+    """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome."""
+    job_dir = tempfile.mkdtemp(prefix="job-", dir=base_dir)
+    jobfiles.write_job(job_dir, job)
+    start = time.monotonic()
+    ok = False
+    with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agent", job_dir], env=agent_environment(job),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            last = None
+            while proc.poll() is None:
+                elapsed = time.monotonic() - start
+                if elapsed > timeout:
+                    _dump_stacks(proc.pid)
+                    end_tree(proc)
+                    raise JobTimeout(_timeout_message(job, job_dir, timeout), job_dir)
+                if on_progress:
+                    text = jobfiles.read_progress(job_dir)
+                    if text and text != last:
+                        on_progress(text, elapsed)
+                        last = text
+                time.sleep(POLL_SECONDS)
+            values = _collect(job, job_dir)
+            ok = True
+            return values
+        finally:
+            end_tree(proc)  # no-op after a clean exit; Ctrl-C and errors land here too
+            if ok and not keep:
+                shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
+    for outcome in jobfiles.read_outcomes(job_dir):
+        raise RankOutcome(outcome["outcome"], outcome["reason"], outcome["rank"])
+    result = jobfiles.read_result(job_dir)
+    if result is None:
+        raise JobError(f"distperf agent for {job.describe()} exited without a result\n"
+                       f"{jobfiles.tail(os.path.join(job_dir, jobfiles.AGENT_LOG), 40)}\njob folder: {job_dir}", job_dir)
+    if result.agent_error:
+        raise JobError(f"distperf could not launch {job.describe()}:\n{result.agent_error}\njob folder: {job_dir}",
+                       job_dir)
+    if result.failures:
+        raise RankFailed(_failure_message(job, job_dir, result.failures), result.failures, job_dir)
+    values = result.values or {}
+    missing = sorted(set(range(job.world_size)) - set(values))
+    if missing:
+        raise JobError(f"ranks {missing} of {job.describe()} returned nothing; job folder: {job_dir}", job_dir)
+    return values
+
+
+def root_cause(failures: list[jobfiles.RankFailure]) -> jobfiles.RankFailure:
+    """The first rank to fail on its own, not one the agent stopped because of it."""
+    own = [f for f in failures if f.signal != "SIGTERM"] or failures
+    return min(own, key=lambda f: (f.timestamp, f.rank))
+
+
+def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure]) -> str:
+    root = root_cause(failures)
+    how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)", "", root.message.rstrip(), ""]
+    others = [f for f in failures if f is not root]
+    if others:
+        lines.append("other ranks: " + ", ".join(
+            f"rank {f.rank} " + (f"stopped by {f.signal}" if f.signal else f"exit {f.exitcode}") for f in others))
+    lines.append(_stderr_tails(job, job_dir))
+    lines.append(f"job folder (logs of every rank): {job_dir}")
+    return "\n".join(lines)
+
+
+def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:
+    return "\n".join([
+        f"distperf job {job.describe()} timed out after {timeout:g} s "
+        f"(last progress: {jobfiles.read_progress(job_dir) or 'none'}); every rank was ended.",
+        "Python stacks of each rank at the timeout (faulthandler):",
+        _stderr_tails(job, job_dir, lines=60),
+        f"job folder (logs of every rank): {job_dir}",
+    ])
+
+
+def _stderr_tails(job: JobSpec, job_dir: str, lines: int = 15) -> str:
+    parts = []
+    for rank in range(job.world_size):
+        text = jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip()
+        parts.append(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}")
+    return "\n".join(parts)
+
+
+def _dump_stacks(agent_pid: int) -> None:
+    try:
+        ranks = psutil.Process(agent_pid).children()
+    except psutil.Error:
+        return
+    for p in ranks:
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            pass
+    time.sleep(STACK_DUMP_SECONDS)
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the agent's whole tree, then SIGKILL what is left after a grace period."""
+    try:
+        tree = [psutil.Process(proc.pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.Error:
+        tree = []
+    if proc.poll() is None or any(p.is_running() for p in tree[1:]):
+        for p in tree:
+            _signal(p, signal.SIGTERM)
+        _, alive = psutil.wait_procs(tree, timeout=TERM_GRACE_SECONDS)
+        for p in alive:
+            _signal(p, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=TERM_GRACE_SECONDS)
+    try:
+        proc.wait(timeout=TERM_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _signal(p: psutil.Process, sig: int) -> None:
+    try:
+        p.send_signal(sig)
+    except psutil.Error:
+        pass

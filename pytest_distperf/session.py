@@ -1,0 +1,147 @@
+"""What a test holds as the `distperf` fixture: build jobs, run them, compare two strategies.
+
+Two ways in:
+- `distperf.run("fsdp2")` / `distperf.compare(distperf.job("deepspeed", stage=3), distperf.job("fsdp2"))`:
+  named strategies on the built-in workload;
+- `distperf.run_function(fn, *args)`: the user's module-level function in every rank
+  (process group initialised, device set); returns the per-rank values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from typing import Any, Callable
+
+from pytest_distperf import strategies
+from pytest_distperf.compare import Comparison, SideSummary
+from pytest_distperf.launcher import launch
+from pytest_distperf.options import Settings, TestPlan
+from pytest_distperf.spec import FunctionRef, JobSpec, RunResult
+from pytest_distperf.stats import summarize
+from pytest_distperf.workload import resolve_shape
+
+ProgressSink = Callable[[str], None]
+
+
+class RunCache:
+    """Comparisons measured earlier in this session, so the time and memory tests of one pair share runs."""
+
+    def __init__(self) -> None:
+        self.comparisons: dict[tuple[str, str, int], tuple[list[RunResult], list[RunResult], str]] = {}
+
+
+class DistPerf:
+    def __init__(self, settings: Settings, plan: TestPlan, cache: RunCache, nodeid: str, base_dir: str,
+                 progress: ProgressSink | None = None):
+        assert plan.device is not None, "a skipped test gets no distperf fixture"
+        self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
+        self.base_dir = base_dir
+        self._progress = progress
+        self.records: list[dict[str, Any]] = []  # read by the plugin for reports
+
+    @property
+    def device(self) -> str:
+        return self.plan.device  # type: ignore[return-value]
+
+    @property
+    def world_size(self) -> int:
+        return self.plan.world_size
+
+    # -- building jobs -----------------------------------------------------------------------------------------
+    def job(self, strategy: str, *, shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
+            steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
+            **options: Any) -> JobSpec:
+        """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}."""
+        strategies.validate(strategy, options)
+        reason = strategies.unsupported_reason(strategy, options, self.device)
+        if reason:
+            import pytest
+
+            pytest.skip(reason)
+        if isinstance(shape, dict):
+            shape = shape.get(self.device)
+        name = shape or self.plan.default_shape(self.settings)
+        resolve_shape(name, shape_overrides)  # reject a bad shape here, not in every rank
+        return JobSpec(world_size=world_size or self.world_size, device=self.device, strategy=strategy,
+                       options=options, shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps,
+                       warmup_steps=warmup, seed=seed, sys_path=list(sys.path), progress=self._progress is not None)
+
+    # -- running -----------------------------------------------------------------------------------------------
+    def _launch(self, job: JobSpec) -> dict[int, Any]:
+        from pytest_distperf import outcomes
+
+        started = time.monotonic()
+        last_print = [0.0]
+
+        def on_progress(text: str, elapsed: float) -> None:
+            # Only jobs longer than a few seconds talk, and at most every two seconds.
+            if self._progress and elapsed > 3 and time.monotonic() - last_print[0] > 2:
+                last_print[0] = time.monotonic()
+                self._progress(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
+
+        with outcomes.as_pytest_outcome():
+            return launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
+                          keep=self.settings.keep_jobs)
+
+    def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
+        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
+        result = self._run(job)
+        self._record_run(job.describe(), [result])
+        return result
+
+    def _run(self, job: JobSpec) -> RunResult:
+        start = time.monotonic()
+        values = self._launch(job)
+        return RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
+
+    def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+                     **kwargs: Any) -> list[Any]:
+        """Call `fn(*args, **kwargs)` in every rank; return the values ordered by rank."""
+        if "<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>":
+            raise TypeError(f"run_function needs a module-level function (ranks import it by name); "
+                            f"{fn.__qualname__!r} is not")
+        ref = FunctionRef(module=fn.__module__, qualname=fn.__qualname__, file=inspect.getsourcefile(fn))
+        job = JobSpec(world_size=world_size or self.world_size, device=self.device, function=ref, args=tuple(args),
+                      kwargs=kwargs, sys_path=list(sys.path), progress=False)
+        values = self._launch(job)
+        return [values[r] for r in sorted(values)]
+
+    def compare(self, a: JobSpec, b: JobSpec, *, repeats: int | None = None) -> Comparison:
+        """Run A and B `repeats` times each, interleaved A B A B ..., and return their Comparison."""
+        repeats = repeats or self.plan.repeats
+        key = (a.config_hash(), b.config_hash(), repeats)
+        if key in self.cache.comparisons:
+            runs_a, runs_b, _ = self.cache.comparisons[key]
+        else:
+            runs_a, runs_b = [], []
+            for i in range(repeats):
+                if self._progress and repeats > 1:
+                    self._progress(f"repeat {i + 1}/{repeats}: {a.describe()} vs {b.describe()}")
+                runs_a.append(self._run(a))
+                runs_b.append(self._run(b))
+            self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
+            self._record_run(a.describe(), runs_a)
+            self._record_run(b.describe(), runs_b)
+        return Comparison(SideSummary(a.describe(), runs_a), SideSummary(b.describe(), runs_b),
+                          on_check=self._record_check)
+
+    # -- records for reports -----------------------------------------------------------------------------------
+    def _record_run(self, label: str, runs: list[RunResult]) -> None:
+        steps = [t for r in runs for t in r.step_times]
+        s = summarize(steps)
+        medians = sorted(summarize(r.step_times).median for r in runs)
+        median = medians[len(medians) // 2]
+        self.records.append({
+            "kind": "run", "label": label, "device": runs[0].spec.device, "runs": len(runs),
+            "steps": len(runs[0].step_times), "step_median": median, "step_p10": s.p10, "step_p90": s.p90,
+            "step_iqr": s.iqr, "tokens_per_s": runs[0].tokens_per_step / median,
+            "peak_memory": max(r.peak_memory for r in runs),
+            "cuda_peak_reserved": max((r.ranks[0].cuda_peak_reserved or 0) for r in runs) or None,
+            "optimizer_bytes_per_param": runs[0].optimizer_bytes_per_param,
+            "config_hash": runs[0].spec.config_hash(),
+        })
+
+    def _record_check(self, check: Any) -> None:
+        self.records.append({"kind": "check", **check.to_dict()})

@@ -1,0 +1,78 @@
+"""DeepSpeed configuration: our defaults, the user's overrides merged over them, and checks.
+
+Top-level keys are checked here (DeepSpeed ignores unknown top-level keys silently);
+nested sections are checked by DeepSpeed's own pydantic models inside the rank.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+# Top-level keys DeepSpeed reads (deepspeed/runtime/config.py and its section parsers).
+KNOWN_TOP_LEVEL = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+    "scheduler", "fp16", "bf16", "amp", "torch_autocast", "zero_optimization", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
+    "communication_data_type", "seq_parallel_communication_data_type", "data_types", "sparse_gradients",
+    "steps_per_print", "wall_clock_breakdown", "memory_breakdown", "dump_state", "activation_checkpointing",
+    "flops_profiler", "comms_logger", "aio", "checkpoint", "tensorboard", "wandb", "csv_monitor", "comet",
+    "monitor_config", "compile", "elasticity", "autotuning", "pipeline", "curriculum_learning",
+    "data_efficiency", "compression_training", "eigenvalue", "progressive_layer_drop", "sparse_attention",
+    "disable_allgather", "timers", "graph_harvesting", "use_data_before_expert_parallelism",
+    "use_node_local_storage", "load_universal_checkpoint", "nebula", "weight_quantization", "hybrid_engine",
+    "tensor_parallel", "zenflow",
+})
+
+
+def check_user_config(cfg: Any) -> None:
+    from pytest_distperf.strategies import StrategyError
+
+    if not isinstance(cfg, dict):
+        raise StrategyError(f"deepspeed option ds_config must be a dict, got {type(cfg).__name__}")
+    unknown = sorted(set(cfg) - KNOWN_TOP_LEVEL)
+    if unknown:
+        raise StrategyError(f"ds_config has unknown top-level key(s) {', '.join(map(repr, unknown))}")
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def build_config(*, stage: int, micro_batch: int, bf16: bool, lr: float, weight_decay: float,
+                 offload_optimizer: str | None, offload_param: str | None, nvme_path: str,
+                 user: dict[str, Any]) -> dict[str, Any]:
+    """The same optimizer, learning rate and precision policy as the torch strategies.
+
+    Without offload, DeepSpeed runs torch's AdamW (`torch_adam`), the optimizer the FSDP and
+    DDP adapters use, so a comparison measures the sharding engine, not two Adam kernels.
+    With offload, DeepSpeed requires its own DeepSpeedCPUAdam.
+    """
+    zero: dict[str, Any] = {"stage": stage}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": offload_optimizer, "pin_memory": True}
+        if offload_optimizer == "nvme":
+            zero["offload_optimizer"]["nvme_path"] = nvme_path
+    if offload_param:
+        zero["offload_param"] = {"device": offload_param, "pin_memory": True}
+        if offload_param == "nvme":
+            zero["offload_param"]["nvme_path"] = nvme_path
+    base = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": weight_decay,
+                       "torch_adam": not offload_optimizer},
+        },
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        # Same reduction precision as the FSDP adapters (reduce_dtype=float32).
+        "communication_data_type": "fp32",
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    return merge(base, user)

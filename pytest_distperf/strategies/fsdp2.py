@@ -1,0 +1,36 @@
+"""torch FSDP2 (`fully_shard`), one unit per transformer block plus the root."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from pytest_distperf.strategies import RankContext
+
+
+class FSDP2Trainer:
+    def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float,
+                 offload: bool, reshard_after_forward: bool):
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
+        policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
+        kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=policy)
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=reshard_after_forward, **kwargs)
+        self.model = fully_shard(model, reshard_after_forward=reshard_after_forward, **kwargs)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self.model(inputs, targets)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        return self.optimizer
+
+
+def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDP2Trainer:
+    return FSDP2Trainer(model, ctx, **options)

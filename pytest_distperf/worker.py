@@ -1,0 +1,154 @@
+"""Rank entry point. The only code that imports the heavy libraries.
+
+Started by torch's elastic agent (see agent.py) in a fresh spawned process. It joins
+the process group, then either runs a strategy on the built-in workload (warm-up, a
+timing phase with nothing else attached) or calls the user's function.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from pytest_distperf import jobfiles
+from pytest_distperf.spec import FunctionRef, JobSpec, RankResult
+
+EXIT_OUTCOME = 75  # the rank stopped on pytest.skip/xfail; its outcome file says which
+
+
+def resolve_function(ref: FunctionRef) -> Callable[..., Any]:
+    try:
+        module = importlib.import_module(ref.module)
+    except ImportError:
+        if not ref.file:
+            raise
+        spec = importlib.util.spec_from_file_location(ref.module, ref.file)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref.module] = module
+        spec.loader.exec_module(module)
+    obj: Any = module
+    for part in ref.qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@record
+def rank_main(job_dir: str) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    jobfiles.die_with_parent()
+    # On timeout the launcher sends SIGUSR1 to every rank: each dumps its Python stacks to its stderr log.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    job = jobfiles.read_job(job_dir)
+    for p in reversed(job.sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    if job.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
+    try:
+        if job.function is not None:
+            value = resolve_function(job.function)(*job.args, **job.kwargs)
+        else:
+            value = run_strategy(job, rank, local_rank, device, job_dir, progress)
+    except BaseException as e:
+        outcome = _pytest_outcome(e)
+        if outcome is None:
+            raise  # @record writes the traceback for the launcher; the agent stops the other ranks
+        jobfiles.write_outcome(job_dir, rank, outcome, str(getattr(e, "msg", e)))
+        raise SystemExit(EXIT_OUTCOME) from None
+    # Only on success: after a failure a peer may be gone and the teardown could block.
+    dist.destroy_process_group()
+    return value
+
+
+def _pytest_outcome(e: BaseException) -> str | None:
+    """'skipped' or 'xfailed' for pytest's outcome exceptions, without importing pytest."""
+    name = type(e).__name__
+    if type(e).__module__.startswith("_pytest") and name in ("Skipped", "XFailed"):
+        return name.lower()
+    return None
+
+
+def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir: str,
+                 progress: "jobfiles.Progress | None") -> RankResult:
+    import torch
+
+    from pytest_distperf import strategies
+    from pytest_distperf.strategies import RankContext
+    from pytest_distperf.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
+                                        reset_host_peak)
+    from pytest_distperf.workload import build_model, make_batches, resolve_shape
+
+    assert job.strategy is not None
+    shape = resolve_shape(job.shape, job.shape_overrides)
+    options = strategies.validate(job.strategy, job.options)
+    strategies.import_strategy(job.strategy)  # library imports before the memory baseline
+    ctx = RankContext(rank=rank, local_rank=local_rank, world_size=job.world_size, device=device,
+                      micro_batch=shape.micro_batch, scratch_dir=os.path.join(job_dir, "scratch"))
+    os.makedirs(ctx.scratch_dir, exist_ok=True)
+    timer = StepTimer(device)
+
+    rss_before = host_rss()
+    t0 = time.perf_counter()
+    if progress:
+        progress.update("building model and strategy")
+    model = build_model(shape, job.seed, device)
+    num_params = sum(p.numel() for p in model.parameters())
+    trainer = strategies.build(job.strategy, model, ctx, options)
+    batches = make_batches(shape, job.seed, rank, job.warmup_steps + job.steps, device)
+    timer.sync()
+    build_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    for i in range(job.warmup_steps):
+        if progress:
+            progress.update(f"warm-up step {i + 1}/{job.warmup_steps}")
+        trainer.step(*batches[i])
+    timer.sync()
+    warmup_seconds = time.perf_counter() - t0
+
+    reset_cuda_peaks(device)
+    reset_host_peak()
+    step_times: list[float] = []
+    losses: list[torch.Tensor] = []
+    for i in range(job.steps):
+        if progress:
+            progress.update(f"timed step {i + 1}/{job.steps}")
+        loss, seconds = timer.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b))
+        step_times.append(seconds)
+        losses.append(loss)
+    peaks = read_cuda_peaks(device)
+    peak_rss = host_peak_rss()
+
+    return RankResult(
+        rank=rank,
+        step_times=step_times,
+        losses=[float(x) for x in losses],
+        cuda_peak_allocated=peaks.allocated if peaks else None,
+        cuda_peak_reserved=peaks.reserved if peaks else None,
+        host_peak_rss=peak_rss,
+        host_rss_before_build=rss_before,
+        optimizer_state_bytes=strategies.optimizer_state_bytes(trainer.torch_optimizer()),
+        num_params=num_params,
+        tokens_per_step=shape.micro_batch * shape.seq_len * job.world_size,
+        build_seconds=build_seconds,
+        warmup_seconds=warmup_seconds,
+    )

@@ -1,0 +1,155 @@
+"""The built-in workload: a decoder-only transformer on synthetic tokens.
+
+One file, read top to bottom (nanoGPT style). Named shapes go from `tiny` (CPU, a
+fraction of a second a step) to `7b` (GPU). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Shape:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    seq_len: int
+    micro_batch: int  # sequences per rank per step
+    extra_matmuls: int = 0  # a knob for injecting real extra work (detection-power benchmarks)
+
+    @property
+    def approx_params(self) -> int:
+        per_layer = 12 * self.d_model * self.d_model
+        return self.n_layers * per_layer + 2 * self.vocab_size * self.d_model + self.seq_len * self.d_model
+
+
+SHAPES: dict[str, Shape] = {
+    "tiny": Shape(vocab_size=2048, d_model=128, n_layers=2, n_heads=4, seq_len=128, micro_batch=4),
+    "small": Shape(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, seq_len=512, micro_batch=4),
+    "350m": Shape(vocab_size=32000, d_model=1024, n_layers=24, n_heads=16, seq_len=1024, micro_batch=8),
+    "1b": Shape(vocab_size=32000, d_model=2048, n_layers=24, n_heads=16, seq_len=2048, micro_batch=4),
+    "3b": Shape(vocab_size=32000, d_model=2560, n_layers=32, n_heads=32, seq_len=2048, micro_batch=2),
+    "7b": Shape(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, seq_len=2048, micro_batch=1),
+}
+
+
+def resolve_shape(name: str, overrides: dict[str, Any] | None = None) -> Shape:
+    if name not in SHAPES:
+        raise ValueError(f"unknown workload shape {name!r}; known shapes: {', '.join(SHAPES)}")
+    overrides = overrides or {}
+    known = {f.name for f in fields(Shape)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown shape field(s) {unknown} for shape {name!r}; known fields: {sorted(known)}")
+    shape = replace(SHAPES[name], **overrides)
+    if shape.d_model % shape.n_heads:
+        raise ValueError(f"shape {name!r}: d_model={shape.d_model} is not divisible by n_heads={shape.n_heads}")
+    return shape
+
+
+class Attention(nn.Module):
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.n_heads = s.n_heads
+        self.qkv = nn.Linear(s.d_model, 3 * s.d_model, bias=False)
+        self.proj = nn.Linear(s.d_model, s.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class MLP(nn.Module):
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.up = nn.Linear(s.d_model, 4 * s.d_model, bias=False)
+        self.down = nn.Linear(4 * s.d_model, s.d_model, bias=False)
+        # Extra square matmuls: real work that a benchmark can add to simulate a slowdown.
+        self.extra = nn.ModuleList(nn.Linear(s.d_model, s.d_model, bias=False) for _ in range(s.extra_matmuls))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(F.gelu(self.up(x)))
+        for lin in self.extra:
+            y = y + 0.0 * lin(y)
+        return y
+
+
+class Block(nn.Module):
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(s.d_model)
+        self.attn = Attention(s)
+        self.ln2 = nn.LayerNorm(s.d_model)
+        self.mlp = MLP(s)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.shape = s
+        self.tok_emb = nn.Embedding(s.vocab_size, s.d_model)
+        self.pos_emb = nn.Embedding(s.seq_len, s.d_model)
+        self.blocks = nn.ModuleList(Block(s) for _ in range(s.n_layers))
+        self.ln_f = nn.LayerNorm(s.d_model)
+        self.head = nn.Linear(s.d_model, s.vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def build_model(shape: Shape, seed: int, device: torch.device) -> GPT:
+    """Same seed -> same weights on every rank and for every strategy."""
+    torch.manual_seed(seed)
+    with device:
+        return GPT(shape)
+
+
+def make_batches(shape: Shape, seed: int, rank: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Synthetic token batches, different per rank, identical across strategies.
+
+    Generated up front on the CPU so no data work lands inside a timed step.
+    """
+    out = []
+    for step in range(count):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
+        tokens = torch.randint(0, shape.vocab_size, (shape.micro_batch, shape.seq_len + 1), generator=g)
+        out.append((tokens[:, :-1].to(device), tokens[:, 1:].to(device)))
+    return out
+
+
+def format_params(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.{1 if n < 10 * scale else 0}f}{unit}"
+    return str(n)
+
+
+def describe(shape: Shape) -> str:
+    return (f"{format_params(shape.approx_params)} params, d={shape.d_model}, L={shape.n_layers}, "
+            f"seq={shape.seq_len}, mb={shape.micro_batch}, ~{math.ceil(shape.seq_len * shape.micro_batch)} tok/rank")
