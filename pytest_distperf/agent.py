@@ -8,10 +8,13 @@ Runs torch's elastic launcher in its own process (its own session), so that:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
 import uuid
+
+SHUTDOWN_GRACE_SECONDS = 3
 
 
 def main(job_dir: str) -> int:
@@ -22,7 +25,10 @@ def main(job_dir: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from pytest_distperf import rendezvous
     from pytest_distperf.worker import rank_main
+
+    rendezvous.register()
 
     job = jobfiles.read_job(job_dir)
     config = LaunchConfig(
@@ -30,15 +36,17 @@ def main(job_dir: str) -> int:
         max_nodes=1,
         nproc_per_node=job.world_size,
         run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # a free port chosen by the OS, on loopback
+        rdzv_backend=rendezvous.BACKEND_NAME,  # torch's dynamic rendezvous, stores on 127.0.0.1:<free port>
+        rdzv_endpoint=f"{rendezvous.LOOPBACK}:0",
         rdzv_configs={"timeout": 120},
-        local_addr="127.0.0.1",
+        local_addr=rendezvous.LOOPBACK,
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
+        **_shutdown_grace(LaunchConfig),
     )
+
     try:
         values = elastic_launch(config, rank_main)(job_dir)
         jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
@@ -61,6 +69,13 @@ def main(job_dir: str) -> int:
 
         jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e))))
         return 2
+
+
+def _shutdown_grace(config_cls: type) -> dict[str, int]:
+    """After the first rank fails the others get SIGTERM; one that traps it (Lightning does) gets
+    SIGKILL after this grace instead of torch's default 30 s. Older torch has no such field."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {"shutdown_timeout": SHUTDOWN_GRACE_SECONDS} if "shutdown_timeout" in names else {}
 
 
 def _traceback_text(message: object) -> str:

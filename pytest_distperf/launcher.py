@@ -54,26 +54,30 @@ class RankOutcome(Exception):
         self.outcome, self.reason, self.rank = outcome, reason, rank
 
 
-def agent_environment(job: JobSpec) -> dict[str, str]:
+def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env.update(overrides or {})
     path = [p for p in job.sys_path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
     env["PYTHONUNBUFFERED"] = "1"
     if job.device == "cpu" and "OMP_NUM_THREADS" not in env:
         # CPU policy: split the cores between the ranks instead of oversubscribing them.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.world_size))
+    if job.device == "cuda":
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # one machine: NCCL's bootstrap stays on loopback too
     return env
 
 
 def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
-           on_progress: Callable[[str, float], None] | None = None, keep: bool = False) -> dict[int, Any]:
+           on_progress: Callable[[str, float], None] | None = None, keep: bool = False,
+           env: dict[str, str] | None = None) -> dict[int, Any]:
     """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome."""
     job_dir = tempfile.mkdtemp(prefix="job-", dir=base_dir)
     jobfiles.write_job(job_dir, job)
     start = time.monotonic()
     ok = False
     with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agent", job_dir], env=agent_environment(job),
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agent", job_dir], env=agent_environment(job, env),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             last = None

@@ -9,6 +9,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import time
@@ -81,9 +82,21 @@ class DistPerf:
                 last_print[0] = time.monotonic()
                 self._progress(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
 
-        with outcomes.as_pytest_outcome():
+        with outcomes.as_pytest_outcome(), self._devices(job) as env:
             return launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
-                          keep=self.settings.keep_jobs)
+                          keep=self.settings.keep_jobs, env=env)
+
+    def _devices(self, job: JobSpec):
+        """The devices this job owns while it runs (see allocator.py for the policy)."""
+        from pytest_distperf import allocator
+        from pytest_distperf.devices import visible_gpu_count
+
+        owner = f"{self.nodeid} [{job.describe()}]"
+        if job.device == "cuda":
+            return allocator.gpus(job.world_size, allocator.visible_gpu_ids(visible_gpu_count()), owner, self._progress)
+        if job.function is None:
+            return allocator.cpu(owner, self._progress)
+        return contextlib.nullcontext({})
 
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)

@@ -69,6 +69,8 @@ def rank_main(job_dir: str) -> Any:
         else:
             value = run_strategy(job, rank, local_rank, device, job_dir, progress)
     except BaseException as e:
+        if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
+            raise RuntimeError(_oom_message(rank, device)) from e
         outcome = _pytest_outcome(e)
         if outcome is None:
             raise  # @record writes the traceback for the launcher; the agent stops the other ranks
@@ -77,6 +79,18 @@ def rank_main(job_dir: str) -> Any:
     # Only on success: after a failure a peer may be gone and the teardown could block.
     dist.destroy_process_group()
     return value
+
+
+def _oom_message(rank: int, device: Any) -> str:
+    import torch
+
+    from pytest_distperf.units import fmt_bytes
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    return (f"CUDA out of memory on rank {rank} ({device}, {torch.cuda.get_device_name(device)}): "
+            f"allocated {fmt_bytes(torch.cuda.memory_allocated(device))}, "
+            f"reserved {fmt_bytes(torch.cuda.memory_reserved(device))}, "
+            f"peak allocated {fmt_bytes(torch.cuda.max_memory_allocated(device))}, total {fmt_bytes(total)}")
 
 
 def _pytest_outcome(e: BaseException) -> str | None:

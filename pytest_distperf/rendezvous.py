@@ -1,0 +1,54 @@
+"""A single-machine rendezvous for torch elastic whose stores listen on loopback only.
+
+torch's `c10d` rendezvous backend creates its TCPStore, and the store the ranks use for
+their process group, on every interface (TCPStore binds "::"). A test has no business
+listening on the network, so this backend binds both to 127.0.0.1 on an OS-chosen port
+(TCPStore takes a pre-bound socket through `master_listen_fd`). Everything else is torch's
+own dynamic rendezvous.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+BACKEND_NAME = "distperf-loopback"
+LOOPBACK = "127.0.0.1"
+
+
+def loopback_store(port: int = 0) -> dist.TCPStore:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, port))
+    sock.listen(1024)
+    bound_port = sock.getsockname()[1]
+    # detach(): the store owns the descriptor from now on, Python must not close it.
+    return dist.TCPStore(LOOPBACK, bound_port, is_master=True, multi_tenant=True, master_listen_fd=sock.detach(),
+                         timeout=timedelta(seconds=300))
+
+
+class LoopbackBackend(C10dRendezvousBackend):
+    @property
+    def name(self) -> str:
+        return BACKEND_NAME  # torch checks that the handler's backend answers to the registered name
+
+
+class LoopbackRendezvousHandler(DynamicRendezvousHandler):
+    def _create_tcp_store_server(self, master_addr, master_port) -> dist.TCPStore:  # noqa: ARG002
+        return loopback_store(master_port)
+
+
+def _create_handler(params: RendezvousParameters) -> DynamicRendezvousHandler:
+    store = loopback_store()
+    backend = LoopbackBackend(store, params.run_id)
+    return LoopbackRendezvousHandler.from_backend(
+        run_id=params.run_id, store=store, backend=backend, min_nodes=params.min_nodes, max_nodes=params.max_nodes,
+        local_addr=LOOPBACK, timeout=None)
+
+
+def register() -> None:
+    rendezvous_handler_registry.register(BACKEND_NAME, _create_handler)

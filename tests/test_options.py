@@ -1,0 +1,64 @@
+"""Settings and per-test plans: command line > ini > default, marker > settings, device choice."""
+
+import pytest
+
+from pytest_distperf.devices import resolve_device
+from pytest_distperf.options import DEFAULTS, SettingsError, build_settings, plan_test
+
+
+def settings(**cli):
+    return build_settings(True, cli, {})
+
+
+def test_defaults_apply_when_nothing_is_set():
+    s = build_settings(True, {}, {})
+    assert (s.device, s.world_size, s.timeout, s.repeats) == (
+        DEFAULTS["device"], DEFAULTS["world_size"], DEFAULTS["timeout"], DEFAULTS["repeats"])
+
+
+def test_command_line_beats_ini_beats_default():
+    s = build_settings(True, {"world_size": "4"}, {"world_size": "8", "timeout": "30"})
+    assert s.world_size == 4 and s.timeout == 30.0
+
+
+@pytest.mark.parametrize("cli,ini,needle", [
+    ({"device": "tpu"}, {}, "--distperf-device"),
+    ({}, {"device": "gpu"}, "ini option distperf_device"),
+    ({"world_size": "zero"}, {}, "--distperf-world-size"),
+    ({}, {"timeout": "-5"}, "ini option distperf_timeout"),
+])
+def test_bad_values_name_their_source(cli, ini, needle):
+    with pytest.raises(SettingsError, match=needle):
+        build_settings(True, cli, ini)
+
+
+@pytest.mark.parametrize("option,marker,ws,gpus,expected", [
+    ("auto", None, 2, 0, ("cpu", None)),
+    ("auto", None, 2, 1, ("cpu", None)),  # not enough GPUs for auto -> CPU + gloo
+    ("auto", None, 2, 2, ("cuda", None)),
+    ("cpu", None, 2, 8, ("cpu", None)),
+    ("cuda", None, 1, 1, ("cuda", None)),
+    ("auto", "cpu", 2, 8, ("cpu", None)),
+])
+def test_resolve_device(option, marker, ws, gpus, expected):
+    assert resolve_device(option, marker, ws, gpus) == expected
+
+
+def test_too_few_gpus_names_both_numbers():
+    device, reason = resolve_device("auto", "cuda", 4, 2)
+    assert device is None and "needs 4 GPUs" in reason and "this machine has 2" in reason
+    device, reason = resolve_device("cuda", None, 2, 0)
+    assert device is None and "needs 2 GPUs" in reason and "has 0" in reason
+
+
+def test_cuda_test_with_cpu_forced_is_skipped_with_reason():
+    assert resolve_device("cpu", "cuda", 1, 1) == (None, "this test needs CUDA, and --distperf-device=cpu was given")
+
+
+def test_marker_overrides_settings_and_rejects_unknown_keys():
+    plan = plan_test(settings(), {"world_size": 3, "timeout": 12, "repeats": 5}, gpus=0, where="t.py::x")
+    assert (plan.device, plan.world_size, plan.timeout, plan.repeats) == ("cpu", 3, 12.0, 5)
+    with pytest.raises(SettingsError, match=r"t.py::x: @pytest.mark.distperf has no argument\(s\) \['ranks'\]"):
+        plan_test(settings(), {"ranks": 2}, gpus=0, where="t.py::x")
+    with pytest.raises(SettingsError, match="distperf\\(device=...\\)"):
+        plan_test(settings(), {"device": "gpu"}, gpus=0, where="t.py::x")

@@ -1,0 +1,108 @@
+"""The plugin surface, through pytester: options, markers, skips, collection."""
+
+import pytest
+
+PERF_TEST = """
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+@pytest.mark.zero3
+def test_perf(distperf):
+    assert distperf.world_size == 2
+
+def test_plain():
+    pass
+"""
+
+
+def test_perf_tests_are_collected_and_skipped_without_the_flag(pytester):
+    pytester.makepyfile(PERF_TEST)
+    collected = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
+    collected.stdout.fnmatch_lines(["*test_perf*", "*test_plain*"])
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*run with --distperf to enable*"])
+
+
+def test_markers_are_registered_for_strict_markers_and_m(pytester):
+    pytester.makepyfile(PERF_TEST)
+    result = pytester.runpytest("--strict-markers", "-m", "zero3", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_perf*", "*1/2 tests collected (1 deselected)*"])
+    markers = pytester.runpytest("--markers").stdout.str()
+    for name in ("distperf(world_size=N", "zero3:", "fsdp:", "offload:", "comm:", "lightning:"):
+        assert name in markers
+
+
+def test_too_few_gpus_skips_before_anything_is_spawned(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(world_size=64, device="cuda")
+        def test_big(distperf):
+            raise AssertionError("must not run")
+    """)
+    result = pytester.runpytest("--distperf", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs 64 GPUs (world_size=64); this machine has 0*"])
+
+
+def test_cuda_only_test_with_forced_cpu_says_why(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(world_size=1, device="cuda")
+        def test_gpu(distperf):
+            pass
+    """)
+    result = pytester.runpytest("--distperf", "--distperf-device=cpu", "-rs", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*this test needs CUDA, and --distperf-device=cpu was given*"])
+
+
+def test_ini_options_set_defaults(pytester):
+    pytester.makeini("[pytest]\ndistperf_world_size = 3\ndistperf_device = cpu\n")
+    pytester.makepyfile("""
+        def test_ws(distperf):
+            assert (distperf.world_size, distperf.device) == (3, "cpu")
+    """)
+    pytester.runpytest("--distperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--distperf-device=tpu"], "distperf: --distperf-device: expected one of auto, cpu, cuda, got 'tpu'"),
+    (["--distperf-world-size=0"], "distperf: --distperf-world-size: expected a positive number, got '0'"),
+])
+def test_bad_option_values_are_usage_errors(pytester, args, needle):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--distperf", *args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{needle}*"])
+
+
+def test_bad_marker_argument_names_the_test(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(ranks=2)
+        def test_typo(distperf):
+            pass
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("test_bad_marker_argument_names_the_test.py::test_typo: @pytest.mark.distperf has no argument(s) "
+            "['ranks']") in result.stderr.str()
+
+
+def test_unknown_strategy_and_option_are_named(pytester):
+    pytester.makepyfile("""
+        import pytest
+        def test_strategy(distperf):
+            distperf.job("zero-4")
+        def test_option(distperf):
+            distperf.job("fsdp2", reshard=True)
+        def test_ds_key(distperf):
+            distperf.job("deepspeed", ds_config={"zero_optimisation": {"stage": 3}})
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines([
+        "*unknown strategy 'zero-4'; known strategies: *",
+        "*strategy 'fsdp2' has no option(s) 'reshard'; its options are: *",
+        "*ds_config has unknown top-level key(s) 'zero_optimisation'*",
+    ])
