@@ -3,6 +3,8 @@
     job.pkl             the JobSpec (written by the launcher)
     progress.txt        rank 0's current phase, read by the launcher for -v output
     outcome-rank{r}.json  a rank that stopped on pytest.skip / pytest.xfail
+    failed-rank{r}.time   when a rank raised (to find the root cause among failed ranks)
+    rank{r}.pid / rank{r}.returned   a rank started / got to the end of its body
     result.pkl          what the agent got back from elastic_launch (values or failures)
     agent.log           the agent's own output
     logs/.../{rank}/stderr.log, stdout.log   each rank's output (torch elastic's redirects)
@@ -17,6 +19,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +87,42 @@ def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
         with open(path) as f:
             out.append(json.load(f))
     return out
+
+
+def write_failure_time(job_dir: str, rank: int) -> None:
+    """When this rank's exception happened, precisely: torch elastic's timestamps are whole seconds,
+    too coarse to tell the rank that failed from the peers that failed because of it."""
+    _write_atomic(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
+
+
+def read_failure_times(job_dir: str) -> dict[int, float]:
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "failed-rank*.time")):
+        rank = int(os.path.basename(path)[len("failed-rank"):-len(".time")])
+        with open(path) as f:
+            out[rank] = float(f.read())
+    return out
+
+
+def mark_started(job_dir: str, rank: int) -> None:
+    _write_atomic(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
+
+
+def mark_returned(job_dir: str, rank: int) -> None:
+    _write_atomic(os.path.join(job_dir, f"rank{rank}.returned"), b"")
+
+
+def started_ranks(job_dir: str) -> dict[int, int]:
+    """{rank: pid} of the ranks that have started."""
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "rank*.pid")):
+        with open(path) as f:
+            out[int(os.path.basename(path)[4:-4])] = int(f.read())
+    return out
+
+
+def has_returned(job_dir: str, rank: int) -> bool:
+    return os.path.exists(os.path.join(job_dir, f"rank{rank}.returned"))
 
 
 class Progress:

@@ -26,6 +26,10 @@ from pytest_distperf.spec import JobSpec
 POLL_SECONDS = 0.05
 TERM_GRACE_SECONDS = 3.0
 STACK_DUMP_SECONDS = 1.0
+# A rank gone without a value and without an error: torch elastic would wait for it for ever
+# (its peers block until every rank has returned). After this grace, which lets the agent
+# report a crash first, the job fails.
+VANISHED_GRACE_SECONDS = 8.0
 
 
 class JobError(Exception):
@@ -81,12 +85,18 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             last = None
+            vanished_since: float | None = None
             while proc.poll() is None:
                 elapsed = time.monotonic() - start
                 if elapsed > timeout:
                     _dump_stacks(proc.pid)
                     end_tree(proc)
                     raise JobTimeout(_timeout_message(job, job_dir, timeout), job_dir)
+                vanished = _vanished_ranks(job_dir)
+                vanished_since = (vanished_since or time.monotonic()) if vanished else None
+                if vanished_since and time.monotonic() - vanished_since > VANISHED_GRACE_SECONDS:
+                    end_tree(proc)
+                    raise JobError(_vanished_message(job, job_dir, vanished), job_dir)
                 if on_progress:
                     text = jobfiles.read_progress(job_dir)
                     if text and text != last:
@@ -121,14 +131,22 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
     return values
 
 
-def root_cause(failures: list[jobfiles.RankFailure]) -> jobfiles.RankFailure:
-    """The first rank to fail on its own, not one the agent stopped because of it."""
+def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]) -> jobfiles.RankFailure:
+    """The rank that failed first on its own, not a peer that failed because of it.
+
+    A rank killed by a signal other than the agent's SIGTERM (SIGKILL, SIGABRT, SIGSEGV, the OOM
+    killer) is the cause: its peers then fail on the broken connection. Otherwise the earliest
+    exception wins, by the precise times the ranks wrote (raised_at).
+    """
+    killed = [f for f in failures if f.signal and f.signal != "SIGTERM"]
+    if killed:
+        return min(killed, key=lambda f: (f.timestamp, f.rank))
     own = [f for f in failures if f.signal != "SIGTERM"] or failures
-    return min(own, key=lambda f: (f.timestamp, f.rank))
+    return min(own, key=lambda f: (raised_at.get(f.rank, float(f.timestamp) + 1.0), f.rank))
 
 
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure]) -> str:
-    root = root_cause(failures)
+    root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)", "", root.message.rstrip(), ""]
     others = [f for f in failures if f is not root]
@@ -156,6 +174,31 @@ def _stderr_tails(job: JobSpec, job_dir: str, lines: int = 15) -> str:
         text = jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip()
         parts.append(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}")
     return "\n".join(parts)
+
+
+def _vanished_ranks(job_dir: str) -> dict[int, int]:
+    gone = {}
+    for rank, pid in jobfiles.started_ranks(job_dir).items():
+        if jobfiles.has_returned(job_dir, rank):
+            continue
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if not alive:
+            gone[rank] = pid
+    return gone
+
+
+def _vanished_message(job: JobSpec, job_dir: str, vanished: dict[int, int]) -> str:
+    ranks = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(vanished.items()))
+    return "\n".join([
+        f"distperf job {job.describe()} failed: {ranks} exited without returning a value and without an error "
+        "(os._exit or sys.exit(0) inside the rank?). A rank that does not run the test body to its end is a failure; "
+        "the other ranks were ended.",
+        _stderr_tails(job, job_dir),
+        f"job folder (logs of every rank): {job_dir}",
+    ])
 
 
 def _dump_stacks(agent_pid: int) -> None:

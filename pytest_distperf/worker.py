@@ -50,6 +50,7 @@ def rank_main(job_dir: str) -> Any:
     # On timeout the launcher sends SIGUSR1 to every rank: each dumps its Python stacks to its stderr log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     job = jobfiles.read_job(job_dir)
+    jobfiles.mark_started(job_dir, int(os.environ["RANK"]))
     for p in reversed(job.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -69,6 +70,7 @@ def rank_main(job_dir: str) -> Any:
         else:
             value = run_strategy(job, rank, local_rank, device, job_dir, progress)
     except BaseException as e:
+        jobfiles.write_failure_time(job_dir, rank)
         if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
             raise RuntimeError(_oom_message(rank, device)) from e
         outcome = _pytest_outcome(e)
@@ -78,6 +80,7 @@ def rank_main(job_dir: str) -> Any:
         raise SystemExit(EXIT_OUTCOME) from None
     # Only on success: after a failure a peer may be gone and the teardown could block.
     dist.destroy_process_group()
+    jobfiles.mark_returned(job_dir, rank)
     return value
 
 
@@ -94,10 +97,14 @@ def _oom_message(rank: int, device: Any) -> str:
 
 
 def _pytest_outcome(e: BaseException) -> str | None:
-    """'skipped' or 'xfailed' for pytest's outcome exceptions, without importing pytest."""
-    name = type(e).__name__
-    if type(e).__module__.startswith("_pytest") and name in ("Skipped", "XFailed"):
-        return name.lower()
+    """'skipped' or 'xfailed' for pytest's outcome exceptions (only if the rank imported pytest)."""
+    outcomes = sys.modules.get("_pytest.outcomes")
+    if outcomes is None:
+        return None
+    if isinstance(e, outcomes.XFailed):
+        return "xfailed"
+    if isinstance(e, outcomes.Skipped):
+        return "skipped"
     return None
 
 
@@ -152,7 +159,24 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
 
-    return RankResult(
+    probe_result = None
+    if job.probes:  # after timing and the memory reads, so probes never change what they report
+        from pytest_distperf.probes.runner import run_probe_phase
+
+        timed = batches[job.warmup_steps:]
+        probe_result = run_probe_phase(
+            probes=job.probes, steps=job.probe_steps, step=lambda i: trainer.step(*timed[i % len(timed)]),
+            sync=timer.sync, device=device, optimizer=trainer.torch_optimizer(), group_size=job.world_size,
+            rank=rank, job_dir=job_dir, progress=progress.update if progress else None)
+
+    # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step.
+    from pytest_distperf import breakdown
+
+    if progress:
+        progress.update("step breakdown")
+    step_breakdown = breakdown.collect(trainer, batches[job.warmup_steps:])
+
+    result = RankResult(
         rank=rank,
         step_times=step_times,
         losses=[float(x) for x in losses],
@@ -165,4 +189,10 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         tokens_per_step=shape.micro_batch * shape.seq_len * job.world_size,
         build_seconds=build_seconds,
         warmup_seconds=warmup_seconds,
+        probes=probe_result,
+        step_breakdown=step_breakdown,
     )
+    close = getattr(trainer, "close", None)
+    if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up
+        close()
+    return result

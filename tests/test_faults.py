@@ -1,0 +1,167 @@
+"""Fault injection on real 2-rank CPU jobs: every fault ends as the right test outcome, fast, with no process left."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+FAULTS = """
+import os
+import signal
+import time
+
+import pytest
+import torch.distributed as dist
+
+
+def raise_in_rank_one():
+    if dist.get_rank() == 1:
+        raise ValueError("injected failure")
+    dist.barrier()
+
+def hang_in_rank_one():
+    if dist.get_rank() == 1:
+        time.sleep(3600)
+    dist.barrier()
+
+def sigkill_rank_one():
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+def abort_rank_one():
+    if dist.get_rank() == 1:
+        os.abort()
+    dist.barrier()
+
+def skip_in_rank_one():
+    if dist.get_rank() == 1:
+        pytest.skip("no widget on rank 1")
+    dist.barrier()
+
+def xfail_in_rank_zero():
+    if dist.get_rank() == 0:
+        pytest.xfail("known broken widget")
+    dist.barrier()
+
+def exit_quietly_in_rank_one():
+    if dist.get_rank() == 1:
+        os._exit(0)  # leaves without running the body: must not pass
+    return dist.get_rank()
+"""
+
+TEST_FILE = """
+import time
+import pytest
+import faults
+
+@pytest.mark.distperf(world_size=2, timeout={timeout})
+def test_fault(distperf):
+    start = time.monotonic()
+    try:
+        distperf.run_function(faults.{fn})
+    finally:
+        with open("fault-seconds.txt", "w") as f:
+            f.write(f"{{time.monotonic() - start:.2f}}")
+"""
+
+
+def tagged_processes(tag):
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            if p.environ().get("DISTPERF_FAULT_TAG") == tag:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def tag(monkeypatch):
+    value = uuid.uuid4().hex
+    monkeypatch.setenv("DISTPERF_FAULT_TAG", value)  # inherited by the agent and every rank
+    yield value
+    left = tagged_processes(value)
+    for p in left:
+        p.kill()
+    assert not left, f"processes left behind: {[p.pid for p in left]}"
+
+
+def run_fault(pytester, fn, timeout=120):
+    pytester.makepyfile(faults=FAULTS)
+    pytester.makepyfile(TEST_FILE.format(fn=fn, timeout=timeout))
+    result = pytester.runpytest("--distperf", "-rsx", "-p", "no:cacheprovider")
+    seconds = float((pytester.path / "fault-seconds.txt").read_text())
+    return result, seconds
+
+
+@pytest.mark.parametrize("fn,lines", [
+    ("raise_in_rank_one", ["*rank 1 exited with code 1 (root cause)*", "*ValueError: injected failure*"]),
+    ("sigkill_rank_one", ["*rank 1 died of SIGKILL (root cause)*"]),
+    ("abort_rank_one", ["*rank 1 died of SIGABRT (root cause)*"]),
+])
+def test_a_dying_rank_fails_the_test_within_seconds(pytester, tag, fn, lines):
+    result, seconds = run_fault(pytester, fn)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(lines + ["*--- rank 0 stderr*", "*job folder (logs of every rank)*"])
+    assert seconds < 30, f"fault took {seconds:.1f} s to surface"
+
+
+def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):
+    result, seconds = run_fault(pytester, "hang_in_rank_one", timeout=12)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*timed out after 12 s*every rank was ended*",
+        "*--- rank 1 stderr*",
+        "*in hang_in_rank_one*",
+    ])
+    assert 12 <= seconds < 12 + 15
+
+
+def test_pytest_skip_in_a_rank_skips_the_test(pytester, tag):
+    result, seconds = run_fault(pytester, "skip_in_rank_one")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*rank 1: no widget on rank 1*"])
+    assert seconds < 30
+
+
+def test_pytest_xfail_in_a_rank_xfails_the_test(pytester, tag):
+    result, _ = run_fault(pytester, "xfail_in_rank_zero")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["*rank 0: known broken widget*"])
+
+
+def test_a_rank_that_leaves_without_a_value_is_a_failure(pytester, tag):
+    result, seconds = run_fault(pytester, "exit_quietly_in_rank_one")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rank 1 (pid *) exited without returning a value and without an error*"])
+    assert seconds < 40
+
+
+def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
+    pytester.makepyfile(faults=FAULTS)
+    pytester.makepyfile(TEST_FILE.format(fn="hang_in_rank_one", timeout=600))
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--distperf", "-p", "no:cacheprovider", "-q"],
+                            cwd=str(pytester.path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while len(tagged_processes(tag)) < 4 and time.monotonic() < deadline:  # pytest, agent, 2 ranks
+        time.sleep(0.2)
+    assert len(tagged_processes(tag)) >= 4, "the job never started"
+    time.sleep(1)
+    interrupted = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    while tagged_processes(tag) and time.monotonic() - interrupted < 15:
+        time.sleep(0.2)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
+    assert not tagged_processes(tag)
+    assert time.monotonic() - interrupted < 15
