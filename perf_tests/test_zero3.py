@@ -10,6 +10,25 @@ import pytest
 
 pytestmark = [pytest.mark.distperf(world_size=2), pytest.mark.zero3, pytest.mark.deepspeed, pytest.mark.fsdp]
 
+# Known upstream gaps, measured with this suite (strict xfails: an upstream fix turns them into XPASS failures,
+# so the mark gets removed; only a failed check counts as the expected failure, a crash still fails).
+GAP_TIME_CUDA = ("deepspeedai/DeepSpeed#3901 and #5047 (ZeRO-3 gathers parameter by parameter, little overlap): "
+                 "measured 1.65x [1.41, 1.92] FSDP2's step time (266.7 vs 161.6 ms), 1b on 2xH200, DeepSpeed 0.19.8, "
+                 "torch 2.11")
+GAP_MEMORY = {
+    "cuda": "deepspeedai/DeepSpeed#3901 (ZeRO-3 uses more GPU memory than FSDP): measured 1.26x "
+            "(28.82 vs 22.93 GiB peak allocated), 1b on 2xH200, DeepSpeed 0.19.8, torch 2.11",
+    "cpu": "ZeRO-3 grows host RSS more than FSDP2 on the tiny CPU job (measured 1.78x [1.66, 1.90], 237 vs 131 MiB, "
+           "DeepSpeed 0.19.8, torch 2.13; mostly DeepSpeed's one-time engine allocations at this size); "
+           "the GPU form of the gap is deepspeedai/DeepSpeed#3901",
+}
+GAP_OFFLOAD_MEMORY = {
+    "cuda": "deepspeedai/DeepSpeed#3901: with the optimizer offloaded, measured 1.30x (20.06 vs 15.42 GiB peak "
+            "allocated), 1b on 2xH200, DeepSpeed 0.19.8, torch 2.11",
+    "cpu": "ZeRO-3 with DeepSpeedCPUAdam grows host RSS more than FSDP2 with CPUOffloadPolicy on the tiny CPU job "
+           "(measured 1.75x [1.22, 2.49], 216 vs 128 MiB); the GPU form of the gap is deepspeedai/DeepSpeed#3901",
+}
+
 # Same seed and batches: fp32 on CPU agrees to rounding; bf16 compute on CUDA to bf16 noise.
 LOSS_RTOL = {"cpu": 1e-4, "cuda": 2e-2}
 
@@ -24,10 +43,12 @@ def test_zero3_trains_like_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_losses_match(LOSS_RTOL[distperf.device])
 
 
+@pytest.mark.distperf(known_gap={"cuda": GAP_TIME_CUDA})
 def test_zero3_step_time_within_1_1x_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_step_time_within(1.1)
 
 
+@pytest.mark.distperf(known_gap=GAP_MEMORY)
 def test_zero3_peak_memory_within_1_1x_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_memory_within(1.1)
 
@@ -38,5 +59,6 @@ def test_zero3_offload_step_time_within_1_1x_fsdp2_offload(distperf):
 
 
 @pytest.mark.offload
+@pytest.mark.distperf(known_gap=GAP_OFFLOAD_MEMORY)
 def test_zero3_offload_peak_memory_within_1_1x_fsdp2_offload(distperf):
     zero3_vs_fsdp2(distperf, offload=True).assert_memory_within(1.1)

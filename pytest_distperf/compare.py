@@ -11,6 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from pytest_distperf import breakdown
 from pytest_distperf.spec import RunResult
 from pytest_distperf.stats import RatioEstimate, max_relative_difference, paired_ratio, summarize
 from pytest_distperf.units import fmt_bytes, fmt_seconds
@@ -125,6 +126,7 @@ class Comparison:
                 f"  ratio A/B {est.ratio:.3f}, 95% interval {est.interval_text()} over {est.pairs} interleaved "
                 f"pair(s); threshold {k:.2f}",
                 f"  {self._config_notes()}",
+                *(breakdown.message_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
             ]), check)
         return check
 

@@ -18,7 +18,11 @@ DEFAULTS: dict[str, Any] = {
     "shape_cpu": "tiny",
     "shape_cuda": "1b",
 }
-MARKER_KEYS = ("world_size", "device", "timeout", "repeats")
+MARKER_KEYS = ("world_size", "device", "timeout", "repeats",
+               # baseline gate overrides, validated in regression.policy_for
+               "time_threshold", "time_k", "memory_threshold", "memory_floor", "baseline_metrics",
+               "probes",  # default probes of the test's jobs (pytest_distperf.probes)
+               "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
 
 
 class SettingsError(ValueError):
@@ -44,6 +48,8 @@ class TestPlan:
     timeout: float
     repeats: int
     skip_reason: str | None = None
+    probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
+    known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
 
     def default_shape(self, settings: Settings) -> str:
         return settings.shape_cuda if self.device == "cuda" else settings.shape_cpu
@@ -99,4 +105,15 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if marker_device is not None:
         _device(marker_device, f"{where}: distperf(device=...)")
     device, reason = resolve_device(settings.device, marker_device, ws, gpus)
-    return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason)
+    from pytest_distperf.probes import ProbeError, validate as validate_probes
+
+    try:
+        probes = validate_probes(marker_kwargs.get("probes"), f"{where}: distperf(probes=...)")
+    except ProbeError as e:
+        raise SettingsError(str(e)) from None
+    gaps = marker_kwargs.get("known_gap") or {}
+    if not isinstance(gaps, dict) or not all(k in ("cpu", "cuda") and isinstance(v, str) and v for k, v in gaps.items()):
+        raise SettingsError(f"{where}: distperf(known_gap=...) must map 'cpu'/'cuda' to a non-empty reason "
+                            f"(the upstream issue and the measured value), got {gaps!r}")
+    return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason,
+                    probes=probes, known_gap=gaps.get(device) if device else None)

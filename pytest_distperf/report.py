@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from pytest_distperf.regression import fmt_interval, fmt_pct, fmt_value, status_mark
 from pytest_distperf.units import fmt_bytes, fmt_rate, fmt_seconds
 
 VERDICT = {True: "✓ pass", False: "✗ FAIL"}
@@ -23,8 +24,42 @@ def _fmt_value(value: float, unit: str) -> str:
     return f"{value:.4g}"
 
 
+_KIND_ABBREV = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR", "broadcast": "BC"}
+_LIMIT_SYMBOL = {"at_most": "<= ", "at_least": ">= ", "above": "> "}  # probe checks (probe_checks.ProbeCheck)
+
+
+def _probe_row(r: dict[str, Any]) -> list[str]:
+    """One job's probe metrics (probes.results.ProbeResult.metrics) as table cells; '-' where not measured."""
+    m: dict[str, float] = r["metrics"]
+    kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".per_step"))
+    comms = " ".join(f"{_KIND_ABBREV.get(k, k)} {m[f'comms.{k}.per_step']:g}" for k in kinds) or "-"
+    ag = fmt_bytes(m["comms.all_gather.size_median"]) if "comms.all_gather.size_median" in m else "-"
+    overlap = f"{m['overlap.fraction']:.0%}" if "overlap.fraction" in m else "-"
+    exposed = fmt_seconds(m["overlap.exposed_per_step_s"]) if "overlap.exposed_per_step_s" in m else "-"
+    copy_kinds = sorted(x.split(".")[2] for x in m if x.startswith("placement.copies.") and x.endswith(".bytes_per_step"))
+    copies = " ".join(f"{k} {m[f'placement.copies.{k}.per_step']:g} "
+                      f"({fmt_bytes(m[f'placement.copies.{k}.bytes_per_step'])})" for k in copy_kinds) or "-"
+    pageable = f"{m['placement.copies.pageable_per_step']:g}" if "placement.copies.pageable_per_step" in m else "-"
+    opts = []
+    for name in sorted({k.split(".")[2] for k in m if k.startswith("placement.optimizer.")}):
+        text = f"{name} CPU {fmt_seconds(m[f'placement.optimizer.{name}.cpu_s'])}"
+        if f"placement.optimizer.{name}.gpu_kernels" in m:
+            text += (f" / GPU {m[f'placement.optimizer.{name}.gpu_kernels']:g} kernels "
+                     f"{fmt_seconds(m[f'placement.optimizer.{name}.gpu_kernel_s'])}")
+        opts.append(text)
+    util = f"{m['placement.cpu_utilisation']:.2f}" if "placement.cpu_utilisation" in m else "-"
+    return [r["label"], str(r["steps"]), comms, ag, overlap, exposed, copies, pageable, "; ".join(opts) or "-", util]
+
+
+def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
+    """One metric of one job against its baseline (regression.Verdict records)."""
+    return [nodeid.split("::")[-1], r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
+            fmt_value(r["current"], r["unit"]), fmt_pct(r["delta"]), fmt_interval(r), status_mark(r)]
+
+
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    runs, checks = [], []
+    runs, checks, probes = [], [], []
+    baselines: list[list[str]] = []
     for nodeid, records in records_by_test:
         for r in records:
             if r["kind"] == "run":
@@ -37,13 +72,28 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 ci = f" [{r['low']:.3f}, {r['high']:.3f}]" if r.get("low") is not None else ""
                 ratio = f"{r['ratio']:.3f}{ci}" if r["unit"] != "rel" else f"{r['ratio']:.1e}"
                 limit = f"{r['threshold']:.2f}" if r["unit"] != "rel" else f"{r['threshold']:.0e}"
+                if r.get("direction"):  # a probe check: the limit is absolute or a ratio, with its direction
+                    absolute = r["b"] == "limit"
+                    limit = _LIMIT_SYMBOL.get(r["direction"], "") + (
+                        _fmt_value(r["threshold"], r["unit"]) if absolute else f"{r['threshold']:.2f}")
+                    ratio = _fmt_value(r["ratio"], r["unit"]) if absolute else ratio
                 checks.append([
                     nodeid.split("::")[-1], r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
                     f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, limit, VERDICT[r["passed"]],
                 ])
+            elif r["kind"] == "probe":
+                probes.append(_probe_row(r))
+            elif r["kind"] == "baseline":
+                baselines.append(_baseline_row(nodeid, r))
     lines: list[str] = []
     if runs:
         lines += _table(["job", "runs x steps", "step median", "p10 - p90", "tok/s", "peak mem", "opt B/param"], runs)
     if checks:
         lines += [""] + _table(["test", "check", "A", "B", "A/B [95% CI]", "limit", "verdict"], checks)
+    if probes:
+        lines += [""] + _table(["probed job", "steps", "collectives/step", "AG median", "overlap", "exposed/step",
+                                "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
+    if baselines:
+        lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "95% interval", "status"],
+                               baselines)
     return lines

@@ -13,17 +13,33 @@ import contextlib
 import inspect
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_distperf import strategies
 from pytest_distperf.compare import Comparison, SideSummary
 from pytest_distperf.launcher import launch
 from pytest_distperf.options import Settings, TestPlan
+from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec, RunResult
 from pytest_distperf.stats import summarize
 from pytest_distperf.workload import resolve_shape
 
 ProgressSink = Callable[[str], None]
+
+if TYPE_CHECKING:
+    from pytest_distperf.regression import BaselineGate
+
+
+def _drop_scratch(values: dict[int, Any]) -> None:
+    """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
+    in its scratch folder (worker.py: <job folder>/scratch)."""
+    import os
+    import shutil
+
+    for v in values.values():
+        trace = getattr(getattr(v, "probes", None), "trace_path", None)
+        if trace:
+            shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)
 
 
 class RunCache:
@@ -31,16 +47,18 @@ class RunCache:
 
     def __init__(self) -> None:
         self.comparisons: dict[tuple[str, str, int], tuple[list[RunResult], list[RunResult], str]] = {}
+        self.probe_runs: dict[str, RunResult | BaseException] = {}  # config hash -> run (or its skip outcome)
 
 
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: RunCache, nodeid: str, base_dir: str,
-                 progress: ProgressSink | None = None):
+                 progress: ProgressSink | None = None, gate: "BaselineGate | None" = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir
         self._progress = progress
         self.records: list[dict[str, Any]] = []  # read by the plugin for reports
+        self.gate = gate  # this test's baseline (regression.py); None without --distperf
 
     @property
     def device(self) -> str:
@@ -53,8 +71,16 @@ class DistPerf:
     # -- building jobs -----------------------------------------------------------------------------------------
     def job(self, strategy: str, *, shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
             steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
-            **options: Any) -> JobSpec:
-        """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}."""
+            probes: Any = None, probe_steps: int = 3, **options: Any) -> JobSpec:
+        """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}.
+
+        `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
+        after the timing phase (pytest_distperf.probes)."""
+        from pytest_distperf import probes as probe_names
+
+        probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
+        if probe_steps < 1:
+            raise ValueError(f"distperf.job(probe_steps=...) must be at least 1, got {probe_steps!r}")
         strategies.validate(strategy, options)
         reason = strategies.unsupported_reason(strategy, options, self.device)
         if reason:
@@ -67,7 +93,8 @@ class DistPerf:
         resolve_shape(name, shape_overrides)  # reject a bad shape here, not in every rank
         return JobSpec(world_size=world_size or self.world_size, device=self.device, strategy=strategy,
                        options=options, shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps,
-                       warmup_steps=warmup, seed=seed, sys_path=list(sys.path), progress=self._progress is not None)
+                       warmup_steps=warmup, seed=seed, sys_path=list(sys.path), progress=self._progress is not None,
+                       probes=probes, probe_steps=probe_steps)
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec) -> dict[int, Any]:
@@ -83,8 +110,11 @@ class DistPerf:
                 self._progress(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
 
         with outcomes.as_pytest_outcome(), self._devices(job) as env:
-            return launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
-                          keep=self.settings.keep_jobs, env=env)
+            values = launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
+                            keep=self.settings.keep_jobs or bool(job.probes), env=env)  # probe jobs keep their traces
+        if job.probes and not self.settings.keep_jobs:
+            _drop_scratch(values)
+        return values
 
     def _devices(self, job: JobSpec):
         """The devices this job owns while it runs (see allocator.py for the policy)."""
@@ -102,7 +132,17 @@ class DistPerf:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
         result = self._run(job)
         self._record_run(job.describe(), [result])
+        self._gate(job, [result])
         return result
+
+    def measure(self, strategy: str | JobSpec, *, repeats: int | None = None, **kwargs: Any) -> list[RunResult]:
+        """Run one job `repeats` times (the test's repeats by default): the run-level repeats a baseline
+        verdict needs to tell a regression from run-to-run drift."""
+        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
+        runs = [self._run(job) for _ in range(repeats or self.plan.repeats)]
+        self._record_run(job.describe(), runs)
+        self._gate(job, runs)
+        return runs
 
     def _run(self, job: JobSpec) -> RunResult:
         start = time.monotonic()
@@ -137,8 +177,40 @@ class DistPerf:
             self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
             self._record_run(a.describe(), runs_a)
             self._record_run(b.describe(), runs_b)
+        # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
+        self._gate(a, runs_a)
+        self._gate(b, runs_b)
         return Comparison(SideSummary(a.describe(), runs_a), SideSummary(b.describe(), runs_b),
                           on_check=self._record_check)
+
+    def probe(self, job: JobSpec) -> RunResult:
+        """Run a job that has probes once per session: tests checking different probes of one job share it."""
+        if not job.probes:
+            raise ValueError(f"distperf.probe() needs a job with probes, e.g. distperf.job(..., probes=('comms',)); "
+                             f"{job.describe()} has none")
+        key = job.config_hash()
+        cached = self.cache.probe_runs.get(key)
+        if cached is None:
+            try:
+                cached = self._run(job)
+            except BaseException as e:
+                if type(e).__name__ == "Skipped":  # e.g. no async I/O for NVMe: true for every test of this job
+                    self.cache.probe_runs[key] = e
+                raise
+            self.cache.probe_runs[key] = cached
+            self._record_run(job.describe(), [cached])
+        if isinstance(cached, BaseException):
+            import pytest
+
+            pytest.skip(str(getattr(cached, "msg", cached)))
+        self._gate(job, [cached])
+        return cached
+
+    def probe_checks(self, a: RunResult | list[RunResult], b: RunResult | list[RunResult] | None = None) -> Any:
+        """Assertions over the probe results of A (and B): see pytest_distperf.probe_checks."""
+        from pytest_distperf.probe_checks import ProbeAssertions
+
+        return ProbeAssertions(a, b, on_check=self._record_check)
 
     # -- records for reports -----------------------------------------------------------------------------------
     def _record_run(self, label: str, runs: list[RunResult]) -> None:
@@ -155,6 +227,20 @@ class DistPerf:
             "optimizer_bytes_per_param": runs[0].optimizer_bytes_per_param,
             "config_hash": runs[0].spec.config_hash(),
         })
+        if runs[0].spec.probes:
+            self.records.append(probe_record(label, runs))
 
     def _record_check(self, check: Any) -> None:
         self.records.append({"kind": "check", **check.to_dict()})
+
+    def _gate(self, job: JobSpec, runs: list[RunResult]) -> None:
+        """Verdicts of a finished job against this test's baseline; a breach re-runs the job once to confirm."""
+        if self.gate is None:
+            return
+
+        def rerun() -> list[RunResult]:
+            if self._progress:
+                self._progress(f"baseline breach: re-running {job.describe()} x{len(runs)} to confirm")
+            return [self._run(job) for _ in runs]
+
+        self.records += self.gate.check(job, runs, rerun)

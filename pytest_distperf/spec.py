@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_distperf.probes.results import ProbeResult
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class JobSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     sys_path: list[str] = field(default_factory=list)
     progress: bool = False
+    # Probe phase after timing (pytest_distperf.probes): which probes, over how many profiled steps.
+    probes: tuple[str, ...] = ()
+    probe_steps: int = 3
 
     @property
     def backend(self) -> str:
@@ -55,6 +61,9 @@ class JobSpec:
         d = asdict(self)
         for k in ("sys_path", "progress"):
             d.pop(k)
+        if not self.probes:  # jobs without probes keep the hash they had before probes existed
+            d.pop("probes")
+            d.pop("probe_steps")
         return d
 
     def config_hash(self) -> str:
@@ -79,6 +88,10 @@ class RankResult:
     build_seconds: float
     warmup_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    probes: "ProbeResult | None" = None  # the probe phase's measurements, when the job asked for probes
+    # Median seconds per phase (forward/backward/optimizer/other/total) over a few device-synchronised
+    # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.breakdown).
+    step_breakdown: dict[str, float] = field(default_factory=dict)
 
     @property
     def host_training_bytes(self) -> int:

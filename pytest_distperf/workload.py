@@ -24,6 +24,11 @@ class Shape:
     seq_len: int
     micro_batch: int  # sequences per rank per step
     extra_matmuls: int = 0  # a knob for injecting real extra work (detection-power benchmarks)
+    # Finer fault-injection knob: extra real matmul work of about this fraction of each block's linear-layer
+    # FLOPs, forward and backward, with no parameters (optimizer, gradients, memory and loss stay as they
+    # are). The baseline store leaves it out of the config hash, so an injected slowdown reads as a
+    # regression, as a code change would.
+    extra_work: float = 0.0
 
     @property
     def approx_params(self) -> int:
@@ -77,11 +82,21 @@ class MLP(nn.Module):
         self.down = nn.Linear(4 * s.d_model, s.d_model, bias=False)
         # Extra square matmuls: real work that a benchmark can add to simulate a slowdown.
         self.extra = nn.ModuleList(nn.Linear(s.d_model, s.d_model, bias=False) for _ in range(s.extra_matmuls))
+        # extra_work: y @ A @ B with constant (d x w) and (w x d) matrices, w = 9*extra_work*d. Forward and the
+        # backward input-gradients cost 4*d*w MACs per token = extra_work x the block's 3 x 12*d*d. Plain tensors,
+        # not parameters or buffers: no optimizer state, no gradient all-reduce, no DDP buffer broadcast, no RNG
+        # draw (weights and losses stay identical to the uninjected model).
+        width = round(9 * s.extra_work * s.d_model)
+        self.extra_a = torch.full((s.d_model, width), 0.01) if width > 0 else None
+        self.extra_b = torch.full((width, s.d_model), 0.01) if width > 0 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.down(F.gelu(self.up(x)))
         for lin in self.extra:
             y = y + 0.0 * lin(y)
+        if self.extra_a is not None and self.extra_b is not None:
+            a, b = self.extra_a.to(y.device, y.dtype), self.extra_b.to(y.device, y.dtype)  # no-op unless bf16/moved
+            y = y + 0.0 * ((y @ a) @ b)  # computed forward and backward; the loss is unchanged
         return y
 
 

@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
+
 # name -> (module, {option: default}); every strategy also takes `lr`.
 STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "ddp": ("pytest_distperf.strategies.ddp", {"bucket_cap_mb": 25}),
@@ -20,6 +22,10 @@ STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
         "pytest_distperf.strategies.deepspeed",
         {"stage": 3, "offload_optimizer": None, "offload_param": None, "nvme_path": None, "ds_config": {}},
     ),
+    # Front-ends over the same engines (engine = ddp | fsdp | deepspeed); see strategies/frontend.py.
+    "lightning_trainer": ("pytest_distperf.strategies.lightning_trainer", _frontend.FRONTEND_OPTIONS),
+    "lightning_fabric": ("pytest_distperf.strategies.lightning_fabric", _frontend.FRONTEND_OPTIONS),
+    "accelerate": ("pytest_distperf.strategies.accelerate", _frontend.FRONTEND_OPTIONS),
 }
 COMMON_OPTIONS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 0.01}
 
@@ -70,10 +76,15 @@ def unsupported_reason(name: str, options: dict[str, Any], device: str) -> str |
     if name == "fsdp" and device == "cpu":
         return ("torch FSDP1 (FullyShardedDataParallel) needs a CUDA device: on CPU it raises "
                 "'FSDP needs a non-CPU accelerator device'; use fsdp2 (fully_shard) on CPU")
+    if name in _FRONTENDS:
+        return _frontend.unsupported_reason(name, options, device)
     return None
 
 
 _CHECKS = {"fsdp": _check_fsdp, "deepspeed": _check_deepspeed}
+_FRONTENDS = ("lightning_trainer", "lightning_fabric", "accelerate")
+_CHECKS.update({name: (lambda o, name=name: _frontend.check_options(name, o, STRATEGIES[name][1]))
+                for name in _FRONTENDS})
 
 
 @dataclass

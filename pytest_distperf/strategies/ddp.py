@@ -7,7 +7,9 @@ import contextlib
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
+from pytest_distperf.timing import StepTimer
 
 
 class DDPTrainer:
@@ -29,6 +31,20 @@ class DDPTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
+        clock = PhaseClock(StepTimer(self.ctx.device).sync)
+        clock.start()
+        with self._autocast():
+            loss = self.model(inputs, targets)
+        clock.lap("forward")
+        loss.backward()
+        clock.lap("backward")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        clock.lap("optimizer")
+        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

@@ -7,20 +7,25 @@ import os
 import deepspeed
 import torch
 
+from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext, StrategyError
 from pytest_distperf.strategies.ds_config import build_config
+from pytest_distperf.timing import StepTimer
 
 
 class DeepSpeedTrainer:
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float, stage: int,
                  offload_optimizer: str | None, offload_param: str | None, nvme_path: str | None,
                  ds_config: dict):
+        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
         nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
         config = build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr,
                               weight_decay=weight_decay, offload_optimizer=offload_optimizer,
                               offload_param=offload_param, nvme_path=nvme_path, user=ds_config)
         self.config = config
         _check_sections(config)
+        if "nvme" in (offload_optimizer, offload_param):
+            _require_async_io()
         # initialize() builds the optimizer, including DeepSpeedCPUAdam's first-use JIT op build,
         # so that cost lands in build time, never in a timed step.
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
@@ -32,9 +37,32 @@ class DeepSpeedTrainer:
         self.engine.step()
         return loss.detach()
 
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
+        clock = PhaseClock(self._sync)
+        clock.start()
+        loss = self.engine(inputs, targets)
+        clock.lap("forward")
+        self.engine.backward(loss)
+        clock.lap("backward")
+        self.engine.step()
+        clock.lap("optimizer")
+        return clock.stop()
+
     def torch_optimizer(self) -> torch.optim.Optimizer:
         opt = self.engine.optimizer
         return getattr(opt, "optimizer", opt)  # ZeRO/bf16 wrappers hold the torch optimizer inside
+
+
+def _require_async_io() -> None:
+    """NVMe offload needs DeepSpeed's async I/O op (libaio): skip the test, with the reason, where it cannot build."""
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    if not AsyncIOBuilder().is_compatible():
+        import pytest
+
+        pytest.skip("NVMe offload needs DeepSpeed's async I/O op, and AsyncIOBuilder().is_compatible() is False "
+                    "on this machine (libaio library and headers not found; e.g. apt install libaio-dev)")
 
 
 def _check_sections(config: dict) -> None:

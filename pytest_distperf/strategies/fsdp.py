@@ -9,13 +9,16 @@ from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
+from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
+from pytest_distperf.timing import StepTimer
 from pytest_distperf.workload import Block
 
 
 class FSDPTrainer:
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float,
                  offload: bool, sharding: str):
+        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
         mp = None
         if ctx.bf16:
             mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
@@ -38,6 +41,19 @@ class FSDPTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
+        clock = PhaseClock(self._sync)
+        clock.start()
+        loss = self.model(inputs, targets)
+        clock.lap("forward")
+        loss.backward()
+        clock.lap("backward")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        clock.lap("optimizer")
+        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

@@ -6,12 +6,15 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
+from pytest_distperf.timing import StepTimer
 
 
 class FSDP2Trainer:
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float,
                  offload: bool, reshard_after_forward: bool):
+        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
         policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
@@ -27,6 +30,19 @@ class FSDP2Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
+        clock = PhaseClock(self._sync)
+        clock.start()
+        loss = self.model(inputs, targets)
+        clock.lap("forward")
+        loss.backward()
+        clock.lap("backward")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        clock.lap("optimizer")
+        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

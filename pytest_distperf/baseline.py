@@ -1,0 +1,443 @@
+"""The baseline store: one JSON file per test under `<baselines>/<machine-class>/`.
+
+A file holds, for each job the test measured (keyed by the job's label), the hash of the job's
+configuration and, per metric, its unit, direction and kind, one summary value per run (the
+run-level repeats the regression decision works on) and the raw step samples of each run.
+
+    {"schema_version": 2, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
+     "machine": {...}, "environment": {...}, "saved_at": "...",
+     "jobs": {"deepspeed[stage=3] tiny x2 cpu": {"config_hash": "...", "config": {...},
+              "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
+                                        "runs": [0.101, 0.099, 0.103], "samples": [[...], ...],
+                                        "summary": {...}}, ...}}}}
+
+Reading never writes: a file that cannot be used (corrupt, truncated, wrongly typed, from a newer
+pytest-distperf) raises BaselineError naming it and stays byte-identical. Older schemas are
+migrated in memory when read. Writes are atomic (temporary file in the same folder, fsync,
+rename) under a lock file of the folder, so concurrent writers (pytest-xdist workers, two
+sessions) never lose or tear an entry. This module also holds the project's one JSON writer.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from filelock import FileLock, Timeout
+
+from pytest_distperf.spec import JobSpec, RunResult
+
+SCHEMA_VERSION = 2
+LOCK_NAME = ".distperf.lock"
+LOCK_TIMEOUT_SECONDS = 120.0
+
+# name -> (unit, direction, kind). kind picks the decision rule: time (threshold + significance over
+# run-level repeats), memory (relative and absolute floor), count (exact).
+KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
+    "step_time": ("s", "lower", "time"),
+    "peak_memory": ("bytes", "lower", "memory"),
+    "optimizer_state_bytes": ("bytes", "lower", "count"),
+}
+DIRECTIONS = ("lower", "higher")
+KINDS = ("time", "memory", "count")
+# Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
+# slowdown reads as a regression (as a code change would), not as "not comparable".
+INJECTION_FIELDS = ("extra_work", "extra_matmuls")
+
+
+class BaselineError(Exception):
+    """A baseline file or folder that cannot be used; the message names it and what to do."""
+
+
+# -- the one JSON writer ----------------------------------------------------------------------------------------
+def dumps(obj: Any) -> str:
+    """Sorted keys, strict JSON (no NaN), a trailing newline: stable diffs for committed files."""
+    return json.dumps(obj, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
+    """Write `obj` to `path` so that a reader sees the old file or the new one, never a torn one.
+
+    Temporary file in the same folder (same filesystem), fsync, rename over, fsync the folder;
+    under the folder's lock file when `lock` (so concurrent writers serialise).
+    """
+    try:
+        text = dumps(obj)
+    except ValueError as e:  # NaN/inf: json's message does not say which file
+        raise BaselineError(f"{path}: cannot write non-finite numbers as JSON ({e})") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise BaselineError(f"cannot create folder {folder}: {e.strerror or e}") from None
+    if not os.path.isdir(folder):
+        raise BaselineError(f"{folder} is not a folder")
+    guard = FileLock(os.path.join(folder, LOCK_NAME), timeout=LOCK_TIMEOUT_SECONDS) if lock else None
+    try:
+        if guard is not None:
+            guard.acquire()
+        _replace(path, folder, text.encode("utf-8"))
+    except Timeout:
+        raise BaselineError(f"{path}: gave up waiting {LOCK_TIMEOUT_SECONDS:g} s for the lock "
+                            f"{os.path.join(folder, LOCK_NAME)} (another writer holds it)") from None
+    except OSError as e:
+        raise BaselineError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if guard is not None and guard.is_locked:
+            guard.release()
+
+
+def _replace(path: str, folder: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a committed file is world-readable
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def read_json(path: str) -> Any:
+    """Parse a JSON file; BaselineError (naming the file) when it is not complete, valid JSON."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise BaselineError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BaselineError(f"{path}: corrupt (not UTF-8 text: {e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise BaselineError(f"{path}: truncated (the file is empty)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            raise BaselineError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
+                                f"{e.msg})") from None
+        raise BaselineError(f"{path}: corrupt (not valid JSON: {e.msg} at line {e.lineno}, column {e.colno})") from None
+
+
+# -- what is stored ---------------------------------------------------------------------------------------------
+@dataclass
+class MetricSeries:
+    unit: str
+    direction: str  # "lower" or "higher" is better
+    kind: str  # "time" | "memory" | "count"
+    runs: list[float]  # one value per run: median step time, peak bytes, a count
+    samples: list[list[float]] | None = None  # raw per-step values of each run (time metrics)
+
+    @property
+    def center(self) -> float:
+        return statistics.median(self.runs)
+
+    @property
+    def variation(self) -> float | None:
+        """Run-to-run variation: standard deviation of log(run values), about the relative spread."""
+        if len(self.runs) < 2 or any(v <= 0 for v in self.runs):
+            return None
+        return statistics.stdev(math.log(v) for v in self.runs)
+
+    @property
+    def spread(self) -> float | None:
+        """Absolute standard deviation of the run values (for messages)."""
+        return statistics.stdev(self.runs) if len(self.runs) >= 2 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"unit": self.unit, "direction": self.direction, "kind": self.kind,
+                             "runs": list(self.runs), "samples": self.samples,
+                             "summary": {"n": len(self.runs), "median": self.center, "min": min(self.runs),
+                                         "max": max(self.runs), "variation": self.variation}}
+        return d
+
+
+@dataclass
+class JobEntry:
+    label: str
+    config_hash: str
+    config: dict[str, Any]
+    metrics: dict[str, MetricSeries]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config_hash": self.config_hash, "config": self.config,
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
+
+
+@dataclass
+class BaselineFile:
+    test: str  # the pytest node id
+    machine_class: str
+    machine: dict[str, Any]
+    environment: dict[str, Any]
+    saved_at: str
+    jobs: dict[str, JobEntry] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "test": self.test, "machine_class": self.machine_class,
+                "machine": self.machine, "environment": self.environment, "saved_at": self.saved_at,
+                "jobs": {label: j.to_dict() for label, j in self.jobs.items()}}
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# -- from runs --------------------------------------------------------------------------------------------------
+def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any]]:
+    """(label, config hash, config) of a job as the baseline keys it."""
+    config = json.loads(json.dumps(job.config_dict(), sort_keys=True, default=repr))
+    overrides = config.get("shape_overrides") or {}
+    for knob in INJECTION_FIELDS:
+        overrides.pop(knob, None)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    return job.describe(), digest, config
+
+
+def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
+    """The gated metrics of a job's runs: step time, peak memory, optimizer state bytes and, when the job ran
+    the comms probe, collective calls and bytes per step by kind (summed over ranks; compared exactly)."""
+
+    def series(name: str, values: list[float], samples: list[list[float]] | None = None) -> MetricSeries:
+        unit, direction, kind = metric_traits(name)
+        return MetricSeries(unit=unit, direction=direction, kind=kind, runs=values, samples=samples)
+
+    out = {
+        "step_time": series("step_time", [statistics.median(r.step_times) for r in runs],
+                            [list(r.step_times) for r in runs]),
+        "peak_memory": series("peak_memory", [float(r.peak_memory) for r in runs]),
+        "optimizer_state_bytes": series("optimizer_state_bytes",
+                                        [float(sum(k.optimizer_state_bytes for k in r.ranks)) for r in runs]),
+    }
+    per_run = [_comms_counts(r) for r in runs]
+    if all(per_run):  # every run probed: the same kinds are comparable run to run
+        for name in sorted(set().union(*per_run)):
+            out[name] = series(name, [float(c.get(name, 0)) for c in per_run])
+    return out
+
+
+def metric_traits(name: str) -> tuple[str, str, str]:
+    """(unit, direction, kind) of a metric name."""
+    if name in KNOWN_METRICS:
+        return KNOWN_METRICS[name]
+    if name.startswith("comms."):
+        return ("bytes" if name.endswith(".bytes_per_step") else "calls", "lower", "count")
+    return ("count", "lower", "count")
+
+
+def _comms_counts(run: RunResult) -> dict[str, int]:
+    """comms.<kind>.calls_per_step / .bytes_per_step summed over ranks (the probes' per-step medians)."""
+    out: dict[str, int] = {}
+    for k in run.ranks:
+        comms = getattr(getattr(k, "probes", None), "comms", None)
+        for kind, s in (comms.by_kind.items() if comms else ()):
+            out[f"comms.{kind}.calls_per_step"] = out.get(f"comms.{kind}.calls_per_step", 0) + int(s.per_step)
+            out[f"comms.{kind}.bytes_per_step"] = out.get(f"comms.{kind}.bytes_per_step", 0) + int(s.bytes_per_step)
+    return out
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    """One run with its per-rank metrics, JSON-ready (reports)."""
+    ranks = []
+    for k in run.ranks:
+        ranks.append({
+            "rank": k.rank, "step_times": list(k.step_times), "step_median": statistics.median(k.step_times),
+            "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
+            "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
+            "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
+            "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
+            "extra": json.loads(json.dumps(k.extra, default=repr)),
+            "probes": _probe_metrics(k),
+        })
+    return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
+            "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks}
+
+
+def _probe_metrics(rank: Any) -> dict[str, float] | None:
+    probes = getattr(rank, "probes", None)
+    return probes.metrics() if probes is not None and hasattr(probes, "metrics") else None
+
+
+# -- reading, with validation and migration ---------------------------------------------------------------------
+class _Check:
+    """Type checks that name the file and the place inside it."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, expected: str, got: Any) -> BaselineError:
+        return BaselineError(f"{self.path}: wrong type at {where}: expected {expected}, got "
+                             f"{type(got).__name__} {_short(got)}; fix or delete the file "
+                             f"(--distperf-save writes a new one)")
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, "an object", v)
+        return v
+
+    def str_(self, v: Any, where: str) -> str:
+        if not isinstance(v, str):
+            raise self.fail(where, "a string", v)
+        return v
+
+    def number(self, v: Any, where: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.fail(where, "a finite number", v)
+        return float(v)
+
+    def numbers(self, v: Any, where: str, nonempty: bool = True) -> list[float]:
+        if not isinstance(v, list) or (nonempty and not v):
+            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
+        return [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
+
+    def choice(self, v: Any, where: str, allowed: tuple[str, ...]) -> str:
+        if v not in allowed:
+            raise self.fail(where, f"one of {list(allowed)}", v)
+        return v
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _migrate_v1(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
+    """Schema 1 (the first draft layout): per job, flat `<metric>_runs` lists, no unit/direction/kind/samples."""
+    jobs = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        job = check.obj(job, f"jobs[{label!r}]")
+        metrics = {}
+        for key, runs in job.items():
+            if key.endswith("_runs"):
+                name = key[: -len("_runs")]
+                unit, direction, kind = metric_traits(name)
+                metrics[name] = {"unit": unit, "direction": direction, "kind": kind, "runs": runs, "samples": None}
+        jobs[label] = {"config_hash": job.get("config_hash"), "config": job.get("config", {}), "metrics": metrics}
+    return {**doc, "schema_version": 2, "machine": doc.get("machine", {}), "environment": doc.get("environment", {}),
+            "jobs": jobs}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any], _Check], dict[str, Any]]] = {1: _migrate_v1}
+
+
+def parse(doc: Any, path: str) -> BaselineFile:
+    """Validate (and migrate) a parsed baseline document; BaselineError naming the file on any problem."""
+    check = _Check(path)
+    doc = check.obj(doc, "the top level")
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise check.fail("schema_version", "an integer", version) if "schema_version" in doc else BaselineError(
+            f"{path}: not a distperf baseline (no schema_version); fix or delete the file")
+    if version > SCHEMA_VERSION:
+        raise BaselineError(f"{path}: written with baseline schema {version}, newer than the {SCHEMA_VERSION} this "
+                            f"pytest-distperf reads; upgrade pytest-distperf (the file was left as it is)")
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise BaselineError(f"{path}: baseline schema {version} is too old to migrate; re-save it with "
+                                f"--distperf-save")
+        doc = MIGRATIONS[version](doc, check)
+        version = doc["schema_version"]
+
+    jobs: dict[str, JobEntry] = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        at = f"jobs[{label!r}]"
+        job = check.obj(job, at)
+        metrics: dict[str, MetricSeries] = {}
+        for name, m in check.obj(job.get("metrics"), f"{at}.metrics").items():
+            mat = f"{at}.metrics[{name!r}]"
+            m = check.obj(m, mat)
+            samples = m.get("samples")
+            if samples is not None:
+                if not isinstance(samples, list):
+                    raise check.fail(f"{mat}.samples", "a list of lists of numbers or null", samples)
+                samples = [check.numbers(s, f"{mat}.samples[{i}]", nonempty=False) for i, s in enumerate(samples)]
+            metrics[name] = MetricSeries(
+                unit=check.str_(m.get("unit"), f"{mat}.unit"),
+                direction=check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS),
+                kind=check.choice(m.get("kind"), f"{mat}.kind", KINDS),
+                runs=check.numbers(m.get("runs"), f"{mat}.runs"), samples=samples)
+        jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
+                               config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics)
+    return BaselineFile(test=check.str_(doc.get("test"), "test"),
+                        machine_class=check.str_(doc.get("machine_class"), "machine_class"),
+                        machine=check.obj(doc.get("machine", {}), "machine"),
+                        environment=check.obj(doc.get("environment", {}), "environment"),
+                        saved_at=check.str_(doc.get("saved_at", ""), "saved_at"), jobs=jobs)
+
+
+# -- the store --------------------------------------------------------------------------------------------------
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def file_name_for(nodeid: str) -> str:
+    """A readable file name for a test: `perf_tests.test_zero3--test_x.json`; a short hash of the node id is
+    added when characters had to be replaced (parametrised ids) or the name is long, so names never collide."""
+    path, _, rest = nodeid.partition("::")
+    path = path[:-3] if path.endswith(".py") else path
+    readable = path.replace("/", ".").replace("\\", ".") + ("--" + rest.replace("::", "--") if rest else "")
+    safe = _SAFE.sub("_", readable).strip("._") or "test"
+    if safe != readable or len(safe) > 150:
+        safe = f"{safe[:150]}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}"
+    return safe + ".json"
+
+
+class Store:
+    """Baseline files under one root folder, one sub-folder per machine class."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def path_for(self, machine_class: str, nodeid: str) -> str:
+        return os.path.join(self.root, machine_class, file_name_for(nodeid))
+
+    def load(self, path: str, nodeid: str) -> BaselineFile | None:
+        """The baseline in `path`, None when there is none. Never writes."""
+        if not os.path.lexists(path):
+            return None
+        if not os.path.isfile(path):
+            raise BaselineError(f"{path}: expected a baseline file, found something else (a folder?)")
+        baseline = parse(read_json(path), path)
+        if baseline.test != nodeid:
+            raise BaselineError(f"{path}: holds the baseline of test {baseline.test!r}, not {nodeid!r}; the file was "
+                                f"renamed or copied -- move it back or delete it")
+        return baseline
+
+    def save(self, baseline: BaselineFile) -> str:
+        path = self.path_for(baseline.machine_class, baseline.test)
+        write_json_atomic(path, baseline.to_dict())
+        return path
+
+    def check_writable(self) -> None:
+        """Fail early (before any job runs) when --distperf-save could not write here."""
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise BaselineError(f"baselines folder {self.root} is not a folder")
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".distperf-probe-", dir=self.root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise BaselineError(f"baselines folder {self.root} is not writable: {e.strerror or e}") from None

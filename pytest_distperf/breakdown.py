@@ -1,0 +1,97 @@
+"""Where the time of a step goes: forward, backward, optimizer, and the rest.
+
+Measured inside the ranks by a strategy's optional `step_breakdown(inputs, targets)`, in a
+short phase of its own after the timing phase (the device synchronisations between phases
+would otherwise slow the timed steps). Read back here for a failing step-time check, so the
+message says which phase one side spends its extra time in.
+
+"other" is the step's wall time minus the three phases: a framework's own loop work
+(hooks, bookkeeping, per-step collectives) lands there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+from pytest_distperf.units import fmt_seconds
+
+PHASES = ("forward", "backward", "optimizer")
+ALL_KEYS = PHASES + ("other", "total")
+STEPS = 3  # breakdown steps per job: a median robust to one outlier, a few seconds on the largest shapes
+
+
+class PhaseClock:
+    """Laps of one step, each ended by a device synchronisation. `sync` is StepTimer.sync.
+
+    start() and stop() may run on one thread and lap() on another (the Trainer adapter's
+    fit thread), as long as they follow each other in time.
+    """
+
+    def __init__(self, sync: Callable[[], None]):
+        self._sync = sync
+        self._start = self._last = 0.0
+        self.phases: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._sync()
+        self._start = self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        self._sync()
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self._last
+        self._last = now
+
+    def stop(self) -> dict[str, float]:
+        self._sync()
+        total = time.perf_counter() - self._start
+        out = {k: self.phases.get(k, 0.0) for k in PHASES}
+        out["other"] = max(0.0, total - sum(out.values()))
+        out["total"] = total
+        return out
+
+
+def collect(trainer: Any, batches: list[Any], steps: int = STEPS) -> dict[str, float]:
+    """Run `steps` extra steps through the strategy's step_breakdown (if it has one); the median step's phases."""
+    measure = getattr(trainer, "step_breakdown", None)
+    if measure is None or not batches:
+        return {}
+    return median_step(measure(*batches[i % len(batches)]) for i in range(steps))
+
+
+def median_step(steps: Iterable[dict[str, float]]) -> dict[str, float]:
+    """The step with the median total, whole: per-phase medians of different steps would not add up."""
+    ordered = sorted((s for s in steps if s), key=lambda s: s["total"])
+    return dict(ordered[(len(ordered) - 1) // 2]) if ordered else {}
+
+
+def run_breakdown(ranks: Iterable[Any]) -> dict[str, float]:
+    """One run: its slowest rank's breakdown (a run's step time is the slowest rank's too)."""
+    per_rank = [r.step_breakdown for r in ranks if getattr(r, "step_breakdown", None)]
+    return dict(max(per_rank, key=lambda b: b["total"])) if per_rank else {}
+
+
+def side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
+    """One side of a comparison: the run with the median total."""
+    return median_step(run_breakdown(r.ranks) for r in runs)
+
+
+def _line(b: dict[str, float]) -> str:
+    return " | ".join(f"{k} {fmt_seconds(b[k])}" for k in ALL_KEYS)
+
+
+def message_lines(a_side: Any, b_side: Any) -> list[str]:
+    """Lines for a failing step-time check (sides have .label and .runs); none when a side has no breakdown."""
+    a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
+    if not a or not b:
+        return []
+    diffs = {k: a[k] - b[k] for k in PHASES + ("other",)}
+    worst = max(diffs, key=lambda k: diffs[k])
+    return [
+        "  where the time goes (per step, slowest rank, device-synchronised phases measured after the timing phase):",
+        f"    A {a_side.label}: {_line(a)}",
+        f"    B {b_side.label}: {_line(b)}",
+        "    A - B: " + ", ".join(f"{k} {'+' if d >= 0 else '-'}{fmt_seconds(abs(d))}" for k, d in diffs.items())
+        + f"; the largest share of the gap is in {worst!r}",
+    ]

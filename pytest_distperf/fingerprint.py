@@ -1,0 +1,227 @@
+"""Which machine a measurement belongs to: a hard fingerprint (the baseline key) and soft metadata.
+
+Hard: what makes step times incomparable between two machines -- device kind and model, how many
+devices, nodes, world size and (on GPUs) the interconnect, NVLink or PCIe, read with pynvml. It
+names the folder a baseline lives in (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`).
+
+Soft: what may explain a change but does not make numbers incomparable (driver, CUDA, torch,
+DeepSpeed and NCCL versions, host, git commit). It is recorded with each baseline and only warned
+about when it differs.
+
+Read in the pytest process without initialising CUDA (NVML only).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import subprocess
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+# Soft fields whose change can move the numbers (warned about); host and commit are only context.
+VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
+CONTEXT_FIELDS = ("host", "git_commit", "cpu")
+
+
+@dataclass(frozen=True)
+class MachineClass:
+    device: str  # "cpu" | "cuda"
+    model: str  # CPU model name, or the GPU name(s)
+    count: int  # usable CPU cores, or visible GPUs
+    nodes: int
+    world_size: int
+    interconnect: str  # "nvlink" | "pcie" | "unknown" on GPUs; "none" on CPU
+
+    @property
+    def name(self) -> str:
+        """A readable folder name, stable for the same hardware."""
+        unit = "gpu" if self.device == "cuda" else "core"
+        parts = [self.device, _slug(self.model), f"{self.count}{unit}"]
+        if self.device == "cuda":
+            parts.append(self.interconnect)
+        parts += [f"{self.nodes}node", f"ws{self.world_size}"]
+        return "-".join(p for p in parts if p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm|c)\)", "", text.lower())
+    text = re.sub(r"\b(cpu|processor)\b|@.*$", "", text)
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:48] or "unknown"
+
+
+def machine_class(device: str, world_size: int, nodes: int = 1) -> MachineClass:
+    if device == "cuda":
+        gpus = _gpu_facts()
+        return MachineClass(device="cuda", model=gpus["model"], count=gpus["count"], nodes=nodes,
+                            world_size=world_size, interconnect=gpus["interconnect"])
+    return MachineClass(device="cpu", model=cpu_model(), count=usable_cores(), nodes=nodes, world_size=world_size,
+                        interconnect="none")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity, e.g. a container's cpuset), not the host's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _visible_nvml_indices(total: int) -> list[int]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(range(total))
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if all(v.isdigit() for v in ids):
+        return [int(v) for v in ids if int(v) < total]
+    return list(range(min(len(ids), total)))  # UUIDs/MIG names: assume the first ones (same model)
+
+
+def _gpu_facts() -> dict[str, Any]:
+    """GPU model, visible count and interconnect from NVML; 'unknown' fields where NVML is missing."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"model": _nvidia_smi_name(), "count": _count_without_nvml(), "interconnect": "unknown"}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError: no driver
+        return {"model": "unknown", "count": 0, "interconnect": "unknown"}
+    try:
+        indices = _visible_nvml_indices(int(pynvml.nvmlDeviceGetCount()))
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        names = sorted({_decode(pynvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
+        return {"model": "+".join(names), "count": len(handles),
+                "interconnect": _interconnect(pynvml, handles[0]) if handles else "unknown"}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _interconnect(pynvml: Any, handle: Any) -> str:
+    """'nvlink' when any NVLink of the first visible GPU is up, else 'pcie'."""
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(handle, link) == getattr(pynvml, "NVML_FEATURE_ENABLED", 1):
+                return "nvlink"
+        except Exception:  # NVMLError_NotSupported / InvalidArgument: no such link
+            continue
+    return "pcie"
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvidia_smi(query: str) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _nvidia_smi_name() -> str:
+    return "+".join(sorted(set(_nvidia_smi("name")))) or "unknown"
+
+
+def _count_without_nvml() -> int:
+    from pytest_distperf.devices import visible_gpu_count
+
+    return visible_gpu_count()
+
+
+# -- soft metadata -----------------------------------------------------------------------------------------------
+def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | None]:
+    """Versions and context recorded with a baseline; a difference is only warned about."""
+    meta: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "git_commit": git_commit(rootdir),
+    }
+    for dist in ("torch", "deepspeed", "lightning", "accelerate"):
+        meta[dist] = _dist_version(dist)
+    meta["cuda"], meta["nccl"], meta["driver"] = None, None, None
+    if device == "cuda":
+        meta["cuda"] = _torch_cuda_version()
+        meta["nccl"] = _nccl_version()
+        meta["driver"] = _driver_version()
+    return meta
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_cuda_version() -> str | None:
+    try:
+        import torch
+
+        return torch.version.cuda
+    except Exception:
+        return None
+
+
+def _nccl_version() -> str | None:
+    try:
+        import torch
+
+        v = torch.cuda.nccl.version()  # a library query; does not create a CUDA context
+        return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:
+        return None
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return _decode(pynvml.nvmlSystemGetDriverVersion())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        found = _nvidia_smi("driver_version")
+        return found[0] if found else None
+
+
+def git_commit(rootdir: str | None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=rootdir or None, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def soft_differences(saved: dict[str, Any], current: dict[str, Any],
+                     fields: tuple[str, ...] = VERSION_FIELDS) -> list[str]:
+    """'torch 2.5.1 -> 2.6.0' for each field that differs between the baseline and this run."""
+    out = []
+    for key in fields:
+        a, b = saved.get(key), current.get(key)
+        if a != b and (a is not None or b is not None):
+            out.append(f"{key} {a or '?'} -> {b or '?'}")
+    return out

@@ -1,0 +1,243 @@
+"""Collectives per step and per kind: count, bytes, message sizes. Works on gloo and NCCL.
+
+Which profiler events each backend gives, in torch 2.13. The c10d and gloo events below were
+read from real 2-rank gloo traces (tests/test_probes.py counts them exactly); the NCCL ones
+come from torch 2.13's own headers (``torch/csrc/profiler/util.h``: kCommsName "Collective
+name", kDtype "dtype", kInMsgNelems "In msg nelems", ...; ``ParamCommsUtils.hpp``:
+RECORD_PARAM_COMMS -> a ``record_param_comms`` event) and Kineto's CUPTI records, since this
+machine has no GPU; the GPU run of perf_tests confirms them. This probe depends only on the
+c10d ops, which both backends share:
+
+- Both backends: every ``torch.distributed`` collective goes through a c10d dispatcher op,
+  recorded as a ``cpu_op`` on the *calling* thread when it is issued (also for
+  ``async_op=True``): ``c10d::allgather_``, ``c10d::_allgather_base_``
+  (``all_gather_into_tensor``), ``c10d::allgather_into_tensor_coalesced_``,
+  ``c10d::allreduce_``, ``c10d::_reduce_scatter_base_`` (``reduce_scatter_tensor``),
+  ``c10d::reduce_scatter_``, ``c10d::broadcast_``, ``c10d::barrier`` ... DDP's reducer and
+  ProcessGroup's C++ methods dispatch through the same ops. Functional collectives
+  (``torch.distributed._functional_collectives``, used by compiled code and DTensor) are
+  ``_c10d_functional::all_gather_into_tensor`` etc.; on gloo they nest a c10d op.
+- gloo additionally records ``gloo:all_gather``, ``gloo:all_reduce``, ``gloo:broadcast`` ...
+  as ``user_annotation`` ranges on its *worker* threads, with the input tensor's shape and
+  dtype. They are not one-per-call: gloo implements reduce_scatter as all_reduce (one
+  ``gloo:all_reduce`` per ``_reduce_scatter_base_``), so we do not count them.
+- NCCL additionally records, nested in the c10d op, ``nccl:all_gather`` /
+  ``nccl:_all_gather_base`` ... ranges and a ``record_param_comms`` event whose Chrome-trace
+  args carry ``Collective name``, ``dtype``, ``In msg nelems``, ``Out msg nelems``,
+  ``Group size``; and on the GPU one kernel per collective (or per coalesced group):
+  ``ncclDevKernel_AllGather_RING_LL(...)``, ``ncclDevKernel_ReduceScatter_Sum_f32_RING_LL``,
+  ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclDevKernel_Broadcast_RING_LL``,
+  ``ncclDevKernel_SendRecv`` (``ncclKernel_*`` before NCCL 2.19).
+
+How we read them: one collective = one outermost c10d / functional op (an op nested in
+another collective op is part of it), taken from the profiler's event tree
+(``experimental_event_tree``), which keeps each tensor's dtype and shape also inside tensor
+lists (the Chrome trace writes only ``TensorList`` there). A call belongs to the profiled
+step whose ``distperf:step`` range contains its start. On CUDA the NCCL kernels per step are
+counted too (from the Chrome trace), as a cross-check of what reached the GPU.
+
+Message size (bytes) follows nccl-tests: the full buffer the collective covers. Where the op's
+arguments show only the shard side (list-form ``allgather_``/``reduce_scatter_``/
+``gather_``/``scatter_``: the other side is a list of lists the profiler does not record),
+size = shard x group size, with the group size taken as the job's world size: gloo records
+no group, and every strategy here uses one data-parallel group.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pytest_distperf.probes import STEP_MARK
+from pytest_distperf.probes.results import CollectiveStats, CommsResult
+from pytest_distperf.probes.trace import KERNEL_CAT, Trace
+
+# An op's argument list -> message bytes, given the group size. `a[i]` is the byte count of
+# argument i (a tensor or a tensor list; None where the profiler kept no tensors).
+Rule = Callable[[list[int | None], list[Any], int], int]
+
+
+def _arg(i: int) -> Rule:
+    return lambda a, raw, g: a[i] or 0
+
+
+def _arg_times_group(i: int) -> Rule:
+    return lambda a, raw, g: (a[i] or 0) * g
+
+
+def _arg_times_int(i: int, j: int) -> Rule:
+    # functional all_gather(input, group_size, group_name): the group size is an argument
+    return lambda a, raw, g: (a[i] or 0) * (raw[j] if isinstance(raw[j], int) else g)
+
+
+def _zero(a: list[int | None], raw: list[Any], g: int) -> int:
+    return 0
+
+
+# op name -> (kind, message-size rule). Argument orders are the c10d op schemas of torch 2.13.
+COLLECTIVE_OPS: dict[str, tuple[str, Rule]] = {
+    "c10d::allgather_": ("all_gather", _arg_times_group(1)),  # (Tensor[][] out, Tensor[] in, pg, ...)
+    "c10d::_allgather_base_": ("all_gather", _arg(0)),  # (Tensor out, Tensor in, pg, ...)
+    "c10d::allgather_coalesced_": ("all_gather", _arg_times_group(1)),
+    "c10d::allgather_into_tensor_coalesced_": ("all_gather", _arg(0)),  # (Tensor[] out, Tensor[] in, pg)
+    "c10d::allreduce_": ("all_reduce", _arg(0)),
+    "c10d::allreduce_coalesced_": ("all_reduce", _arg(0)),
+    "c10d::reduce_scatter_": ("reduce_scatter", _arg_times_group(0)),  # (Tensor[] out, Tensor[][] in, ...)
+    "c10d::_reduce_scatter_base_": ("reduce_scatter", _arg(1)),  # (Tensor out, Tensor in, ...)
+    "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", _arg(1)),
+    "c10d::broadcast_": ("broadcast", _arg(0)),
+    "c10d::reduce_": ("reduce", _arg(0)),
+    "c10d::gather_": ("gather", _arg_times_group(1)),
+    "c10d::scatter_": ("scatter", _arg_times_group(0)),
+    "c10d::alltoall_": ("all_to_all", _arg(1)),
+    "c10d::alltoall_base_": ("all_to_all", _arg(1)),
+    "c10d::send": ("send", _arg(0)),
+    "c10d::recv_": ("recv", _arg(0)),
+    "c10d::recv_any_source_": ("recv", _arg(0)),
+    "c10d::barrier": ("barrier", _zero),
+    "c10d::monitored_barrier_": ("barrier", _zero),
+    "_c10d_functional::all_gather_into_tensor": ("all_gather", _arg_times_int(0, 1)),
+    "_c10d_functional::all_gather_into_tensor_out": ("all_gather", _arg_times_int(0, 1)),
+    "_c10d_functional::all_gather_into_tensor_coalesced": ("all_gather", _arg_times_int(0, 1)),
+    "_c10d_functional::reduce_scatter_tensor": ("reduce_scatter", _arg(0)),
+    "_c10d_functional::reduce_scatter_tensor_out": ("reduce_scatter", _arg(0)),
+    "_c10d_functional::reduce_scatter_tensor_coalesced": ("reduce_scatter", _arg(0)),
+    "_c10d_functional::all_reduce": ("all_reduce", _arg(0)),
+    "_c10d_functional::all_reduce_": ("all_reduce", _arg(0)),
+    "_c10d_functional::all_reduce_coalesced": ("all_reduce", _arg(0)),
+    "_c10d_functional::all_reduce_coalesced_": ("all_reduce", _arg(0)),
+    "_c10d_functional::broadcast": ("broadcast", _arg(0)),
+    "_c10d_functional::broadcast_": ("broadcast", _arg(0)),
+    "_c10d_functional::all_to_all_single": ("all_to_all", _arg(0)),
+    "_c10d_functional::isend": ("send", _arg(0)),
+    "_c10d_functional::irecv": ("recv", _arg(0)),
+    "_c10d_functional_autograd::all_gather_into_tensor": ("all_gather", _arg_times_int(0, 1)),
+    "_c10d_functional_autograd::reduce_scatter_tensor": ("reduce_scatter", _arg(0)),
+    "_c10d_functional_autograd::all_to_all_single": ("all_to_all", _arg(0)),
+}
+
+# NCCL kernel name -> collective kind: ncclDevKernel_AllGather_RING_LL(...), ncclKernel_AllReduce_...
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_NCCL_KINDS = {"AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce",
+               "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send_recv", "AllToAll": "all_to_all"}
+
+
+@dataclass
+class CollectiveCall:
+    op: str
+    kind: str
+    start_ns: int
+    size: int  # message bytes (see the module docstring)
+    dtype: str | None
+
+
+def _tensor_bytes(meta: Any) -> int:
+    n = 1
+    for s in meta.sizes:
+        n *= s
+    return n * meta.dtype.itemsize
+
+
+def _arg_bytes(arg: Any) -> int | None:
+    """Bytes of a tensor argument or a flat tensor list; None where the profiler kept none."""
+    if hasattr(arg, "sizes") and hasattr(arg, "dtype"):
+        return _tensor_bytes(arg)
+    if isinstance(arg, list) and arg and all(hasattr(t, "sizes") for t in arg):
+        return sum(_tensor_bytes(t) for t in arg)
+    return None
+
+
+def _first_dtype(args: list[Any]) -> str | None:
+    for a in args:
+        for t in (a if isinstance(a, list) else [a]):
+            if hasattr(t, "dtype") and hasattr(t, "sizes"):
+                return str(t.dtype).replace("torch.", "")
+    return None
+
+
+def walk(roots: list[Any]) -> Any:
+    """Every operator / record_function event of the profiler's event tree, depth first.
+
+    Only TorchOp events: with CUDA the tree also holds Kineto's GPU-side copies of ranges
+    (e.g. a `gpu_user_annotation` named distperf:step), which must not count twice.
+    """
+    stack = list(reversed(roots))
+    while stack:
+        e = stack.pop()
+        if str(e.tag).endswith("TorchOp"):
+            yield e
+        stack.extend(reversed(e.children))
+
+
+def _inside_collective(e: Any) -> bool:
+    p = e.parent
+    while p is not None:
+        if p.name in COLLECTIVE_OPS:
+            return True
+        p = p.parent
+    return False
+
+
+def step_windows(roots: list[Any]) -> list[tuple[int, int]]:
+    """The (start, end) ns of every distperf:step range in the event tree, in order."""
+    return sorted((e.start_time_ns, e.end_time_ns) for e in walk(roots) if e.name == STEP_MARK)
+
+
+def collective_calls(roots: list[Any], group_size: int) -> list[CollectiveCall]:
+    """Every outermost collective op in the event tree, with its message size."""
+    calls = []
+    for e in walk(roots):
+        if e.name not in COLLECTIVE_OPS or _inside_collective(e):
+            continue
+        kind, rule = COLLECTIVE_OPS[e.name]
+        raw = list(getattr(e.extra_fields, "inputs", None) or [])
+        sizes = [_arg_bytes(a) for a in raw] + [None] * 4  # schemas with trailing defaults
+        calls.append(CollectiveCall(op=e.name, kind=kind, start_ns=e.start_time_ns, size=rule(sizes, raw + [None] * 4,
+                                                                                               group_size),
+                                    dtype=_first_dtype(raw)))
+    return calls
+
+
+def summarize(calls: list[CollectiveCall], windows: list[tuple[int, int]], group_size: int) -> CommsResult:
+    """Group calls by kind and by the step window that contains their start (calls outside are dropped)."""
+    steps = len(windows)
+    by_kind: dict[str, CollectiveStats] = {}
+    for c in sorted(calls, key=lambda c: c.start_ns):
+        step = next((i for i, (s, e) in enumerate(windows) if s <= c.start_ns <= e), None)
+        if step is None:
+            continue
+        st = by_kind.setdefault(c.kind, CollectiveStats(c.kind, [0] * steps, [0] * steps, []))
+        st.counts[step] += 1
+        st.bytes[step] += c.size
+        st.sizes.append(c.size)
+        st.ops[c.op] = st.ops.get(c.op, 0) + 1
+        if c.dtype:
+            st.dtypes[c.dtype] = st.dtypes.get(c.dtype, 0) + 1
+    return CommsResult(steps=steps, by_kind=by_kind, group_size=group_size)
+
+
+def nccl_kernel_kind(name: str) -> str | None:
+    m = _NCCL_KERNEL.match(name)
+    if not m:
+        return None
+    return _NCCL_KINDS.get(m.group(1), m.group(1))
+
+
+def nccl_kernels(trace: Trace) -> dict[str, list[int]]:
+    """NCCL kernels per step and kind, from the Chrome trace (CUDA)."""
+    out: dict[str, list[int]] = {}
+    for e in trace.of_cat(KERNEL_CAT):
+        kind = nccl_kernel_kind(e.get("name", ""))
+        step = trace.gpu_step(e) if kind else None
+        if kind and step is not None:
+            out.setdefault(kind, [0] * len(trace.steps))[step] += 1
+    return out
+
+
+def measure(roots: list[Any], group_size: int, trace: Trace | None) -> CommsResult:
+    """The comms probe: c10d ops from the event tree; on CUDA also the NCCL kernels from the trace."""
+    result = summarize(collective_calls(roots, group_size), step_windows(roots), group_size)
+    if trace is not None:
+        result.nccl_kernels = nccl_kernels(trace)
+    return result

@@ -1,0 +1,212 @@
+"""Session reports for CI: the JSON report, the Markdown job summary, the pytest-benchmark export.
+
+They read what the tests recorded (runs, ratio checks, baseline verdicts, the jobs' per-rank metrics)
+and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
+asks for, over the step times as measured. Files go through the one JSON writer (baseline.py).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from pytest_distperf.baseline import write_json_atomic
+from pytest_distperf.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.stats import quantile
+
+REPORT_VERSION = 1
+BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
+
+
+@dataclass
+class ReportEntry:
+    """One distperf test as its report arrived (from this process or an xdist worker)."""
+
+    nodeid: str
+    outcome: str  # passed | failed | skipped | error
+    duration: float
+    records: list[dict[str, Any]] = field(default_factory=list)  # kind: run | check | baseline | probe
+    detail: dict[str, Any] | None = None  # machine class, environment, jobs with per-rank metrics
+    message: str | None = None  # the failure text
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+# -- JSON report ------------------------------------------------------------------------------------------------
+def json_report(entries: Iterable[ReportEntry], environment: dict[str, Any], invocation: dict[str, Any]) -> dict:
+    entries = list(entries)
+    verdict_counts: dict[str, int] = {}
+    for e in entries:
+        for v in e.of_kind("baseline"):
+            verdict_counts[v["status"]] = verdict_counts.get(v["status"], 0) + 1
+    outcomes: dict[str, int] = {}
+    for e in entries:
+        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+    return {
+        "report_version": REPORT_VERSION,
+        "created_at": _now(),
+        "environment": environment,
+        "invocation": invocation,
+        "summary": {"tests": len(entries), "outcomes": outcomes, "verdicts": verdict_counts},
+        "tests": [{
+            "nodeid": e.nodeid, "outcome": e.outcome, "duration": e.duration, "message": e.message,
+            **(e.detail or {}),
+            "runs": e.of_kind("run"), "checks": e.of_kind("check"), "verdicts": e.of_kind("baseline"),
+            "probes": e.of_kind("probe"),
+        } for e in entries],
+    }
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    write_json_atomic(path, doc, lock=False)
+
+
+# -- Markdown job summary ---------------------------------------------------------------------------------------
+def markdown_summary(entries: Iterable[ReportEntry]) -> str:
+    entries = list(entries)
+    failed = [e for e in entries if e.outcome in ("failed", "error")]
+    classes = sorted({(e.detail or {}).get("machine_class") for e in entries} - {None})
+    lines = ["## distperf", "",
+             f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
+             + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+    verdicts = [(e, v) for e in entries for v in e.of_kind("baseline")]
+    if verdicts:
+        lines += ["| test | job | metric | baseline | current | Δ | 95% interval | status |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for e, v in verdicts:
+            lines.append("| " + " | ".join(_md([
+                _short_test(e.nodeid), v["job"], v["metric"], fmt_value(v["baseline"], v["unit"]),
+                fmt_value(v["current"], v["unit"]), fmt_pct(v["delta"]), fmt_interval(v), status_mark(v)])) + " |")
+        lines.append("")
+    checks = [(e, c) for e in entries for c in e.of_kind("check")]
+    if checks:
+        lines += ["| test | check | ratio A/B | limit | verdict |", "|---|---|---|---|---|"]
+        for e, c in checks:
+            ratio = f"{c['ratio']:.3f}" if c["unit"] != "rel" else f"{c['ratio']:.1e}"
+            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, f"{c['threshold']:g}",
+                                                "✓" if c["passed"] else "✗"])) + " |")
+        lines.append("")
+    for e in failed:
+        lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}</summary>", "", "```text",
+                  (e.message or "(no message)").strip()[:4000], "```", "</details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(path: str, text: str) -> None:
+    """GitHub Actions shows the file named by $GITHUB_STEP_SUMMARY on the run's page; steps append to it."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _md(cells: list[str]) -> list[str]:
+    return [str(c).replace("|", "\\|").replace("\n", " ") for c in cells]
+
+
+def _short_test(nodeid: str) -> str:
+    return nodeid.split("::", 1)[-1]
+
+
+# -- pytest-benchmark export ------------------------------------------------------------------------------------
+def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) -> dict[str, Any]:
+    """The step times of every job in pytest-benchmark 5.x's saved-JSON layout (one benchmark per test and job;
+    a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
+    github-action-benchmark (tool: pytest)."""
+    benchmarks, seen = [], set()
+    for e in entries:
+        detail = e.detail or {}
+        verdicts = {(v["job"], v["metric"]): v for v in e.of_kind("baseline")}
+        for job in detail.get("jobs", []):
+            runs = job.get("runs") or []
+            steps = [t for r in runs for t in r["step_times"]]
+            key = (job["label"], job["config_hash"], tuple(tuple(r["step_times"]) for r in runs))
+            if not steps or key in seen:
+                continue
+            seen.add(key)
+            v = verdicts.get((job["label"], "step_time"), {})
+            config = job.get("config") or {}
+            name = f"{_short_test(e.nodeid)}[{job['label']}]"
+            benchmarks.append({
+                "group": e.nodeid.split("::", 1)[0], "name": name, "fullname": f"{e.nodeid}[{job['label']}]",
+                "params": {"job": job["label"]}, "param": job["label"],
+                "extra_info": {
+                    "machine_class": detail.get("machine_class"), "config_hash": job["config_hash"],
+                    "runs": len(runs), "peak_memory_bytes": max(r["peak_memory"] for r in runs),
+                    "tokens_per_step": runs[0]["tokens_per_step"],
+                    "baseline_status": v.get("status"), "baseline_delta": v.get("delta"),
+                },
+                "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(steps), "max_time": 0.0,
+                            "min_time": 0.0, "warmup": config.get("warmup_steps", 0)},
+                "stats": _bench_stats(steps),
+            })
+    return {
+        "machine_info": {
+            "node": environment.get("host") or platform.node(), "processor": platform.processor(),
+            "machine": platform.machine(), "python_compiler": platform.python_compiler(),
+            "python_implementation": platform.python_implementation(),
+            "python_implementation_version": platform.python_version(), "python_version": platform.python_version(),
+            "python_build": list(platform.python_build()), "release": platform.release(), "system": platform.system(),
+            "cpu": {"brand_raw": environment.get("cpu"), "count": os.cpu_count()},
+            "distperf_environment": environment,
+        },
+        "commit_info": {"id": environment.get("git_commit") or "unknown", "time": None, "author_time": None,
+                        "dirty": False, "project": "pytest-distperf", "branch": "(unknown)"},
+        "benchmarks": benchmarks,
+        "datetime": _now(),
+        "version": BENCHMARK_FORMAT_VERSION,
+    }
+
+
+def _bench_stats(data: list[float]) -> dict[str, Any]:
+    """pytest-benchmark's Stats fields over the measured step times (seconds; one round = one step)."""
+    q1, q3 = quantile(data, 0.25), quantile(data, 0.75)
+    iqr = q3 - q1
+    mean = statistics.fmean(data)
+    sd = statistics.stdev(data) if len(data) > 1 else 0.0
+    inside = [x for x in data if q1 - 1.5 * iqr <= x <= q3 + 1.5 * iqr] or data
+    sd_out = sum(1 for x in data if not mean - sd <= x <= mean + sd)
+    iqr_out = len(data) - len(inside)
+    return {"min": min(data), "max": max(data), "mean": mean, "stddev": sd, "rounds": len(data),
+            "median": statistics.median(data), "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": iqr_out,
+            "stddev_outliers": sd_out, "outliers": f"{sd_out};{iqr_out}", "ld15iqr": min(inside),
+            "hd15iqr": max(inside), "ops": 1.0 / mean if mean > 0 else 0.0, "total": sum(data), "data": list(data),
+            "iterations": 1}
+
+
+def session_environment(entries: list[ReportEntry], rootdir: str) -> dict[str, Any]:
+    """The environment the tests recorded (the first one that did), else this process's."""
+    for e in entries:
+        env = (e.detail or {}).get("environment")
+        if env:
+            return env
+    from pytest_distperf.fingerprint import soft_metadata
+
+    return soft_metadata("cpu", rootdir)
+
+
+def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: str | None,
+                          benchmark_path: str | None, step_summary_path: str | None,
+                          invocation: dict[str, Any]) -> list[str]:
+    """Write the reports asked for; returns what was written, one line each."""
+    written: list[str] = []
+    if not (json_path or benchmark_path or (step_summary_path and entries)):
+        return written
+    environment = session_environment(entries, rootdir)
+    if json_path:
+        write_json(json_path, json_report(entries, environment, invocation))
+        written.append(f"JSON report {json_path}")
+    if benchmark_path:
+        write_json(benchmark_path, benchmark_json(entries, environment))
+        written.append(f"pytest-benchmark JSON {benchmark_path}")
+    if step_summary_path and entries:
+        append_step_summary(step_summary_path, markdown_summary(entries))
+        written.append(f"job summary to {step_summary_path}")
+    return written
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()

@@ -1,0 +1,121 @@
+"""Hugging Face Accelerate running the workload under DDP, its FSDP plugin or its DeepSpeed plugin.
+
+The loop is Accelerate's: `accelerator.prepare(...)`, then per step `loss = model(...)`,
+`accelerator.backward(loss)`, `optimizer.step()`, `optimizer.zero_grad()`. Engines are
+configured as the raw adapters:
+
+- ddp: `DistributedDataParallelKwargs(bucket_cap_mb=...)`; `mixed_precision="bf16"` on CUDA,
+  which is autocast over fp32 weights, as ddp.py;
+- fsdp: `FullyShardedDataParallelPlugin` (FSDP1) with one unit per `Block`, fsdp.py's
+  mixed-precision policy, sharding and offload; `mixed_precision="no"` so Accelerate adds
+  no autocast on top, as fsdp.py. Accelerate's other FSDP
+  defaults are kept as a user gets them -- notably `backward_prefetch=None` where torch's
+  own default (the raw adapter's) is BACKWARD_PRE: a difference the parity check measures;
+- deepspeed: `DeepSpeedPlugin(hf_ds_config=<the raw adapter's config>)` with
+  `accelerate.utils.DummyOptim`, so DeepSpeed builds the optimizer from the same config;
+  `zero3_init_flag=False` (it is for Transformers' from_pretrained, and the model exists).
+
+Accelerate runs inside the ranks torch elastic started: its PartialState reuses the
+initialised process group (checked). On CPU Accelerate silently replaces its FSDP and
+DeepSpeed plugins by DDP (distributed type MULTI_CPU), so those combinations are skipped
+there (frontend.unsupported_reason) and the adapter refuses any such silent fallback.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import (DeepSpeedPlugin, DistributedDataParallelKwargs, DistributedType, DummyOptim,
+                              FullyShardedDataParallelPlugin)
+
+from pytest_distperf.breakdown import PhaseClock
+from pytest_distperf.strategies import RankContext, frontend
+from pytest_distperf.timing import StepTimer
+
+
+class AccelerateAdapter:
+    def __init__(self, model: torch.nn.Module, ctx: RankContext, **o: Any):
+        self._sync = StepTimer(ctx.device).sync
+        self.engine = o["engine"]
+        group = frontend.default_process_group()
+        plugins: dict[str, Any] = {}
+        handlers: list[Any] = []
+        mixed = "bf16" if ctx.bf16 else "no"
+        if self.engine == "ddp":
+            handlers.append(DistributedDataParallelKwargs(bucket_cap_mb=o["bucket_cap_mb"]))
+            expected = DistributedType.MULTI_GPU if ctx.device.type == "cuda" else DistributedType.MULTI_CPU
+        elif self.engine == "fsdp":
+            plugins["fsdp_plugin"] = _fsdp_plugin(ctx, o)
+            if o["offload"]:
+                model = model.cpu()  # as fsdp.py: FSDP's CPU offload expects the unsharded module on the host
+            mixed = "no"  # the plugin's policy carries the precision; no autocast on top (as fsdp.py)
+            expected = DistributedType.FSDP
+        else:
+            config = frontend.deepspeed_config(ctx, lr=o["lr"], weight_decay=o["weight_decay"], stage=o["stage"],
+                                               offload_optimizer=o["offload_optimizer"],
+                                               offload_param=o["offload_param"], nvme_path=o["nvme_path"],
+                                               ds_config=o["ds_config"])
+            plugins["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config), zero3_init_flag=False)
+            expected = DistributedType.DEEPSPEED
+        self.accelerator = Accelerator(cpu=ctx.device.type == "cpu", mixed_precision=mixed,
+                                       kwargs_handlers=handlers, **plugins)
+        if self.accelerator.distributed_type != expected:
+            raise RuntimeError(f"Accelerate chose {self.accelerator.distributed_type} for engine={self.engine!r} "
+                               f"on {ctx.device.type}, not {expected}: the engine would not be measured")
+        frontend.check_reused_ranks("Accelerate", group, world_size=self.accelerator.num_processes,
+                                    rank=self.accelerator.process_index)
+
+        lr, wd = o["lr"], o["weight_decay"]
+        if self.engine == "deepspeed":
+            self.model, self.optimizer = self.accelerator.prepare(model, DummyOptim(model.parameters(), lr=lr,
+                                                                                    weight_decay=wd))
+        else:
+            # As the raw adapters: wrap first, then the optimizer over the wrapped (sharded) parameters.
+            self.model = self.accelerator.prepare(model)
+            self.optimizer = self.accelerator.prepare(frontend.adamw(lr, wd)(self.model.parameters()))
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self.model(inputs, targets)
+        self.accelerator.backward(loss)  # DeepSpeed: engine.backward + engine.step
+        self.optimizer.step()  # DeepSpeed: a no-op in Accelerate's wrapper
+        self.optimizer.zero_grad()
+        return loss.detach()
+
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        clock = PhaseClock(self._sync)
+        clock.start()
+        loss = self.model(inputs, targets)
+        clock.lap("forward")
+        if self.engine == "deepspeed":
+            # accelerator.backward() runs backward and the optimizer step in one call; its two halves
+            # (DeepSpeedEngineWrapper.backward) are made here one by one to time them apart.
+            engine = self.accelerator.deepspeed_engine_wrapped.engine
+            engine.set_gradient_accumulation_boundary(is_boundary=True)
+            engine.backward(loss)
+            clock.lap("backward")
+            engine.step()
+        else:
+            self.accelerator.backward(loss)
+            clock.lap("backward")
+            self.optimizer.step()
+        self.optimizer.zero_grad()
+        clock.lap("optimizer")
+        return clock.stop()
+
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.optimizer.optimizer  # Accelerate's wrapper -> torch optimizer, or DeepSpeed's ZeRO optimizer
+        return getattr(opt, "optimizer", opt)
+
+
+def _fsdp_plugin(ctx: RankContext, o: dict[str, Any]) -> FullyShardedDataParallelPlugin:
+    return FullyShardedDataParallelPlugin(
+        fsdp_version=1, reshard_after_forward=o["sharding"], cpu_offload=bool(o["offload"]), use_orig_params=True,
+        mixed_precision_policy=frontend.fsdp_mixed_precision(ctx), auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["Block"])
+
+
+def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> AccelerateAdapter:
+    return AccelerateAdapter(model, ctx, **options)

@@ -1,0 +1,219 @@
+"""What the framework front-ends (Lightning Trainer, Lightning Fabric, HF Accelerate) share.
+
+Each front-end drives one of three engines -- torch DDP, torch FSDP, DeepSpeed ZeRO --
+and is configured exactly like the raw adapter of that engine, so a comparison measures
+the front-end and nothing else:
+
+- DDP: `bucket_cap_mb` as in ddp.py; bf16 autocast over fp32 weights on CUDA, fp32 on CPU;
+- FSDP1: one unit per `Block`, `MixedPrecision(bf16 params, fp32 reduce, bf16 buffers)` on
+  CUDA, `CPUOffload(offload_params=True)` for `offload`, the module moved to the host first
+  -- all as fsdp.py does it; torch's other FSDP defaults are left alone;
+- DeepSpeed: the config of `ds_config.build_config`, as deepspeed.py builds it.
+
+Also here: the option table of the three adapters (import-light, read by the pytest
+process), the reasons a combination cannot run on CPU, and the check that a front-end
+reused the ranks and the process group torch elastic started instead of launching its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+ENGINES = ("ddp", "fsdp", "deepspeed")
+
+# Options of lightning_trainer, lightning_fabric and accelerate.
+FRONTEND_OPTIONS: dict[str, Any] = {
+    "engine": "ddp",
+    "bucket_cap_mb": 25,  # ddp
+    "offload": False,  # fsdp: parameters (and so gradients and optimizer step) on the host
+    "sharding": "FULL_SHARD",  # fsdp
+    "stage": 3,  # deepspeed
+    "offload_optimizer": None,  # deepspeed: None | "cpu" | "nvme"
+    "offload_param": None,  # deepspeed, stage 3: None | "cpu" | "nvme"
+    "nvme_path": None,  # deepspeed
+    "ds_config": {},  # deepspeed: merged over the built config, as for the raw adapter
+}
+
+# Which options belong to which engine (the rest must keep their defaults).
+ENGINE_KEYS: dict[str, frozenset[str]] = {
+    "ddp": frozenset({"bucket_cap_mb"}),
+    "fsdp": frozenset({"offload", "sharding"}),
+    "deepspeed": frozenset({"stage", "offload_optimizer", "offload_param", "nvme_path", "ds_config"}),
+}
+COMMON_KEYS = frozenset({"engine", "lr", "weight_decay"})
+
+
+def check_options(name: str, o: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Reject an unknown engine, an option of another engine, and bad engine options."""
+    from pytest_distperf.strategies import StrategyError, _check_deepspeed, _check_fsdp
+
+    engine = o["engine"]
+    if engine not in ENGINES:
+        raise StrategyError(f"{name} option engine={engine!r} is not one of {ENGINES}")
+    foreign = sorted(k for k in o if k not in COMMON_KEYS | ENGINE_KEYS[engine] and o[k] != defaults.get(k))
+    if foreign:
+        raise StrategyError(f"{name} option(s) {', '.join(map(repr, foreign))} do not apply to engine={engine!r}; "
+                            f"its options are: {', '.join(sorted(ENGINE_KEYS[engine] & set(defaults)))}")
+    if engine == "fsdp":
+        _check_fsdp(o)
+    if engine == "deepspeed":
+        _check_deepspeed(o)
+
+
+def unsupported_reason(name: str, o: dict[str, Any], device: str) -> str | None:
+    """Why this front-end + engine cannot run on this device, or None. Found by running them (see tests)."""
+    engine = o.get("engine", "ddp")
+    if device != "cpu" or engine == "ddp":
+        return None
+    if name in ("lightning_trainer", "lightning_fabric"):
+        if engine == "fsdp":
+            return ("Lightning's FSDPStrategy needs CUDA: on CPU Lightning refuses it ('requires a GPU accelerator' / "
+                    "'FSDP is only available on GPU'), and torch FSDP1 itself needs a non-CPU device")
+        return ("Lightning's DeepSpeedStrategy needs CUDA: on CPU it raises 'The DeepSpeed strategy is only "
+                "supported on CUDA GPUs but `CPUAccelerator` is used'")
+    if name == "accelerate":
+        return (f"Accelerate ignores its {'FSDP' if engine == 'fsdp' else 'DeepSpeed'} plugin on CPU: with "
+                "Accelerator(cpu=True) the distributed type stays MULTI_CPU and prepare() wraps the model in plain "
+                "DDP (accelerate/state.py switches to FSDP/DEEPSPEED only for GPU-class devices), so the plugin "
+                "would not be measured")
+    return None
+
+
+# -- inside the ranks (torch imported lazily: this module is also read by the pytest process) -------------------
+
+def node_layout(world_size: int) -> tuple[int, int]:
+    """(devices per node, nodes) as torch elastic set them, for Lightning's devices/num_nodes."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    return local, max(1, world_size // local)
+
+
+def fsdp_mixed_precision(ctx: Any) -> Any:
+    """fsdp.py's policy: bf16 compute and fp32 gradient reduction on CUDA, nothing on CPU."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecision
+
+    if not ctx.bf16:
+        return None
+    return MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
+
+
+def fsdp_wrap_policy() -> Any:
+    """fsdp.py's wrapping: one FSDP unit per transformer block."""
+    import functools
+
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from pytest_distperf.workload import Block
+
+    return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+
+
+def deepspeed_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
+                     offload_param: str | None, nvme_path: str | None, ds_config: dict) -> dict[str, Any]:
+    """The raw deepspeed adapter's config, built by the same function with the same arguments."""
+    from pytest_distperf.strategies.ds_config import build_config
+
+    nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
+    return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
+                        offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
+                        user=ds_config)
+
+
+def split_optimizer(config: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(config without "optimizer", a factory params -> the optimizer DeepSpeed would build from it).
+
+    Lightning takes the optimizer from the user (Trainer: configure_optimizers, Fabric: setup),
+    so it is built here the way DeepSpeed builds it from the config in the raw adapter
+    (engine._configure_basic_optimizer): torch AdamW for `torch_adam`, else DeepSpeedCPUAdam
+    in AdamW mode with fp32 states (the only optimizer DeepSpeed accepts with offload).
+    """
+    config = copy.deepcopy(config)
+    spec = config.pop("optimizer")
+    if spec.get("type") != "AdamW":
+        raise ValueError(f"ds_config optimizer type {spec.get('type')!r}: the Lightning adapters build AdamW only")
+    params = dict(spec["params"])
+    torch_adam = params.pop("torch_adam", False)
+    kwargs = dict(lr=params["lr"], betas=params["betas"], eps=params["eps"],
+                  weight_decay=params["weight_decay"])
+
+    def make(parameters: Any) -> Any:
+        if torch_adam:
+            import torch
+
+            return torch.optim.AdamW(parameters, **kwargs)
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(parameters, adamw_mode=True, fp32_optimizer_states=True, **kwargs)
+
+    return config, make
+
+
+def default_process_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.distributed_c10d._get_default_group()
+
+
+def check_reused_ranks(frontend: str, group_before: Any, *, cluster_environment: Any = None,
+                       world_size: int | None = None, rank: int | None = None) -> None:
+    """Fail loudly if the front-end started processes or a process group of its own."""
+    if default_process_group() is not group_before:
+        raise RuntimeError(f"{frontend} replaced the process group the worker initialised; "
+                           "it must reuse the ranks torch elastic started")
+    if cluster_environment is not None:
+        from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
+        if not isinstance(cluster_environment, TorchElasticEnvironment):
+            raise RuntimeError(f"{frontend} chose the cluster environment {type(cluster_environment).__name__}, "
+                               "not TorchElasticEnvironment: it would launch ranks of its own "
+                               "(is TORCHELASTIC_RUN_ID missing from the rank's environment?)")
+    if world_size is not None and rank is not None:
+        import torch.distributed as dist
+
+        if (dist.get_world_size(), dist.get_rank()) != (world_size, rank):
+            raise RuntimeError(f"{frontend} sees rank {rank} of {world_size}, the process group says "
+                               f"{dist.get_rank()} of {dist.get_world_size()}")
+
+
+def adamw(lr: float, weight_decay: float) -> Any:
+    """The raw DDP/FSDP adapters' optimizer, as a factory over parameters."""
+    import torch
+
+    return lambda params: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: bool) -> tuple[Any, str, Any, Any]:
+    """(Lightning strategy, precision, model, optimizer factory) for the Trainer or Fabric, as the raw adapters.
+
+    Precision: DDP `bf16-mixed` (autocast over fp32 weights, as ddp.py); FSDP `32-true` plus
+    fsdp.py's explicit MixedPrecision (Lightning's own `bf16-mixed` for FSDP would reduce
+    gradients in bf16 and add autocast: a different configuration); DeepSpeed `bf16-mixed`
+    with bf16 enabled in the config, as deepspeed.py. fp32 everywhere on CPU.
+    """
+    if fabric:
+        from lightning.fabric.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
+    else:
+        from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
+    lr, wd, engine = options["lr"], options["weight_decay"], options["engine"]
+    mixed = "bf16-mixed" if ctx.bf16 else "32-true"
+    if engine == "ddp":
+        return DDPStrategy(bucket_cap_mb=options["bucket_cap_mb"]), mixed, model, adamw(lr, wd)
+    if engine == "fsdp":
+        from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+
+        if options["offload"]:
+            model = model.cpu()  # as fsdp.py: FSDP's CPU offload expects the unsharded module on the host
+        strategy = FSDPStrategy(auto_wrap_policy=fsdp_wrap_policy(), mixed_precision=fsdp_mixed_precision(ctx),
+                                cpu_offload=CPUOffload(offload_params=True) if options["offload"] else None,
+                                sharding_strategy=ShardingStrategy[options["sharding"]], use_orig_params=True)
+        return strategy, "32-true", model, adamw(lr, wd)
+    config = deepspeed_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
+                              offload_optimizer=options["offload_optimizer"], offload_param=options["offload_param"],
+                              nvme_path=options["nvme_path"], ds_config=options["ds_config"])
+    config, make_optimizer = split_optimizer(config)
+    if not fabric:
+        # The Trainer derives this from accumulate_grad_batches (1) and refuses it in the config.
+        config.pop("gradient_accumulation_steps", None)
+    return DeepSpeedStrategy(config=config), mixed, model, make_optimizer

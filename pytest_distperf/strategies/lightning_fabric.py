@@ -1,0 +1,70 @@
+"""Lightning Fabric running the workload in a plain loop under DDP, FSDP or DeepSpeed.
+
+The loop is what the Fabric docs show: `fabric.setup_module` / `fabric.setup_optimizers`
+(FSDP: the model first, then the optimizer over its sharded parameters, as fsdp.py),
+`fabric.setup(model, optimizer)` for DDP and DeepSpeed, then per step
+`loss = model(...)`, `fabric.backward(loss)`, `optimizer.step()`, `optimizer.zero_grad()`.
+Engines, precision and optimizer are the Trainer adapter's (frontend.lightning_engine),
+so Trainer-vs-Fabric compares the two loops only.
+
+`fabric.launch()` runs inside the ranks torch elastic started: Lightning picks
+TorchElasticEnvironment and does not start processes, and the worker's process group is
+reused; both are checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+
+from pytest_distperf.breakdown import PhaseClock
+from pytest_distperf.strategies import RankContext, frontend
+from pytest_distperf.timing import StepTimer
+
+
+class LightningFabricAdapter:
+    def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
+        self._sync = StepTimer(ctx.device).sync
+        group = frontend.default_process_group()
+        strategy, precision, model, make_optimizer = frontend.lightning_engine(ctx, model, options, fabric=True)
+        devices, nodes = frontend.node_layout(ctx.world_size)
+        self.fabric = Fabric(accelerator="cuda" if ctx.device.type == "cuda" else "cpu", devices=devices,
+                             num_nodes=nodes, strategy=strategy, precision=precision)
+        self.fabric.launch()
+        frontend.check_reused_ranks("Lightning Fabric", group,
+                                    cluster_environment=self.fabric.strategy.cluster_environment,
+                                    world_size=self.fabric.world_size, rank=self.fabric.global_rank)
+        if options["engine"] == "fsdp":
+            self.model = self.fabric.setup_module(model)
+            self.optimizer = self.fabric.setup_optimizers(make_optimizer(self.model.parameters()))
+        else:
+            self.model, self.optimizer = self.fabric.setup(model, make_optimizer(model.parameters()))
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self.model(inputs, targets)
+        self.fabric.backward(loss)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return loss.detach()
+
+    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        clock = PhaseClock(self._sync)
+        clock.start()
+        loss = self.model(inputs, targets)
+        clock.lap("forward")
+        self.fabric.backward(loss)
+        clock.lap("backward")
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        clock.lap("optimizer")
+        return clock.stop()
+
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.optimizer.optimizer  # Fabric's wrapper -> torch optimizer, or DeepSpeed's ZeRO optimizer
+        return getattr(opt, "optimizer", opt)
+
+
+def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> LightningFabricAdapter:
+    return LightningFabricAdapter(model, ctx, **options)

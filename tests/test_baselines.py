@@ -1,0 +1,339 @@
+"""The baseline store: files, schema, bad input, concurrent writers, and --distperf-save end to end.
+
+Store-level tests call baseline.py directly; the end-to-end ones run inner pytest sessions with real
+2-rank CPU jobs (ddp on the tiny shape, few steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from pytest_distperf import fingerprint
+from pytest_distperf.baseline import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+                                      file_name_for, read_json, write_json_atomic)
+
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
+
+
+@pytest.fixture(autouse=True)
+def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # inner sessions must not write to a CI summary
+
+
+def machine_dir() -> str:
+    return fingerprint.machine_class("cpu", 2).name
+
+
+def sample_file(test: str = "perf/test_x.py::test_a", runs: tuple[float, ...] = (0.10, 0.11, 0.105)) -> BaselineFile:
+    metrics = {
+        "step_time": MetricSeries("s", "lower", "time", list(runs), [[r, r * 1.01] for r in runs]),
+        "peak_memory": MetricSeries("bytes", "lower", "memory", [1e9, 1.01e9, 1e9]),
+    }
+    job = JobEntry("ddp tiny x2 cpu", "abcdef0123456789", {"strategy": "ddp", "steps": 5}, metrics)
+    return BaselineFile(test=test, machine_class="cpu-test-2core-1node-ws2", machine={"device": "cpu"},
+                        environment={"torch": "2.0"}, saved_at="2025-01-01T00:00:00+00:00",
+                        jobs={job.label: job})
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# -- store ------------------------------------------------------------------------------------------------------
+def test_save_and_load_round_trip_with_sorted_keys_and_schema(tmp_path):
+    store = Store(str(tmp_path))
+    doc = sample_file()
+    path = store.save(doc)
+    assert path == os.path.join(str(tmp_path), "cpu-test-2core-1node-ws2", "perf.test_x--test_a.json")
+    text = open(path).read()
+    raw = json.loads(text)
+    assert raw["schema_version"] == SCHEMA_VERSION
+    assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"  # sorted keys, stable
+    m = raw["jobs"]["ddp tiny x2 cpu"]["metrics"]["step_time"]
+    assert (m["unit"], m["direction"], m["kind"]) == ("s", "lower", "time")
+    assert m["runs"] == [0.10, 0.11, 0.105] and len(m["samples"]) == 3  # run-level summaries + raw steps
+    loaded = store.load(path, "perf/test_x.py::test_a")
+    assert loaded is not None
+    assert loaded.jobs["ddp tiny x2 cpu"].metrics["step_time"].runs == [0.10, 0.11, 0.105]
+    assert loaded.jobs["ddp tiny x2 cpu"].config_hash == "abcdef0123456789"
+    assert store.load(store.path_for("cpu-test-2core-1node-ws2", "perf/test_x.py::test_b"), "x") is None
+
+
+def test_file_names_are_readable_and_do_not_collide():
+    assert file_name_for("perf_tests/test_zero3.py::test_step") == "perf_tests.test_zero3--test_step.json"
+    a, b = file_name_for("t.py::test_p[a/b]"), file_name_for("t.py::test_p[a_b]")
+    assert a != b and a.startswith("t--test_p_a_b") and "/" not in a
+
+
+def test_older_schema_is_migrated_when_read_and_the_file_left_alone(tmp_path):
+    path = tmp_path / "m" / "t--test_a.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"schema_version": 1, "test": "t.py::test_a", "machine_class": "m", "saved_at": "x",
+                                "jobs": {"ddp": {"config_hash": "h", "step_time_runs": [0.1, 0.2],
+                                                 "peak_memory_runs": [5.0, 6.0]}}}))
+    before = digest(str(path))
+    doc = Store(str(tmp_path)).load(str(path), "t.py::test_a")
+    assert doc is not None
+    st = doc.jobs["ddp"].metrics["step_time"]
+    assert (st.unit, st.direction, st.kind, st.runs, st.samples) == ("s", "lower", "time", [0.1, 0.2], None)
+    assert doc.jobs["ddp"].metrics["peak_memory"].kind == "memory"
+    assert digest(str(path)) == before
+
+
+BAD_FILES = {
+    "corrupt": (b'{"schema_version": 2, "test": x}', "corrupt (not valid JSON"),
+    "truncated": (json.dumps(sample_file("t.py::test_a").to_dict(), indent=2).encode()[:-40], "truncated"),
+    "empty": (b"", "truncated (the file is empty)"),
+    "not_utf8": (b'{"a": "\xff\xfe"}', "corrupt (not UTF-8"),
+    "wrong_type": (json.dumps({**sample_file("t.py::test_a").to_dict(), "jobs": []}).encode(),
+                   "wrong type at jobs: expected an object, got list"),
+    "wrong_runs": (json.dumps(sample_file("t.py::test_a").to_dict()).replace("[0.1, 0.11, 0.105]", '"fast"').encode(),
+                   "wrong type at jobs['ddp tiny x2 cpu'].metrics['step_time'].runs"),
+    "newer": (json.dumps({**sample_file("t.py::test_a").to_dict(), "schema_version": SCHEMA_VERSION + 1}).encode(),
+              f"newer than the {SCHEMA_VERSION}"),
+    "no_schema": (b'{"jobs": {}}', "not a distperf baseline"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_bad_file_gives_a_clear_error_naming_it_and_stays_byte_identical(tmp_path, case):
+    data, expected = BAD_FILES[case]
+    path = tmp_path / "m" / "t--test_a.json"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with pytest.raises(BaselineError) as e:
+        Store(str(tmp_path)).load(str(path), "t.py::test_a")
+    assert str(path) in str(e.value) and expected in str(e.value)
+    assert path.read_bytes() == data
+
+
+def test_unwritable_folder_gives_a_clear_error(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    with pytest.raises(BaselineError, match="is not a folder"):
+        Store(str(blocker)).check_writable()
+    with pytest.raises(BaselineError, match=r"afile/sub is not writable"):
+        Store(str(blocker / "sub")).check_writable()
+    with pytest.raises(BaselineError, match="cannot create folder"):
+        write_json_atomic(str(blocker / "sub" / "x.json"), {"a": 1})
+    assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
+def test_read_only_folder_gives_a_clear_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(BaselineError, match="not writable"):
+            Store(str(ro)).check_writable()
+    finally:
+        ro.chmod(0o700)
+
+
+def test_non_finite_numbers_are_refused_before_touching_the_file(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("{}\n")
+    with pytest.raises(BaselineError, match="non-finite"):
+        write_json_atomic(str(path), {"a": float("nan")})
+    assert path.read_text() == "{}\n"
+
+
+def _writer(root: str, worker: int, n: int) -> None:
+    store = Store(root)
+    for i in range(n):
+        store.save(sample_file(f"t.py::test_{worker}_{i}", runs=(0.1 + worker, 0.1 + i, 0.1)))
+        # ... and everyone rewrites one shared test's file, so writers also race on the same path
+        store.save(sample_file("t.py::test_shared", runs=(float(worker + 1), float(i + 1), 1.0)))
+
+
+def test_concurrent_writers_lose_nothing_and_never_tear_a_file(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 6)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    store = Store(str(tmp_path))
+    for w in range(4):
+        for i in range(6):
+            doc = store.load(store.path_for("cpu-test-2core-1node-ws2", f"t.py::test_{w}_{i}"), f"t.py::test_{w}_{i}")
+            assert doc is not None and doc.jobs["ddp tiny x2 cpu"].metrics["step_time"].runs[:2] == [0.1 + w, 0.1 + i]
+    shared = store.load(store.path_for("cpu-test-2core-1node-ws2", "t.py::test_shared"), "t.py::test_shared")
+    assert shared is not None  # complete and valid: one writer's version, not a mix
+    leftovers = [f for f in os.listdir(tmp_path / "cpu-test-2core-1node-ws2") if f.endswith(".tmp")]
+    assert leftovers == []
+
+
+# -- end to end: --distperf-save --------------------------------------------------------------------------------
+PERF_TEST = """
+import os
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_ddp(distperf):
+    distperf.measure("ddp", repeats=int(os.environ.get("DP_REPEATS", "3")), steps=6, warmup=2)
+"""
+
+
+def test_save_then_compare_round_trip_a_a_passes(pytester: pytest.Pytester):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    saved = pytester.runpytest(*INNER_OPTS, "--distperf-save")
+    saved.assert_outcomes(passed=1)
+    path = pytester.path / "baselines" / machine_dir() / "test_perf--test_ddp.json"
+    doc = json.loads(path.read_text())
+    assert doc["test"] == "test_perf.py::test_ddp" and doc["machine_class"] == machine_dir()
+    assert doc["machine"]["device"] == "cpu" and doc["environment"]["torch"]
+    job = doc["jobs"]["ddp tiny x2 cpu"]
+    assert set(job["metrics"]) >= {"step_time", "peak_memory", "optimizer_state_bytes"}
+    assert len(job["metrics"]["step_time"]["runs"]) == 3 and len(job["metrics"]["step_time"]["samples"][0]) == 6
+    before = digest(str(path))
+
+    # A/A: the same code again is compared against the file and passes; the file is not rewritten
+    again = pytester.runpytest(*INNER_OPTS, "-v", "--distperf-json", "report.json")
+    again.assert_outcomes(passed=1)
+    assert digest(str(path)) == before
+    verdicts = {v["metric"]: v for v in json.loads((pytester.path / "report.json").read_text())["tests"][0]["verdicts"]}
+    assert verdicts["optimizer_state_bytes"]["status"] == "pass"  # exact count, same code
+    assert verdicts["step_time"]["status"] in ("pass", "warn") and verdicts["step_time"]["baseline_runs"] == 3
+    again.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*"])
+
+
+SUBSET_TESTS = """
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_a(distperf):
+    distperf.measure("ddp", repeats=1, steps=3, warmup=1)
+
+@pytest.mark.distperf(world_size=2)
+@pytest.mark.other
+def test_b(distperf):
+    distperf.measure("ddp", repeats=1, steps=4, warmup=1)
+"""
+
+
+def test_subset_save_updates_only_the_tests_that_ran(pytester: pytest.Pytester):
+    pytester.makepyfile(test_sub=SUBSET_TESTS)
+    pytester.makeini("[pytest]\nmarkers =\n    other: a marker\n")
+    pytester.runpytest(*INNER_OPTS, "--distperf-save").assert_outcomes(passed=2)
+    folder = pytester.path / "baselines" / machine_dir()
+    a, b = folder / "test_sub--test_a.json", folder / "test_sub--test_b.json"
+    unrelated = folder / "elsewhere--test_z.json"
+    unrelated.write_text(json.dumps(sample_file("elsewhere.py::test_z").to_dict()))
+    b_before, z_before, a_before = digest(str(b)), digest(str(unrelated)), digest(str(a))
+
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-save", "-m", "not other")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert digest(str(b)) == b_before and digest(str(unrelated)) == z_before
+    assert digest(str(a)) != a_before  # re-saved from this run's measurements
+    assert json.loads(a.read_text())["jobs"]["ddp tiny x2 cpu"]["config"]["steps"] == 3
+
+
+def test_a_failing_test_is_not_saved(pytester: pytest.Pytester):
+    pytester.makepyfile(test_fail="""
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_fails(distperf):
+    distperf.measure("ddp", repeats=1, steps=2, warmup=1)
+    assert False, "the test's own check failed"
+""")
+    pytester.runpytest(*INNER_OPTS, "--distperf-save").assert_outcomes(failed=1)
+    assert not (pytester.path / "baselines" / machine_dir() / "test_fail--test_fails.json").exists()
+
+
+XDIST_TESTS = "import pytest\n" + "".join(f"""
+@pytest.mark.distperf(world_size=2)
+def test_{i}(distperf):
+    distperf.measure("ddp", repeats=1, steps=2, warmup=1, seed={i})
+""" for i in range(4))
+
+
+def test_xdist_saving_loses_nothing(pytester: pytest.Pytester):
+    pytester.makepyfile(test_par=XDIST_TESTS)
+    folder = pytester.path / "baselines" / machine_dir()
+    folder.mkdir(parents=True)
+    keep = folder / "other--test_keep.json"
+    keep.write_text(json.dumps(sample_file("other.py::test_keep").to_dict()))
+    keep_before = digest(str(keep))
+    result = pytester.runpytest_subprocess(*INNER_OPTS, "-n", "2", "--distperf-save")
+    result.assert_outcomes(passed=4)
+    for i in range(4):
+        doc = json.loads((folder / f"test_par--test_{i}.json").read_text())
+        assert doc["jobs"]["ddp tiny x2 cpu"]["config"]["seed"] == i
+    assert digest(str(keep)) == keep_before
+    assert sorted(f for f in os.listdir(folder) if f.endswith(".json")) == [
+        "other--test_keep.json", *[f"test_par--test_{i}.json" for i in range(4)]]
+
+
+BAD_FILE_TESTS = "import pytest\n" + "".join(f"""
+@pytest.mark.distperf(world_size=2)
+def test_{name}(distperf):
+    distperf.measure("ddp", repeats=1, steps=2, warmup=1)
+""" for name in ("corrupt", "truncated", "wrong_type", "newer"))
+
+
+def test_bad_baseline_files_fail_their_tests_before_any_job_and_stay_byte_identical(pytester: pytest.Pytester):
+    pytester.makepyfile(test_bad=BAD_FILE_TESTS)
+    folder = pytester.path / "baselines" / machine_dir()
+    folder.mkdir(parents=True)
+    files = {}
+    for case in ("corrupt", "truncated", "wrong_type", "newer"):
+        data = BAD_FILES[case][0].replace(b"t.py::test_a", f"test_bad.py::test_{case}".encode())
+        files[case] = folder / f"test_bad--test_{case}.json"
+        files[case].write_bytes(data)
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-save")  # saving must not overwrite them either
+    result.assert_outcomes(errors=4)
+    for case, path in files.items():
+        result.stdout.fnmatch_lines([f"*distperf baseline: {path}: *{BAD_FILES[case][1][:20]}*"])
+        assert path.read_bytes() == BAD_FILES[case][0].replace(b"t.py::test_a", f"test_bad.py::test_{case}".encode())
+    assert "ddp tiny x2 cpu  1x2" not in result.stdout.str()  # no job ran
+
+
+def test_unusable_baselines_option_is_a_usage_error(pytester: pytest.Pytester):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    (pytester.path / "afile").write_text("x")
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-save", "--distperf-baselines", "afile")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--distperf-baselines: *afile exists and is not a folder*"])
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-save", "--distperf-baselines", "afile/sub")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*baselines folder *afile/sub is not writable*"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--distperf-save needs --distperf*"])
+
+
+def test_ini_option_sets_the_baselines_folder(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    pytester.makeini("[pytest]\ndistperf_baselines = perf/baselines\n")
+    monkeypatch.setenv("DP_REPEATS", "1")
+    pytester.runpytest(*INNER_OPTS, "--distperf-save").assert_outcomes(passed=1)
+    assert (pytester.path / "perf" / "baselines" / machine_dir() / "test_perf--test_ddp.json").is_file()
+
+
+def test_machine_class_name_is_readable():
+    m = fingerprint.MachineClass("cuda", "NVIDIA H200", 2, 1, 2, "nvlink")
+    assert m.name == "cuda-nvidia-h200-2gpu-nvlink-1node-ws2"
+    c = fingerprint.MachineClass("cpu", "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", 2, 1, 2, "none")
+    assert c.name == "cpu-intel-xeon-platinum-8375c-2core-1node-ws2"
+    here = fingerprint.machine_class("cpu", 2)
+    assert here.count == len(os.sched_getaffinity(0)) and here.device == "cpu"
+    diffs = fingerprint.soft_differences({"torch": "2.5", "host": "a"}, {"torch": "2.6", "host": "b"})
+    assert diffs == ["torch 2.5 -> 2.6"]  # host and commit are context, not warned about
+
+
+def test_read_json_never_writes(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_bytes(b"[1, 2")
+    with pytest.raises(BaselineError, match="truncated"):
+        read_json(str(p))
+    assert p.read_bytes() == b"[1, 2"

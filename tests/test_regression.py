@@ -1,0 +1,308 @@
+"""The regression verdict: the pure decision per metric, and the gate end to end on real 2-rank CPU jobs.
+
+The end-to-end regression is injected as real extra matmul work inside the step
+(`shape_overrides={"extra_work": ...}`), never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pytest_distperf import fingerprint
+from pytest_distperf.baseline import JobEntry, MetricSeries
+from pytest_distperf.options import SettingsError
+from pytest_distperf.regression import Policy, confirm, decide_job, decide_metric, is_failing, policy_for
+
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+def time_series(ms: list[float]) -> MetricSeries:
+    return MetricSeries("s", "lower", "time", [x / 1e3 for x in ms])
+
+
+def decide_time(base: list[float], cur: list[float], policy: Policy = Policy()):
+    return decide_metric("t", "job", "step_time", time_series(base), time_series(cur), policy)
+
+
+# -- time -------------------------------------------------------------------------------------------------------
+def test_a_significant_slowdown_above_the_threshold_fails():
+    v = decide_time([100, 101, 99], [110, 111, 109])
+    assert v.status == "fail" and v.significant
+    assert v.delta == pytest.approx(0.10, abs=0.002) and v.low > 0.05 and v.threshold == pytest.approx(0.05)
+
+
+def test_size_without_significance_only_warns():
+    v = decide_time([100, 100.5, 99.5], [80, 140, 110])  # +8 % on average, runs all over the place
+    assert v.delta > 0.05 and not v.significant and v.status == "warn"
+
+
+def test_between_half_the_threshold_and_the_threshold_warns():
+    v = decide_time([100, 100.2, 99.8], [103.5, 103.6, 103.4])
+    assert v.significant and v.status == "warn" and "T/2" in v.note
+
+
+def test_a_small_significant_change_passes():
+    assert decide_time([100, 100.1, 99.9], [101, 101.1, 100.9]).status == "pass"
+
+
+def test_the_threshold_grows_with_the_baselines_run_to_run_variation():
+    noisy = [100, 104, 96]  # ~4 % run-to-run: T = 3 x 4 % = 12 %
+    v = decide_time(noisy, [110, 110.5, 109.5])
+    assert v.threshold == pytest.approx(0.12, abs=0.005) and v.status == "warn"
+    assert decide_time(noisy, [125, 126, 124]).status == "fail"
+    assert decide_time(noisy, [110, 110.5, 109.5], Policy(time_k=1.0)).status == "fail"
+
+
+def test_one_run_per_side_can_never_fail():
+    v = decide_time([100], [150])
+    assert v.status == "warn" and v.significant is None and "repeats" in v.note
+
+
+def test_significance_is_over_runs_not_steps():
+    # Each run's steps are tight, but the runs drift: only 3 run-level values per side enter the test.
+    base = MetricSeries("s", "lower", "time", [0.100, 0.106, 0.094], samples=[[0.1] * 50, [0.106] * 50, [0.094] * 50])
+    cur = MetricSeries("s", "lower", "time", [0.106, 0.110, 0.102], samples=[[0.106] * 50, [0.11] * 50, [0.102] * 50])
+    v = decide_metric("t", "j", "step_time", base, cur, Policy())
+    assert v.baseline_runs == 3 and v.current_runs == 3 and v.status != "fail"
+
+
+def test_an_improvement_is_reported_and_fails_only_on_request():
+    v = decide_time([100, 101, 99], [80, 80.5, 79.5])
+    assert v.status == "improved" and "refresh the baseline" in v.note
+    assert not is_failing(v, Policy())
+    assert is_failing(v, Policy(fail_on_improvement=True))
+
+
+def test_higher_is_better_metrics_flip_the_direction():
+    base = MetricSeries("tok/s", "higher", "time", [1000, 1010, 990])
+    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [800, 805, 795]),
+                         Policy()).status == "fail"
+    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [1300, 1305, 1295]),
+                         Policy()).status == "improved"
+
+
+# -- memory and counts ------------------------------------------------------------------------------------------
+def mem(values: list[float]) -> MetricSeries:
+    return MetricSeries("bytes", "lower", "memory", values)
+
+
+def test_memory_fails_above_max_of_2_percent_and_64_mib():
+    small = 1024 * MiB  # 2 % = 20 MiB < 64 MiB floor
+    assert decide_metric("t", "j", "m", mem([small]), mem([small + 60 * MiB]), Policy()).status == "warn"
+    assert decide_metric("t", "j", "m", mem([small]), mem([small + 20 * MiB]), Policy()).status == "pass"
+    assert decide_metric("t", "j", "m", mem([small]), mem([small + 70 * MiB]), Policy()).status == "fail"
+    big = 40 * 1024 * MiB  # 2 % = 819 MiB
+    assert decide_metric("t", "j", "m", mem([big]), mem([big + 500 * MiB]), Policy()).status == "warn"
+    assert decide_metric("t", "j", "m", mem([big]), mem([big + 900 * MiB]), Policy()).status == "fail"
+    assert decide_metric("t", "j", "m", mem([big]), mem([big - 900 * MiB]), Policy()).status == "improved"
+
+
+def test_counts_are_exact():
+    c = lambda n: MetricSeries("calls", "lower", "count", [n, n])  # noqa: E731
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(48), Policy()).status == "pass"
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(49), Policy()).status == "fail"
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(47), Policy()).status == "improved"
+
+
+# -- new, not comparable, confirmation, overrides ---------------------------------------------------------------
+def test_missing_baseline_is_new_and_fails_only_when_required():
+    current = {"step_time": time_series([100, 101])}
+    [v] = decide_job("t", "job", None, "h", current, Policy(), "no baseline for this test")
+    assert v.status == "new" and not is_failing(v, Policy())
+    assert is_failing(v, Policy(require_baseline=True))
+    entry = JobEntry("job", "h", {}, {"peak_memory": mem([1.0])})
+    [v] = decide_job("t", "job", entry, "h", current, Policy(), "")
+    assert v.status == "new"  # the job is there, this metric is not
+
+
+def test_a_changed_config_is_not_comparable_rather_than_a_regression():
+    entry = JobEntry("job", "old-hash", {}, {"step_time": time_series([100, 101, 99])})
+    [v] = decide_job("t", "job", entry, "new-hash", {"step_time": time_series([200, 201, 199])}, Policy(), "")
+    assert v.status == "not comparable" and "old-hash -> new-hash" in v.note
+    assert not is_failing(v, Policy()) and is_failing(v, Policy(require_baseline=True))
+
+
+def test_a_breach_stands_only_when_the_re_run_breaches_again():
+    first = [decide_time([100, 101, 99], [120, 121, 119])]
+    confirmed = confirm(first, [decide_time([100, 101, 99], [118, 119, 117])], Policy())
+    assert confirmed[0].status == "fail" and confirmed[0].confirmed and confirmed[0].rerun
+    not_confirmed = confirm(first, [decide_time([100, 101, 99], [100.5, 101, 100])], Policy())
+    assert not_confirmed[0].status == "warn" and not not_confirmed[0].confirmed and "not confirmed" in \
+        not_confirmed[0].note
+
+
+def test_marker_overrides_are_validated_and_applied():
+    p = policy_for(Policy(), {"time_threshold": 0.1, "time_k": 2, "memory_floor": 128 * MiB,
+                              "baseline_metrics": ["step_time"]}, "t.py::test_x")
+    assert (p.time_threshold, p.time_k, p.memory_floor, p.metrics) == (0.1, 2.0, 128 * MiB, ("step_time",))
+    with pytest.raises(SettingsError, match=r"t.py::test_x: distperf\(time_threshold=-1\)"):
+        policy_for(Policy(), {"time_threshold": -1}, "t.py::test_x")
+    with pytest.raises(SettingsError, match="unknown metric"):
+        policy_for(Policy(), {"baseline_metrics": ["steptime"]}, "t.py::test_x")
+    v = decide_job("t", "j", None, "h", {"step_time": time_series([1]), "peak_memory": mem([1])}, p, "")
+    assert [x.metric for x in v] == ["step_time"]
+
+
+def test_a_bad_marker_override_is_a_usage_error(pytester: pytest.Pytester):
+    pytester.makepyfile(test_bad="""
+import pytest
+
+@pytest.mark.distperf(world_size=2, time_threshold="fast")
+def test_x(distperf):
+    pass
+""")
+    result = pytester.runpytest(*INNER_OPTS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_bad.py::test_x: distperf(time_threshold='fast'): expected a number*"])
+
+
+# -- end to end on real jobs ------------------------------------------------------------------------------------
+PERF_TEST = """
+import os
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_ddp(distperf):
+    # DP_EXTRA_WORK: real extra matmuls inside every step, the way a code change would slow it down
+    extra = float(os.environ.get("DP_EXTRA_WORK", "0"))
+    distperf.measure("ddp", repeats=int(os.environ.get("DP_REPEATS", "3")), steps=int(os.environ.get("DP_STEPS", "6")),
+                     warmup=2, shape_overrides={"extra_work": extra} if extra else None)
+"""
+
+
+@pytest.fixture(scope="module")
+def saved_baselines(tmp_path_factory: pytest.TempPathFactory):
+    """A baselines folder saved once from the unchanged job (copied into each test's pytester dir)."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("saved")
+    (root / "test_perf.py").write_text(PERF_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DP_", "GITHUB_STEP_SUMMARY"))}
+    out = subprocess.run([sys.executable, "-m", "pytest", *INNER_OPTS, "--distperf-save", "test_perf.py"], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return root / "baselines"
+
+
+def machine_dir() -> str:
+    return fingerprint.machine_class("cpu", 2).name
+
+
+def test_an_injected_regression_fails_with_a_message_that_says_how_to_accept_it(
+        pytester: pytest.Pytester, saved_baselines, monkeypatch: pytest.MonkeyPatch):
+    shutil.copytree(saved_baselines, pytester.path / "baselines")
+    pytester.makepyfile(test_perf=PERF_TEST)
+    path = pytester.path / "baselines" / machine_dir() / "test_perf--test_ddp.json"
+    before = path.read_bytes()
+    # 8x the blocks' matmul work: ~3.5x the step time, large enough to stand out on a shared 2-core box
+    monkeypatch.setenv("DP_EXTRA_WORK", "8")
+    result = pytester.runpytest(*INNER_OPTS, "-v", "--distperf-json", "report.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*distperf baseline gate failed for test_perf.py::test_ddp (machine class cpu-*",
+        "*ddp tiny x2 cpu: step_time FAIL: +*% vs baseline, 95% interval +*; threshold max(5%, 3 x *",
+        "*baseline * ± * (median of 3 runs)",
+        "*current * ± * (median of 3 runs)",
+        "*confirmed by a re-run*",
+        "*to accept the current numbers as the new baseline, run:",
+        "*pytest --distperf --distperf-save test_perf.py::test_ddp",
+    ])
+    assert path.read_bytes() == before  # a failing gate never rewrites the baseline
+    verdicts = {v["metric"]: v for v in json.loads((pytester.path / "report.json").read_text())["tests"][0]["verdicts"]}
+    assert verdicts["step_time"]["status"] == "fail" and verdicts["step_time"]["confirmed"]
+    # the knob adds no parameters: only time moved, the exact count did not
+    assert verdicts["optimizer_state_bytes"]["status"] == "pass"
+    result.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*✗*"])
+
+
+def test_no_baseline_is_new_and_fails_only_with_require_baseline(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    monkeypatch.setenv("DP_REPEATS", "1")
+    result = pytester.runpytest(*INNER_OPTS, "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*new"])
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-require-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*step_time NEW: no baseline for this test on machine class cpu-*(--distperf-require-baseline)*",
+        "*pytest --distperf --distperf-save test_perf.py::test_ddp"])
+
+
+def test_a_changed_job_config_reads_not_comparable(pytester: pytest.Pytester, saved_baselines,
+                                                    monkeypatch: pytest.MonkeyPatch):
+    shutil.copytree(saved_baselines, pytester.path / "baselines")
+    pytester.makepyfile(test_perf=PERF_TEST)
+    monkeypatch.setenv("DP_REPEATS", "1")
+    monkeypatch.setenv("DP_STEPS", "4")  # another step count: another configuration hash
+    result = pytester.runpytest(*INNER_OPTS, "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*≠ config"])
+
+
+# -- the per-test gate (plain RunResult data: what ranks send back, no jobs) ---------------------------------------
+def fake_run(job, ms: float, opt_bytes: int = 1000):
+    from pytest_distperf.spec import RankResult, RunResult
+
+    ranks = [RankResult(rank=r, step_times=[ms / 1e3] * 4, losses=[1.0] * 4, cuda_peak_allocated=None,
+                        cuda_peak_reserved=None, host_peak_rss=200 * MiB, host_rss_before_build=100 * MiB,
+                        optimizer_state_bytes=opt_bytes, num_params=10, tokens_per_step=64, build_seconds=0.1,
+                        warmup_seconds=0.1) for r in range(2)]
+    return RunResult(spec=job, ranks=ranks, wall_seconds=1.0)
+
+
+def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
+    from pytest_distperf.regression import BaselineGate, GateSession, GateSettings
+
+    session = GateSession(GateSettings(str(tmp_path / "baselines"), save, policy), str(tmp_path))
+    return session, BaselineGate(session, "t.py::test_x", "cpu", 2, policy)
+
+
+def test_the_gate_saves_confirms_once_per_session_and_warns_on_version_changes(tmp_path):
+    from pytest_distperf.regression import BaselineEnvironmentWarning, BaselineGate
+    from pytest_distperf.spec import JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
+    _, gate = make_gate(tmp_path, save=True)
+    gate.check(job, [fake_run(job, ms) for ms in (100, 101, 99)], rerun=lambda: pytest.fail("no re-run when saving"))
+    landing = gate.finish(test_passed=True)
+    assert not landing.failed and landing.detail["saved"] == gate.path
+
+    session, gate = make_gate(tmp_path, save=False)
+    reruns = []
+
+    def rerun():
+        reruns.append(1)
+        return [fake_run(job, ms) for ms in (131, 130, 129)]
+
+    slow = [fake_run(job, ms) for ms in (130, 131, 129)]
+    records = gate.check(job, slow, rerun)
+    assert {r["metric"]: r["status"] for r in records}["step_time"] == "fail" and reruns == [1]
+    landing = gate.finish(test_passed=True)
+    assert landing.failed and "step_time FAIL" in landing.message and "confirmed by a re-run" in landing.message
+    assert "pytest --distperf --distperf-save t.py::test_x" in landing.message
+    other = BaselineGate(session, "t.py::test_x", "cpu", 2, Policy())  # another test sharing the same runs
+    other.check(job, slow, rerun)
+    assert reruns == [1]  # confirmed once per session
+
+    _, gate = make_gate(tmp_path, save=False)
+    gate.check(job, [fake_run(job, ms) for ms in (130, 131, 129)], lambda: [fake_run(job, ms) for ms in (100, 99, 101)])
+    assert not gate.finish(test_passed=True).failed  # a breach the re-run does not confirm only warns
+
+    path = tmp_path / "baselines" / gate.machine.name / "t--test_x.json"
+    doc = json.loads(path.read_text())
+    doc["environment"]["torch"] = "0.0.1"
+    path.write_text(json.dumps(doc))
+    with pytest.warns(BaselineEnvironmentWarning, match=r"torch 0.0.1 -> "):
+        make_gate(tmp_path, save=False)

@@ -1,0 +1,122 @@
+"""Reports CI reads: --distperf-json, the $GITHUB_STEP_SUMMARY Markdown, the pytest-benchmark export, JUnit
+properties -- from real 2-rank CPU jobs compared against a baseline saved in the same folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_distperf import fingerprint
+
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
+STEPS = 4
+
+PERF_TESTS = f"""
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_ddp(distperf):
+    distperf.measure("ddp", repeats=2, steps={STEPS}, warmup=1)
+
+@pytest.mark.distperf(world_size=2)
+def test_broken_baseline(distperf):
+    distperf.measure("ddp", repeats=1, steps=2, warmup=1)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+    pytester.makepyfile(test_perf=PERF_TESTS)
+    pytester.runpytest(*INNER_OPTS, "--distperf-save", "-k", "test_ddp").assert_outcomes(passed=1, deselected=1)
+    folder = pytester.path / "baselines" / fingerprint.machine_class("cpu", 2).name
+    broken = folder / "test_perf--test_broken_baseline.json"
+    broken.write_text('{"schema_version": 2, "test": ')  # truncated: that test errors before running a job
+
+    summary = pytester.path / "summary.md"
+    summary.write_text("earlier step output\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-json", "out/report.json", "--distperf-benchmark-json",
+                                "out/bench.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*distperf: wrote JSON report out/report.json*",
+                                 "*distperf: wrote pytest-benchmark JSON out/bench.json*"])
+
+    # JSON: job configuration, environment, per-rank metrics, verdicts
+    report = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert report["environment"]["torch"] and report["environment"]["host"]
+    assert "--distperf-json" in report["invocation"]["args"]
+    assert report["summary"]["outcomes"] == {"passed": 1, "error": 1}
+    tests = {t["nodeid"]: t for t in report["tests"]}
+    ok = tests["test_perf.py::test_ddp"]
+    assert ok["outcome"] == "passed" and ok["machine_class"] == folder.name
+    [job] = ok["jobs"]
+    assert job["config"]["strategy"] == "ddp" and job["config"]["steps"] == STEPS and len(job["runs"]) == 2
+    for run in job["runs"]:
+        assert [r["rank"] for r in run["ranks"]] == [0, 1]
+        for r in run["ranks"]:
+            assert len(r["step_times"]) == STEPS and r["host_peak_rss"] > 0 and r["optimizer_state_bytes"] > 0
+    verdicts = {v["metric"]: v for v in ok["verdicts"]}
+    assert set(verdicts) >= {"step_time", "peak_memory", "optimizer_state_bytes"}
+    assert verdicts["optimizer_state_bytes"]["status"] == "pass" and verdicts["step_time"]["baseline_runs"] == 2
+    bad = tests["test_perf.py::test_broken_baseline"]
+    assert bad["outcome"] == "error" and "truncated" in bad["message"] and str(broken) in bad["message"]
+
+    # Markdown appended to $GITHUB_STEP_SUMMARY
+    md = summary.read_text()
+    assert md.startswith("earlier step output\n## distperf")
+    assert "| test | job | metric | baseline | current | Δ | 95% interval | status |" in md
+    assert "| test_ddp | ddp tiny x2 cpu | step_time |" in md
+    assert "<details><summary>✗ test_perf.py::test_broken_baseline</summary>" in md
+
+    # pytest-benchmark layout, readable by pytest-benchmark's own compare command
+    bench = json.loads((pytester.path / "out" / "bench.json").read_text())
+    assert set(bench) >= {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
+    [b] = bench["benchmarks"]
+    assert b["name"] == "test_ddp[ddp tiny x2 cpu]" and b["stats"]["rounds"] == 2 * STEPS
+    assert b["stats"]["ops"] == pytest.approx(1 / b["stats"]["mean"])
+    assert b["stats"]["data"] == [t for run in job["runs"] for t in run["step_times"]]
+    exe = shutil.which("pytest-benchmark")
+    if exe is None:
+        pytest.skip("pytest-benchmark is not installed: cannot check that it reads the export")
+    out = subprocess.run([exe, "compare", "out/bench.json", "--columns", "min,median,ops,rounds"],
+                         cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Failed to load" not in out.stdout + out.stderr
+    assert "test_ddp[ddp tiny x2 cpu]" in out.stdout
+
+    # JUnit: the verdict as properties of the test case
+    case = next(c for c in ET.parse(pytester.path / "junit.xml").iter("testcase") if c.get("name") == "test_ddp")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["distperf.baseline.step_time[ddp tiny x2 cpu]"].split()[0] in ("pass", "warn")
+    assert props["distperf.baseline.optimizer_state_bytes[ddp tiny x2 cpu]"].startswith("pass +0.0%")
+
+
+def test_report_paths_are_checked_before_running(pytester: pytest.Pytester):
+    pytester.makepyfile(test_perf=PERF_TESTS)
+    (pytester.path / "adir").mkdir()
+    result = pytester.runpytest(*INNER_OPTS, "--distperf-json", "adir")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--distperf-json: expected a file path, got 'adir'*"])
+
+
+def test_markdown_and_benchmark_export_read_records_only():
+    from pytest_distperf.reports import ReportEntry, benchmark_json, markdown_summary
+
+    verdict = {"kind": "baseline", "job": "j", "metric": "step_time", "unit": "s", "baseline": 0.1, "current": 0.12,
+               "delta": 0.2, "low": 0.15, "high": 0.25, "status": "fail", "fails": True}
+    run = {"step_times": [0.1, 0.3], "peak_memory": 5, "tokens_per_step": 10}
+    entry = ReportEntry("t.py::test_a", "failed", 1.0, [verdict], {"machine_class": "m", "jobs": [
+        {"label": "j", "config_hash": "h", "config": {}, "runs": [run]}]}, "boom")
+    md = markdown_summary([entry])
+    assert "| test_a | j | step_time | 100.0 ms | 120.0 ms | +20.0% | [+15.0%, +25.0%] | ✗ |" in md
+    stats = benchmark_json([entry, entry], {"host": "h"})["benchmarks"]
+    assert len(stats) == 1  # the same runs shared by two tests are exported once
+    assert stats[0]["stats"]["median"] == pytest.approx(0.2) and stats[0]["extra_info"]["baseline_status"] == "fail"
