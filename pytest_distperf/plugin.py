@@ -136,8 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             plan = plan_test(settings, kwargs, gpus, item.nodeid)
             gate = config.stash[gate_key]
             if gate is not None:
-                item.stash[policy_key] = regression.policy_for(gate.settings.policy,
-                                                               dict(marker.kwargs) if marker else {}, item.nodeid)
+                item.stash[policy_key] = regression.policy_for(gate.settings.policy, kwargs, item.nodeid)
         except SettingsError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
         item.stash[plan_key] = plan

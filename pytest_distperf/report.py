@@ -91,7 +91,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     if checks:
         lines += [""] + _table(["test", "check", "A", "B", "A/B [95% CI]", "limit", "verdict"], checks)
     if probes:
-        lines += [""] + _table(["probed job", "steps", "collectives/step", "AG median", "overlap", "exposed/step",
+        lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step", "AG median", "overlap", "exposed/step",
                                 "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "95% interval", "status"],

@@ -200,13 +200,20 @@ class ProbeResult:
 
 
 def probe_record(label: str, runs: list[Any]) -> dict[str, Any]:
-    """The report record (kind "probe") of a job's runs: rank 0's metrics of the first run, every trace."""
+    """The report record (kind "probe") of a job's runs: the worst rank's metrics of the first run (least
+    overlap, most of everything else, as the checks read them), every trace."""
     results = [r.probes for run in runs for r in run.ranks if r.probes is not None]
     first: ProbeResult | None = results[0] if results else None
+    per_rank = [r.probes.metrics() for r in runs[0].ranks if r.probes is not None]
+    worst: dict[str, float] = {}
+    for m in per_rank:
+        for key, value in m.items():
+            pick = min if key == "overlap.fraction" else max
+            worst[key] = pick(worst[key], value) if key in worst else value
     return {
         "kind": "probe", "label": label, "device": runs[0].spec.device, "runs": len(runs),
         "steps": first.steps if first else 0, "probes": list(runs[0].spec.probes),
-        "metrics": first.metrics() if first else {},
+        "metrics": worst,
         "not_measured": dict(first.not_measured) if first else {},
         "traces": [r.trace_path for r in results if r.trace_path],
     }
