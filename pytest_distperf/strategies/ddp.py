@@ -7,14 +7,13 @@ import contextlib
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.strategies.phased import PhasedTrainer
 
 
-class DDPTrainer:
+class DDPTrainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float, bucket_cap_mb: int):
-        self.ctx = ctx
+        self.ctx, self.device = ctx, ctx.device
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         self.model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -24,27 +23,16 @@ class DDPTrainer:
             return torch.autocast(device_type=self.ctx.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            loss = self.model(inputs, targets)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+            return self.model(inputs, targets)
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
-        clock = PhaseClock(StepTimer(self.ctx.device).sync)
-        clock.start()
-        with self._autocast():
-            loss = self.model(inputs, targets)
-        clock.lap("forward")
+    def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
-        clock.lap("backward")
+
+    def optimizer_step(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        clock.lap("optimizer")
-        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

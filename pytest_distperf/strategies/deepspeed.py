@@ -7,17 +7,16 @@ import os
 import deepspeed
 import torch
 
-from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext, StrategyError
 from pytest_distperf.strategies.ds_config import build_config
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.strategies.phased import PhasedTrainer
 
 
-class DeepSpeedTrainer:
+class DeepSpeedTrainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float, stage: int,
                  offload_optimizer: str | None, offload_param: str | None, nvme_path: str | None,
                  ds_config: dict):
-        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
+        self.device = ctx.device
         nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
         config = build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr,
                               weight_decay=weight_decay, offload_optimizer=offload_optimizer,
@@ -31,23 +30,14 @@ class DeepSpeedTrainer:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                                  config=config)
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self.engine(inputs, targets)
-        self.engine.backward(loss)
-        self.engine.step()
-        return loss.detach()
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.engine(inputs, targets)
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
-        clock = PhaseClock(self._sync)
-        clock.start()
-        loss = self.engine(inputs, targets)
-        clock.lap("forward")
+    def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss)
-        clock.lap("backward")
-        self.engine.step()
-        clock.lap("optimizer")
-        return clock.stop()
+
+    def optimizer_step(self) -> None:
+        self.engine.step()  # also zeroes the gradients
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         opt = self.engine.optimizer

@@ -9,16 +9,15 @@ from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.strategies.phased import PhasedTrainer
 from pytest_distperf.workload import Block
 
 
-class FSDPTrainer:
+class FSDPTrainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float,
                  offload: bool, sharding: str):
-        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
+        self.device = ctx.device
         mp = None
         if ctx.bf16:
             mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
@@ -35,25 +34,15 @@ class FSDPTrainer:
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self.model(inputs, targets)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs, targets)
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
-        clock = PhaseClock(self._sync)
-        clock.start()
-        loss = self.model(inputs, targets)
-        clock.lap("forward")
+    def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
-        clock.lap("backward")
+
+    def optimizer_step(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        clock.lap("optimizer")
-        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

@@ -6,15 +6,14 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.strategies.phased import PhasedTrainer
 
 
-class FSDP2Trainer:
+class FSDP2Trainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float,
                  offload: bool, reshard_after_forward: bool):
-        self._sync = StepTimer(ctx.device).sync  # for step_breakdown
+        self.device = ctx.device
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
         policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
@@ -24,25 +23,15 @@ class FSDP2Trainer:
         self.model = fully_shard(model, reshard_after_forward=reshard_after_forward, **kwargs)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self.model(inputs, targets)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs, targets)
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """step() split into device-synchronised phases (pytest_distperf.breakdown)."""
-        clock = PhaseClock(self._sync)
-        clock.start()
-        loss = self.model(inputs, targets)
-        clock.lap("forward")
+    def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
-        clock.lap("backward")
+
+    def optimizer_step(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        clock.lap("optimizer")
-        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer

@@ -19,14 +19,13 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from pytest_distperf.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext, frontend
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.strategies.phased import PhasedTrainer
 
 
-class LightningFabricAdapter:
+class LightningFabricAdapter(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
-        self._sync = StepTimer(ctx.device).sync
+        self.device = ctx.device
         group = frontend.default_process_group()
         strategy, precision, model, make_optimizer = frontend.lightning_engine(ctx, model, options, fabric=True)
         devices, nodes = frontend.node_layout(ctx.world_size)
@@ -42,24 +41,15 @@ class LightningFabricAdapter:
         else:
             self.model, self.optimizer = self.fabric.setup(model, make_optimizer(model.parameters()))
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self.model(inputs, targets)
-        self.fabric.backward(loss)
-        self.optimizer.step()
-        self.optimizer.zero_grad()
-        return loss.detach()
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs, targets)
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        clock = PhaseClock(self._sync)
-        clock.start()
-        loss = self.model(inputs, targets)
-        clock.lap("forward")
+    def backward(self, loss: torch.Tensor) -> None:
         self.fabric.backward(loss)
-        clock.lap("backward")
+
+    def optimizer_step(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad()
-        clock.lap("optimizer")
-        return clock.stop()
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         opt = self.optimizer.optimizer  # Fabric's wrapper -> torch optimizer, or DeepSpeed's ZeRO optimizer

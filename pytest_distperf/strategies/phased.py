@@ -1,0 +1,43 @@
+"""One training step as three phases, shared by the adapters whose loop is theirs to write.
+
+`step()` runs forward, backward and optimizer back to back: that is what the worker times.
+`step_breakdown()` runs the same three methods with a device synchronisation after each, in a
+short phase after timing (pytest_distperf.breakdown), so a failing ratio says where the time goes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_distperf.breakdown import PhaseClock
+from pytest_distperf.timing import StepTimer
+
+
+class PhasedTrainer:
+    device: Any  # torch.device, set by the subclass
+
+    def forward(self, inputs: Any, targets: Any) -> Any:
+        raise NotImplementedError
+
+    def backward(self, loss: Any) -> None:
+        raise NotImplementedError
+
+    def optimizer_step(self) -> None:
+        raise NotImplementedError
+
+    def step(self, inputs: Any, targets: Any) -> Any:
+        loss = self.forward(inputs, targets)
+        self.backward(loss)
+        self.optimizer_step()
+        return loss.detach()
+
+    def step_breakdown(self, inputs: Any, targets: Any) -> dict[str, float]:
+        clock = PhaseClock(StepTimer(self.device).sync)
+        clock.start()
+        loss = self.forward(inputs, targets)
+        clock.lap("forward")
+        self.backward(loss)
+        clock.lap("backward")
+        self.optimizer_step()
+        clock.lap("optimizer")
+        return clock.stop()
