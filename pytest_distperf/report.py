@@ -57,6 +57,20 @@ def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
             fmt_value(r["current"], r["unit"]), fmt_pct(r["delta"]), fmt_interval(r), status_mark(r)]
 
 
+def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
+    """Tests that share a job's runs (a cached comparison) get the same verdict rows: show each once,
+    under the first test, with how many more tests carry it."""
+    first: dict[tuple[str, ...], list[str]] = {}
+    shared: dict[tuple[str, ...], int] = {}
+    for row in rows:
+        key = tuple(row[1:])
+        if key in first:
+            shared[key] += 1
+        else:
+            first[key], shared[key] = list(row), 0
+    return [[row[0] + (f" (+{shared[k]} tests)" if shared[k] else ""), *row[1:]] for k, row in first.items()]
+
+
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     runs, checks, probes = [], [], []
     baselines: list[list[str]] = []
@@ -95,5 +109,5 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                                 "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "95% interval", "status"],
-                               baselines)
+                               _merge_shared(baselines))
     return lines

@@ -112,7 +112,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
                  progress: "jobfiles.Progress | None") -> RankResult:
     import torch
 
-    from pytest_distperf import strategies
+    from pytest_distperf import breakdown, strategies
     from pytest_distperf.strategies import RankContext
     from pytest_distperf.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
                                         reset_host_peak)
@@ -170,8 +170,6 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
             rank=rank, job_dir=job_dir, progress=progress.update if progress else None)
 
     # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step.
-    from pytest_distperf import breakdown
-
     if progress:
         progress.update("step breakdown")
     step_breakdown = breakdown.collect(trainer, batches[job.warmup_steps:])
