@@ -89,6 +89,9 @@ def tag(monkeypatch):
     value = uuid.uuid4().hex
     monkeypatch.setenv("DISTPERF_FAULT_TAG", value)  # inherited by the agent and every rank
     yield value
+    deadline = time.monotonic() + 5  # a process may still be on its way out when the test returns
+    while tagged_processes(value) and time.monotonic() < deadline:
+        time.sleep(0.1)
     left = tagged_processes(value)
     for p in left:
         p.kill()
