@@ -55,15 +55,15 @@ def loops(shape: str, steps: int, rounds: int) -> dict:
     timer = StepTimer(device)
     for b in batches[:3]:
         trainer.step(*b)
-    plain, instrumented = [], []
-    for _ in range(rounds):
+    def plain_loop() -> float:
         timer.sync()
         t0 = time.perf_counter()
         for b in batches:
             trainer.step(*b)
         timer.sync()
-        plain.append((time.perf_counter() - t0) / steps)
+        return (time.perf_counter() - t0) / steps
 
+    def instrumented_loop() -> float:
         t0 = time.perf_counter()
         times, losses = [], []
         for b in batches:  # the worker's timing loop
@@ -71,7 +71,16 @@ def loops(shape: str, steps: int, rounds: int) -> dict:
             times.append(seconds)
             losses.append(loss)
         [float(x) for x in losses]
-        instrumented.append((time.perf_counter() - t0) / steps)
+        return (time.perf_counter() - t0) / steps
+
+    plain, instrumented = [], []
+    for i in range(rounds):  # ABBA order, so an order effect cancels
+        if i % 2 == 0:
+            plain.append(plain_loop())
+            instrumented.append(instrumented_loop())
+        else:
+            instrumented.append(instrumented_loop())
+            plain.append(plain_loop())
     return {"plain": plain, "instrumented": instrumented}
 
 
