@@ -148,16 +148,7 @@ def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure]) -> str:
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
-    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)", ""]
-    # A rank that left with exit code 0 and no value is no failure to torch elastic, but its peers then
-    # fail on the closed connection: name it, it is the likelier cause.
-    failed = {f.rank for f in failures}
-    quiet = [r for r in jobfiles.started_ranks(job_dir) if r not in failed and not jobfiles.has_returned(job_dir, r)]
-    if quiet:
-        lines[0] = (f"distperf job {job.describe()} failed: rank(s) {', '.join(map(str, sorted(quiet)))} exited "
-                    f"without returning a value and without an error (os._exit / sys.exit(0)?), then rank "
-                    f"{root.rank} {how}")
-    lines += [root.message.rstrip(), ""]
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)", "", root.message.rstrip(), ""]
     others = [f for f in failures if f is not root]
     if others:
         lines.append("other ranks: " + ", ".join(
