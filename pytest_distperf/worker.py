@@ -62,6 +62,7 @@ def rank_main(job_dir: str) -> Any:
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
+        _pin_to_own_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
         dist.init_process_group("gloo")
     progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
     try:
@@ -82,6 +83,17 @@ def rank_main(job_dir: str) -> Any:
     dist.destroy_process_group()
     jobfiles.mark_returned(job_dir, rank)
     return value
+
+
+def _pin_to_own_cores(local_rank: int, local_world_size: int) -> None:
+    """CPU jobs: each rank on its own slice of the allowed cores (the launcher gives it as many threads),
+    so ranks do not migrate across each other's cores between steps, a source of run-to-run variation."""
+    if not hasattr(os, "sched_setaffinity") or os.environ.get("DISTPERF_NO_PIN"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    per_rank = len(cores) // local_world_size
+    if per_rank >= 1:
+        os.sched_setaffinity(0, cores[local_rank * per_rank:(local_rank + 1) * per_rank])
 
 
 def _oom_message(rank: int, device: Any) -> str:
