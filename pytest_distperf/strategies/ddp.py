@@ -27,16 +27,6 @@ class DDPTrainer(PhasedTrainer):
         with self._autocast():
             return self.model(inputs, targets)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
-
-    def optimizer_step(self) -> None:
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def torch_optimizer(self) -> torch.optim.Optimizer:
-        return self.optimizer
-
 
 def build(model: torch.nn.Module, ctx: RankContext, **options) -> DDPTrainer:
     return DDPTrainer(model, ctx, **options)

@@ -23,19 +23,6 @@ class FSDP2Trainer(PhasedTrainer):
         self.model = fully_shard(model, reshard_after_forward=reshard_after_forward, **kwargs)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model(inputs, targets)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
-
-    def optimizer_step(self) -> None:
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def torch_optimizer(self) -> torch.optim.Optimizer:
-        return self.optimizer
-
 
 def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDP2Trainer:
     return FSDP2Trainer(model, ctx, **options)

@@ -41,9 +41,6 @@ class LightningFabricAdapter(PhasedTrainer):
         else:
             self.model, self.optimizer = self.fabric.setup(model, make_optimizer(model.parameters()))
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model(inputs, targets)
-
     def backward(self, loss: torch.Tensor) -> None:
         self.fabric.backward(loss)
 

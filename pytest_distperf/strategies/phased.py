@@ -14,16 +14,25 @@ from pytest_distperf.timing import StepTimer
 
 
 class PhasedTrainer:
-    device: Any  # torch.device, set by the subclass
+    """Defaults are the plain torch loop; an adapter overrides the phases its library does differently."""
+
+    device: Any  # torch.device
+    model: Any  # the wrapped module: model(inputs, targets) -> loss
+    optimizer: Any
 
     def forward(self, inputs: Any, targets: Any) -> Any:
-        raise NotImplementedError
+        return self.model(inputs, targets)
 
     def backward(self, loss: Any) -> None:
-        raise NotImplementedError
+        loss.backward()
 
     def optimizer_step(self) -> None:
-        raise NotImplementedError
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def torch_optimizer(self) -> Any:
+        """The torch optimizer that holds the state (strategies/__init__.optimizer_state_bytes reads it)."""
+        return self.optimizer
 
     def step(self, inputs: Any, targets: Any) -> Any:
         loss = self.forward(inputs, targets)
