@@ -208,13 +208,9 @@ def now_iso() -> str:
 
 # -- from runs --------------------------------------------------------------------------------------------------
 def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any]]:
-    """(label, config hash, config) of a job as the baseline keys it."""
-    config = json.loads(json.dumps(job.config_dict(), sort_keys=True, default=repr))
-    overrides = config.get("shape_overrides") or {}
-    for knob in INJECTION_FIELDS:
-        overrides.pop(knob, None)
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    return job.describe(), digest, config
+    """(label, config hash, config) of a job as the baseline keys it (injection knobs left out)."""
+    config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
+    return job.describe(), job.config_hash(INJECTION_FIELDS), config
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:

@@ -56,18 +56,23 @@ class JobSpec:
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if k != "ds_config" and v is not None)
         return f"{self.strategy}[{opts}] {self.shape} x{self.world_size} {self.device}".replace("[]", "")
 
-    def config_dict(self) -> dict[str, Any]:
-        """The parts of the job that decide what is measured (not where or how it is launched)."""
+    def config_dict(self, ignore_shape_fields: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The parts of the job that decide what is measured (not where or how it is launched).
+
+        ignore_shape_fields: shape overrides left out, e.g. the baseline key ignores the knobs that inject
+        a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
+        """
         d = asdict(self)
         for k in ("sys_path", "progress"):
             d.pop(k)
         if not self.probes:  # jobs without probes keep the hash they had before probes existed
             d.pop("probes")
             d.pop("probe_steps")
+        d["shape_overrides"] = {k: v for k, v in d["shape_overrides"].items() if k not in ignore_shape_fields}
         return d
 
-    def config_hash(self) -> str:
-        blob = json.dumps(self.config_dict(), sort_keys=True, default=repr).encode()
+    def config_hash(self, ignore_shape_fields: tuple[str, ...] = ()) -> str:
+        blob = json.dumps(self.config_dict(ignore_shape_fields), sort_keys=True, default=repr).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
