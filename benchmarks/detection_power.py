@@ -106,6 +106,14 @@ def trial(baseline_runs: list[list[float]], candidate: list[list[float]], confir
     return first[0].status, breach, threshold
 
 
+def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Write the runs collected so far to --json, so a run cut short (a time limit) keeps them for --from-json."""
+    if args.json:
+        from pytest_distperf.baseline import write_json_atomic
+
+        write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
+
+
 def measure(args: argparse.Namespace, sizes: list[float]) -> dict[str, Any]:
     """Calibrate, then collect the baseline pool and the interleaved candidate pools (step times per run)."""
     if args.knobs:
@@ -120,17 +128,20 @@ def measure(args: argparse.Namespace, sizes: list[float]) -> dict[str, Any]:
     conditions = [{"name": "A/A", "size": 0.0, "extra_work": 0.0}] + [
         {"name": f"+{s:.0%}", "size": s, "extra_work": k} for s, k in zip(sizes, knobs)]
     baseline_pool: list[list[float]] = []
+    pools: dict[str, list[list[float]]] = {c["name"]: [] for c in conditions}
+    data = {"job": {k: getattr(args, k) for k in ("device", "world_size", "strategy", "shape", "steps", "warmup")},
+            "slope": slope, "conditions": conditions, "baseline_pool": baseline_pool, "pools": pools}
     for i in range(args.pool):
         baseline_pool.append(run_once(make_job(args, 0.0), args.timeout).step_times)
         log(f"baseline pool {i + 1}/{args.pool}: {run_median(baseline_pool[-1]) * 1e3:.2f} ms")
-    pools: dict[str, list[list[float]]] = {c["name"]: [] for c in conditions}
+        checkpoint(args, data)
     for i in range(args.pool):  # interleaved, so drift during collection hits every condition alike
         for c in conditions:
             pools[c["name"]].append(run_once(make_job(args, c["extra_work"]), args.timeout).step_times)
         log(f"candidate pools {i + 1}/{args.pool}: " + ", ".join(
             f"{n} {run_median(p[-1]) * 1e3:.2f} ms" for n, p in pools.items()))
-    return {"job": {k: getattr(args, k) for k in ("device", "world_size", "strategy", "shape", "steps", "warmup")},
-            "slope": slope, "conditions": conditions, "baseline_pool": baseline_pool, "pools": pools}
+        checkpoint(args, data)
+    return data
 
 
 def analyse(data: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -223,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         with open(args.from_json) as f:
             data = json.load(f)["data"]
+        smallest = min(len(p) for p in [data["baseline_pool"], *data["pools"].values()])
+        if smallest < 2 * args.repeats:
+            raise SystemExit(f"{args.from_json}: its smallest pool holds {smallest} runs, fewer than 2 x --repeats "
+                             f"({2 * args.repeats}); re-analyse with a smaller --repeats")
     else:
         data = measure(args, sizes)
     rows = analyse(data, args)
