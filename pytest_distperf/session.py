@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_distperf import strategies
 from pytest_distperf.compare import Comparison, SideSummary
-from pytest_distperf.launcher import launch
+from pytest_distperf.launcher import JobError, launch
 from pytest_distperf.options import Settings, TestPlan
 from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec, RunResult
@@ -48,6 +48,9 @@ class RunCache:
     def __init__(self) -> None:
         self.comparisons: dict[tuple[str, str, int], tuple[list[RunResult], list[RunResult], str]] = {}
         self.probe_runs: dict[str, RunResult | BaseException] = {}  # config hash -> run (or its skip outcome)
+        # config hash -> (test that ran it, its error): a job that failed is not run again for the next test
+        # that shares it (a broken NVMe set-up would otherwise cost each of the five offload tests a launch).
+        self.failed_jobs: dict[str, tuple[str, str]] = {}
 
 
 class DistPerf:
@@ -145,8 +148,17 @@ class DistPerf:
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
+        key = job.config_hash()
+        if key in self.cache.failed_jobs:
+            nodeid, error = self.cache.failed_jobs[key]
+            raise JobError(f"{job.describe()} failed earlier in this session, in {nodeid}; not run again. "
+                           f"Its error:\n{error}")
         start = time.monotonic()
-        values = self._launch(job)
+        try:
+            values = self._launch(job)
+        except JobError as e:
+            self.cache.failed_jobs[key] = (self.nodeid, str(e))
+            raise
         return RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
 
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
