@@ -106,3 +106,31 @@ def test_unknown_strategy_and_option_are_named(pytester):
         "*strategy 'fsdp2' has no option(s) 'reshard'; its options are: *",
         "*ds_config has unknown top-level key(s) 'zero_optimisation'*",
     ])
+
+
+def test_cuda_arch_list_deepspeed_cannot_parse_is_named_before_its_jit_build():
+    # The 2xH200 image set an arch-specific entry; DeepSpeed 0.19.8's JIT build failed on it deep in the
+    # optimizer set-up. The check asks DeepSpeed's own (CUDA) op builder, so it runs on this CPU box too.
+    pytest.importorskip("deepspeed")
+    from deepspeed.ops.op_builder.async_io import AsyncIOBuilder
+
+    from pytest_distperf.strategies import StrategyError
+    from pytest_distperf.strategies.deepspeed import check_cuda_arch_list
+
+    builder = AsyncIOBuilder()
+    check_cuda_arch_list(builder, "8.0;9.0+PTX")
+    check_cuda_arch_list(builder, "")
+    builder.jit_mode, builder._jit_arch_list = True, "8.0;9.0a"
+    try:
+        builder.compute_capability_args()
+        deepspeed_reads_suffixes = True  # fixed upstream (PR #8619): then there is nothing to refuse
+    except ValueError:
+        deepspeed_reads_suffixes = False
+    builder.jit_mode = False
+    if deepspeed_reads_suffixes:
+        check_cuda_arch_list(builder, "8.0 9.0a")
+    else:
+        with pytest.raises(StrategyError, match=r"TORCH_CUDA_ARCH_LIST='8.0 9.0a': DeepSpeed .* cannot parse it "
+                                                r".*TORCH_CUDA_ARCH_LIST=9.0"):
+            check_cuda_arch_list(builder, "8.0 9.0a")
+    assert builder.jit_mode is False  # the builder is left as it was

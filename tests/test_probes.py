@@ -13,10 +13,10 @@ import pytest
 from pytest_distperf import probes, report
 from pytest_distperf.compare import DistPerfCheckFailed
 from pytest_distperf.options import SettingsError, build_settings, plan_test
-from pytest_distperf.probe_checks import ProbeAssertions
+from pytest_distperf.probe_checks import ProbeAssertions, ProbeIncomplete
 from pytest_distperf.probes import overlap, placement
 from pytest_distperf.probes.comms import nccl_kernel_kind, nccl_kernels
-from pytest_distperf.probes.results import PlacementResult, ProbeResult, probe_record
+from pytest_distperf.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
 from pytest_distperf.probes.trace import Trace, intersection_length, union
 from pytest_distperf.spec import JobSpec, RankResult, RunResult
 
@@ -296,3 +296,30 @@ def test_cuda_checks_on_a_kineto_trace():
     row = next(line for line in lines if line.startswith("zero3"))
     for cell in ("30%", "140 us", "DtoH 0.5 (2.00 KiB)", "AdamW CPU 100 us / GPU 0.5 kernels", "0.50"):
         assert cell in row, (cell, row)
+
+
+def _comms_run(label: str, recorded: dict[str, list[int]], kernels: dict[str, list[int]]) -> RunResult:
+    by_kind = {k: CollectiveStats(k, counts, [1 << 20] * len(counts), [1 << 20] * sum(counts))
+               for k, counts in recorded.items()}
+    result = ProbeResult(rank=1, device="cuda", steps=2, probes=["comms"],
+                         comms=CommsResult(steps=2, by_kind=by_kind, group_size=2, nccl_kernels=kernels))
+    run = _cuda_run(result)
+    run.spec = JobSpec(world_size=1, device="cuda", strategy=label, probes=("comms",))
+    return run
+
+
+def test_a_count_short_of_the_nccl_kernels_is_an_error_not_a_ratio():
+    # What 2xH200 showed for FSDP2: the forward all-gathers recorded, the backward ones (autograd's thread) not.
+    fsdp2 = _comms_run("fsdp2", {"all_gather": [25, 25]}, {"all_gather": [49, 49], "reduce_scatter": [25, 25]})
+    zero3 = _comms_run("deepspeed", {"all_gather": [129, 129], "reduce_scatter": [1, 1], "barrier": [1, 1]},
+                       {"all_gather": [60, 60], "reduce_scatter": [1, 1], "all_reduce": [1, 1]})
+    assert fsdp2.ranks[0].probes.comms.unrecorded() == {"all_gather": ([25, 25], [49, 49]),
+                                                        "reduce_scatter": ([0, 0], [25, 25])}
+    # more ops than kernels (coalesced groups; a barrier is an all-reduce kernel) is a complete record
+    assert zero3.ranks[0].probes.comms.unrecorded() == {}
+    with pytest.raises(ProbeIncomplete, match=r"comms probe of fsdp2 .* missed all_gather ops.*"
+                                              r"rank 1: \[25, 25\] ops vs \[49, 49\] kernels per step"):
+        ProbeAssertions(zero3, fsdp2).assert_collectives_within("all_gather", 1.5)
+    # the incomplete kinds stay out of the metrics a baseline stores as exact counts
+    assert not any(k.startswith("comms.") for k in fsdp2.ranks[0].probes.metrics())
+    assert zero3.ranks[0].probes.metrics()["comms.all_gather.per_step"] == 129

@@ -48,11 +48,38 @@ def _require_async_io() -> None:
     """NVMe offload needs DeepSpeed's async I/O op (libaio): skip the test, with the reason, where it cannot build."""
     from deepspeed.ops.op_builder import AsyncIOBuilder
 
-    if not AsyncIOBuilder().is_compatible():
+    builder = AsyncIOBuilder()
+    if not builder.is_compatible():
         import pytest
 
         pytest.skip("NVMe offload needs DeepSpeed's async I/O op, and AsyncIOBuilder().is_compatible() is False "
                     "on this machine (libaio library and headers not found; e.g. apt install libaio-dev)")
+    check_cuda_arch_list(builder, os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+
+
+def check_cuda_arch_list(builder: object, arch_list: str) -> None:
+    """Ask DeepSpeed's own parser whether it can read TORCH_CUDA_ARCH_LIST before its JIT build does.
+
+    DeepSpeed 0.19.8 reads every entry as major.minor integers, so an arch-specific entry such as
+    "9.0a" (valid for torch 2.11) fails deep inside the optimizer set-up with "invalid literal for
+    int() with base 10: '0a'" (seen on the 2xH200 image; deepspeedai/DeepSpeed#7589, fix proposed in
+    PR #8619). Asking the parser keeps this check right once DeepSpeed reads such entries.
+    """
+    arch_list = arch_list.strip()
+    if not arch_list or not hasattr(builder, "compute_capability_args"):  # the CPU op builders compile no CUDA
+        return
+    saved = builder.jit_mode, getattr(builder, "_jit_arch_list", None)
+    builder.jit_mode, builder._jit_arch_list = True, arch_list
+    try:
+        builder.compute_capability_args()
+    except ValueError as e:
+        raise StrategyError(
+            f"TORCH_CUDA_ARCH_LIST={arch_list!r}: DeepSpeed {deepspeed.__version__} cannot parse it when it "
+            f"JIT-builds the async I/O op that NVMe offload needs ({e}; deepspeedai/DeepSpeed#7589). Set "
+            f"TORCH_CUDA_ARCH_LIST to major.minor entries without a letter suffix, e.g. TORCH_CUDA_ARCH_LIST=9.0 "
+            f"on H100/H200.") from None
+    finally:
+        builder.jit_mode, builder._jit_arch_list = saved
 
 
 def _check_sections(config: dict) -> None:
