@@ -112,9 +112,22 @@ class DistPerf:
                 last_print[0] = time.monotonic()
                 self._progress(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
 
-        with outcomes.as_pytest_outcome(), self._devices(job) as env:
-            values = launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
-                            keep=self.settings.keep_jobs or bool(job.probes), env=env)  # probe jobs keep their traces
+        # Strategy jobs are deterministic configurations: one that failed fails the next test that shares it
+        # without a relaunch. User functions (run_function) are always run.
+        key = job.config_hash() if job.function is None else None
+        with outcomes.as_pytest_outcome():
+            if key in self.cache.failed_jobs:
+                nodeid, error = self.cache.failed_jobs[key]
+                raise JobError(f"{job.describe()} failed earlier in this session, in {nodeid}; not run again. "
+                               f"Its error:\n{error}")
+            try:
+                with self._devices(job) as env:
+                    values = launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
+                                    keep=self.settings.keep_jobs or bool(job.probes), env=env)  # probes keep traces
+            except JobError as e:
+                if key is not None:
+                    self.cache.failed_jobs[key] = (self.nodeid, str(e))
+                raise
         if job.probes and not self.settings.keep_jobs:
             _drop_scratch(values)
         return values
@@ -148,17 +161,8 @@ class DistPerf:
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
-        key = job.config_hash()
-        if key in self.cache.failed_jobs:
-            nodeid, error = self.cache.failed_jobs[key]
-            raise JobError(f"{job.describe()} failed earlier in this session, in {nodeid}; not run again. "
-                           f"Its error:\n{error}")
         start = time.monotonic()
-        try:
-            values = self._launch(job)
-        except JobError as e:
-            self.cache.failed_jobs[key] = (self.nodeid, str(e))
-            raise
+        values = self._launch(job)
         return RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
 
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,

@@ -1,5 +1,7 @@
 """Real 2-rank CPU jobs started through torch's elastic launcher."""
 
+import re
+
 import pytest
 
 USER_FUNCTIONS = """
@@ -52,6 +54,33 @@ def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester):
         "*raise ValueError(\"boom from rank one\")*",
         "*ValueError: boom from rank one*",
     ])
+
+
+def test_a_failed_job_is_not_run_again_for_the_next_test_that_shares_it(pytester):
+    # DeepSpeed's own config model rejects the nested key inside the ranks: a real failure, after a launch.
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.fixture
+        def job(distperf):
+            return distperf.job("deepspeed", stage=3, steps=1, warmup=1,
+                                ds_config={"zero_optimization": {"stage": 3, "no_such_knob": 1}})
+
+        def test_first(distperf, job):
+            distperf.run(job)
+
+        def test_second(distperf, job):
+            distperf.run(job)
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "-rf")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*no_such_knob*",
+        "*failed earlier in this session, in test_a_failed_job_is_not_run_again_for_the_next_test_that_shares_it.py"
+        "::test_first; not run again*",
+    ])
+    job_folders = set(re.findall(r"job folder \(logs of every rank\): (\S+)", result.stdout.str()))
+    assert len(job_folders) == 1, job_folders  # one launch, not two
 
 
 def test_local_function_is_rejected(pytester):
