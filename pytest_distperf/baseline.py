@@ -245,11 +245,19 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 
 
 def _comms_counts(run: RunResult) -> dict[str, int]:
-    """comms.<kind>.calls_per_step / .bytes_per_step summed over ranks (the probes' per-step medians)."""
+    """comms.<kind>.calls_per_step / .bytes_per_step summed over ranks (the probes' per-step medians).
+
+    A kind that any rank recorded incompletely (fewer ops than NCCL kernels, CommsResult.unrecorded)
+    is left out: an exact-count baseline must not hold a number the profiler got wrong."""
+    from pytest_distperf.probes.results import NCCL_KERNEL_SOURCES
+
+    records = [c for c in (getattr(getattr(k, "probes", None), "comms", None) for k in run.ranks) if c]
+    incomplete = {kind for c in records for k in c.unrecorded() for kind in NCCL_KERNEL_SOURCES.get(k, (k,))}
     out: dict[str, int] = {}
-    for k in run.ranks:
-        comms = getattr(getattr(k, "probes", None), "comms", None)
-        for kind, s in (comms.by_kind.items() if comms else ()):
+    for comms in records:
+        for kind, s in comms.by_kind.items():
+            if kind in incomplete:
+                continue
             out[f"comms.{kind}.calls_per_step"] = out.get(f"comms.{kind}.calls_per_step", 0) + int(s.per_step)
             out[f"comms.{kind}.bytes_per_step"] = out.get(f"comms.{kind}.bytes_per_step", 0) + int(s.bytes_per_step)
     return out

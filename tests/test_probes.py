@@ -323,3 +323,7 @@ def test_a_count_short_of_the_nccl_kernels_is_an_error_not_a_ratio():
     # the incomplete kinds stay out of the metrics a baseline stores as exact counts
     assert not any(k.startswith("comms.") for k in fsdp2.ranks[0].probes.metrics())
     assert zero3.ranks[0].probes.metrics()["comms.all_gather.per_step"] == 129
+    from pytest_distperf.baseline import _comms_counts
+
+    assert _comms_counts(fsdp2) == {}
+    assert _comms_counts(zero3)["comms.all_gather.calls_per_step"] == 129

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import deepspeed
 import torch
@@ -57,7 +58,7 @@ def _require_async_io() -> None:
     check_cuda_arch_list(builder, os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
 
 
-def check_cuda_arch_list(builder: object, arch_list: str) -> None:
+def check_cuda_arch_list(builder: Any, arch_list: str) -> None:
     """Ask DeepSpeed's own parser whether it can read TORCH_CUDA_ARCH_LIST before its JIT build does.
 
     DeepSpeed 0.19.8 reads every entry as major.minor integers, so an arch-specific entry such as
