@@ -47,9 +47,9 @@ def run_once(job: JobSpec, timeout: float) -> RunResult:
     """One real run, holding the machine's devices like the plugin does (allocator.py)."""
     owner = f"detection_power [{job.describe()} extra_work={job.shape_overrides.get('extra_work', 0)}]"
     if job.device == "cuda":
-        from pytest_distperf.devices import visible_gpu_count
+        from pytest_distperf.devices import visible_gpu_ids
 
-        devices = allocator.gpus(job.world_size, allocator.visible_gpu_ids(visible_gpu_count()), owner)
+        devices = allocator.gpus(job.world_size, visible_gpu_ids(), owner)
     else:
         devices = allocator.cpu(owner)
     start = time.monotonic()

@@ -29,13 +29,6 @@ def lock_dir() -> str:
     return path
 
 
-def visible_gpu_ids(count: int) -> list[str]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [v.strip() for v in visible.split(",") if v.strip()][:count]
-    return [str(i) for i in range(count)]
-
-
 def _log(folder: str, text: str) -> None:
     with open(os.path.join(folder, "allocations.log"), "a") as f:
         f.write(f"{time.strftime('%H:%M:%S')} pid={os.getpid()} {text}\n")

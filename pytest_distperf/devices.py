@@ -2,49 +2,83 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from typing import Any, Iterator
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
-def visible_gpu_count() -> int:
-    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES. No CUDA context."""
+def visible_gpu_ids(total: int | None = None) -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), in order.
+
+    `total`: the machine's GPU count (default: read it, physical_gpu_count()). Like CUDA, the list
+    ends at the first entry that cannot name a device (empty, or -1 and the like). No CUDA context.
+    """
+    total = physical_gpu_count() if total is None else total
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    total = _nvml_count()
-    if total is None:
-        total = _nvidia_smi_count()
-    if visible is not None:
-        ids = [v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")]
-        return min(len(ids), total)
-    return total
+    if visible is None:
+        return [str(i) for i in range(total)]
+    ids: list[str] = []
+    for entry in (v.strip() for v in visible.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        ids.append(entry)
+    return ids[:total]
 
 
-def _nvml_count() -> int | None:
+def visible_gpu_count() -> int:
+    """GPUs this process may use: the machine's count, narrowed by CUDA_VISIBLE_DEVICES. No CUDA context."""
+    return len(visible_gpu_ids())
+
+
+def nvml_indices(ids: list[str], total: int) -> list[int]:
+    """NVML device indices of visible GPU ids (indices past `total` dropped); UUID/MIG names map to the
+    first ones (same model assumed)."""
+    if all(v.isdigit() for v in ids):
+        return [int(v) for v in ids if int(v) < total]
+    return list(range(min(len(ids), total)))
+
+
+@contextlib.contextmanager
+def nvml() -> Iterator[Any]:
+    """The pynvml module, initialised for the block; None where pynvml or the driver is missing."""
     try:
         import pynvml
     except ImportError:
-        return None
+        yield None
+        return
     try:
         pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:  # NVMLError: no driver on this machine
-        return 0
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
 
 
-def _nvidia_smi_count() -> int:
+def nvidia_smi(*args: str) -> list[str]:
+    """Non-empty output lines of `nvidia-smi ARGS`; [] where it is missing or fails."""
     exe = shutil.which("nvidia-smi")
     if not exe:
-        return 0
+        return []
     try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def physical_gpu_count() -> int:
+    """GPUs on this machine, from NVML, else from `nvidia-smi -L`; 0 without a driver."""
+    with nvml() as lib:
+        if lib is not None:
+            return int(lib.nvmlDeviceGetCount())
+    return sum(1 for line in nvidia_smi("-L") if line.startswith("GPU "))
 
 
 def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:

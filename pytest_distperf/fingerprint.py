@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
+from pytest_distperf import devices
+
 # Soft fields whose change can move the numbers (warned about); host and commit are only context.
 VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
 CONTEXT_FIELDS = ("host", "git_commit", "cpu")
@@ -84,34 +86,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _visible_nvml_indices(total: int) -> list[int]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return list(range(total))
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    if all(v.isdigit() for v in ids):
-        return [int(v) for v in ids if int(v) < total]
-    return list(range(min(len(ids), total)))  # UUIDs/MIG names: assume the first ones (same model)
-
-
 def _gpu_facts() -> dict[str, Any]:
-    """GPU model, visible count and interconnect from NVML; 'unknown' fields where NVML is missing."""
-    try:
-        import pynvml
-    except ImportError:
-        return {"model": _nvidia_smi_name(), "count": _count_without_nvml(), "interconnect": "unknown"}
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError: no driver
-        return {"model": "unknown", "count": 0, "interconnect": "unknown"}
-    try:
-        indices = _visible_nvml_indices(int(pynvml.nvmlDeviceGetCount()))
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        names = sorted({_decode(pynvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
+    """GPU model, visible count and interconnect from NVML (devices.nvml); nvidia-smi's names without it."""
+    with devices.nvml() as nvml:
+        if nvml is None:
+            names = sorted(set(devices.nvidia_smi("--query-gpu=name", "--format=csv,noheader")))
+            return {"model": "+".join(names) or "unknown", "count": devices.visible_gpu_count(),
+                    "interconnect": "unknown"}
+        total = int(nvml.nvmlDeviceGetCount())
+        indices = devices.nvml_indices(devices.visible_gpu_ids(total), total)
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        names = sorted({_decode(nvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
         return {"model": "+".join(names), "count": len(handles),
-                "interconnect": _interconnect(pynvml, handles[0]) if handles else "unknown"}
-    finally:
-        pynvml.nvmlShutdown()
+                "interconnect": _interconnect(nvml, handles[0]) if handles else "unknown"}
 
 
 def _interconnect(pynvml: Any, handle: Any) -> str:
@@ -127,25 +114,6 @@ def _interconnect(pynvml: Any, handle: Any) -> str:
 
 def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _nvidia_smi(query: str) -> list[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def _nvidia_smi_name() -> str:
-    return "+".join(sorted(set(_nvidia_smi("name")))) or "unknown"
-
-
-def _count_without_nvml() -> int:
-    from pytest_distperf.devices import visible_gpu_count
-
-    return visible_gpu_count()
 
 
 # -- soft metadata -----------------------------------------------------------------------------------------------
@@ -194,17 +162,11 @@ def _nccl_version() -> str | None:
 
 
 def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return _decode(pynvml.nvmlSystemGetDriverVersion())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        found = _nvidia_smi("driver_version")
-        return found[0] if found else None
+    with devices.nvml() as nvml:
+        if nvml is not None:
+            return _decode(nvml.nvmlSystemGetDriverVersion())
+    found = devices.nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
+    return found[0] if found else None
 
 
 def git_commit(rootdir: str | None) -> str | None:

@@ -9,6 +9,7 @@ path, Ctrl-C included.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -102,7 +103,8 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
                     if text and text != last:
                         on_progress(text, elapsed)
                         last = text
-                time.sleep(POLL_SECONDS)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
             values = _collect(job, job_dir)
             ok = True
             return values

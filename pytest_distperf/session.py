@@ -135,11 +135,11 @@ class DistPerf:
     def _devices(self, job: JobSpec):
         """The devices this job owns while it runs (see allocator.py for the policy)."""
         from pytest_distperf import allocator
-        from pytest_distperf.devices import visible_gpu_count
+        from pytest_distperf.devices import visible_gpu_ids
 
         owner = f"{self.nodeid} [{job.describe()}]"
         if job.device == "cuda":
-            return allocator.gpus(job.world_size, allocator.visible_gpu_ids(visible_gpu_count()), owner, self._progress)
+            return allocator.gpus(job.world_size, visible_gpu_ids(), owner, self._progress)
         if job.function is None:
             return allocator.cpu(owner, self._progress)
         return contextlib.nullcontext({})

@@ -50,13 +50,6 @@ def test_asking_for_more_gpus_than_visible_is_an_error_not_a_wait(tmp_path):
             pass
 
 
-def test_visible_gpu_ids_follow_cuda_visible_devices(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert allocator.visible_gpu_ids(2) == ["3", "5"]
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert allocator.visible_gpu_ids(3) == ["0", "1", "2"]
-
-
 def test_cpu_measurement_slot_is_exclusive(tmp_path):
     waits = []
     with allocator.cpu("a", folder=str(tmp_path)):
