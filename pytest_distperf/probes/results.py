@@ -17,20 +17,12 @@ def _median(values: list[float]) -> float:
 
 
 @dataclass
-class CollectiveStats:
-    """One kind of collective (all_gather, reduce_scatter, ...) over the profiled steps.
-
-    `sizes` are message sizes in bytes, one per collective call, in the nccl-tests
-    convention: the full buffer the collective covers (all_gather: the gathered output;
-    reduce_scatter: the unsharded input; all_reduce/broadcast: the tensor).
-    """
+class PerStep:
+    """Counts and bytes of one kind of event, one entry per profiled step; medians over the steps."""
 
     kind: str
-    counts: list[int]  # calls per step
-    bytes: list[int]  # sum of message sizes per step
-    sizes: list[int]  # every call's message size over all profiled steps
-    ops: dict[str, int] = field(default_factory=dict)  # profiler op names seen -> calls (all steps)
-    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls (all steps)
+    counts: list[int]
+    bytes: list[int]
 
     @property
     def per_step(self) -> float:
@@ -39,6 +31,21 @@ class CollectiveStats:
     @property
     def bytes_per_step(self) -> float:
         return _median(self.bytes)
+
+
+@dataclass
+class CollectiveStats(PerStep):
+    """One kind of collective (all_gather, reduce_scatter, ...) over the profiled steps.
+
+    `sizes` are message sizes in bytes, one per collective call, in the nccl-tests
+    convention: the full buffer the collective covers (all_gather: the gathered output;
+    reduce_scatter: the unsharded input; all_reduce/broadcast: the tensor).
+    """
+
+    # counts: calls per step; bytes: sum of message sizes per step
+    sizes: list[int]  # every call's message size over all profiled steps
+    ops: dict[str, int] = field(default_factory=dict)  # profiler op names seen -> calls (all steps)
+    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls (all steps)
 
     @property
     def size_median(self) -> float:
@@ -118,22 +125,11 @@ class OverlapResult:
 
 
 @dataclass
-class CopyStats:
+class CopyStats(PerStep):
     """Memory copies of one direction (HtoD, DtoH, DtoD, ...) per step, from CUPTI memcpy records."""
 
-    kind: str
-    counts: list[int]
-    bytes: list[int]
     pageable_counts: list[int]  # copies from or to pageable (not pinned) host memory
     pageable_bytes: list[int]
-
-    @property
-    def per_step(self) -> float:
-        return _median(self.counts)
-
-    @property
-    def bytes_per_step(self) -> float:
-        return _median(self.bytes)
 
 
 @dataclass
