@@ -6,6 +6,9 @@ offload on 2 GPUs, Fabric ran 0.3 it/s and the Trainer 0.02 it/s. Each pair runs
 engine, configured the same way (strategies/frontend.py), on the same workload, seed,
 batches and precision, so the ratio is what the front-end adds. A failing step-time check
 says where the time goes (forward / backward / optimizer / the loop's other work).
+On 2xH200 at 350m the Trainer/Fabric FSDP + CPU offload ratio was 0.85x [0.71, 1.02] once each
+rank had its share of the cores (launcher.threads_per_rank); with torch's default of every core
+in every rank it read 13.7x, an artifact of the oversubscribed host, not of Lightning.
 
 Shapes follow the device (`tiny` on CPU, `1b` on CUDA); thresholds are the issue's, never
 tuned. Lightning's FSDP and DeepSpeed strategies need CUDA, and Accelerate ignores its FSDP

@@ -247,19 +247,17 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 def _comms_counts(run: RunResult) -> dict[str, int]:
     """comms.<kind>.calls_per_step / .bytes_per_step summed over ranks (the probes' per-step medians).
 
-    A kind that any rank recorded incompletely (fewer ops than NCCL kernels, CommsResult.unrecorded)
-    is left out: an exact-count baseline must not hold a number the profiler got wrong."""
-    from pytest_distperf.probes.results import NCCL_KERNEL_SOURCES
-
+    Bytes of a kind are left out where any rank had calls of unknown size (CollectiveStats.unsized):
+    an exact baseline must not hold the bytes of part of the calls."""
     records = [c for c in (getattr(getattr(k, "probes", None), "comms", None) for k in run.ranks) if c]
-    incomplete = {kind for c in records for k in c.unrecorded() for kind in NCCL_KERNEL_SOURCES.get(k, (k,))}
+    unsized = {kind for c in records for kind, s in c.by_kind.items() if s.unsized}
     out: dict[str, int] = {}
     for comms in records:
         for kind, s in comms.by_kind.items():
-            if kind in incomplete:
-                continue
             out[f"comms.{kind}.calls_per_step"] = out.get(f"comms.{kind}.calls_per_step", 0) + int(s.per_step)
-            out[f"comms.{kind}.bytes_per_step"] = out.get(f"comms.{kind}.bytes_per_step", 0) + int(s.bytes_per_step)
+            if kind not in unsized:
+                out[f"comms.{kind}.bytes_per_step"] = (out.get(f"comms.{kind}.bytes_per_step", 0)
+                                                       + int(s.bytes_per_step))
     return out
 
 
@@ -276,8 +274,12 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "extra": json.loads(json.dumps(k.extra, default=repr)),
             "probes": _probe_metrics(k),
         })
+    from pytest_distperf.hostload import other_load
+
+    load = other_load([getattr(k, "cpu_window", None) for k in run.ranks])
     return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
-            "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks}
+            "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
+            "host_other_load_cores": round(load[0], 2) if load else None}
 
 
 def _probe_metrics(rank: Any) -> dict[str, float] | None:

@@ -13,9 +13,10 @@ import contextlib
 import inspect
 import sys
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from pytest_distperf import strategies
+from pytest_distperf import hostload, strategies
 from pytest_distperf.compare import Comparison, SideSummary
 from pytest_distperf.launcher import JobError, launch
 from pytest_distperf.options import Settings, TestPlan
@@ -163,7 +164,11 @@ class DistPerf:
     def _run(self, job: JobSpec) -> RunResult:
         start = time.monotonic()
         values = self._launch(job)
-        return RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
+        result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
+        busy = hostload.busy_host_message(job.describe(), [r.cpu_window for r in result.ranks])
+        if busy:
+            warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)
+        return result
 
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
                      **kwargs: Any) -> list[Any]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_distperf.hostload import CpuWindow
     from pytest_distperf.probes.results import ProbeResult
 
 
@@ -97,6 +98,7 @@ class RankResult:
     # Median seconds per phase (forward/backward/optimizer/other/total) over a few device-synchronised
     # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.breakdown).
     step_breakdown: dict[str, float] = field(default_factory=dict)
+    cpu_window: "CpuWindow | None" = None  # CPU readings over the timed loop (hostload.py); None off Linux
 
     @property
     def host_training_bytes(self) -> int:

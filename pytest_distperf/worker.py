@@ -125,6 +125,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     import torch
 
     from pytest_distperf import breakdown, strategies
+    from pytest_distperf.hostload import CpuMeter
     from pytest_distperf.strategies import RankContext
     from pytest_distperf.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
                                         reset_host_peak)
@@ -162,12 +163,15 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     reset_host_peak()
     step_times: list[float] = []
     losses: list[torch.Tensor] = []
+    cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
+    cpu.start()
     for i in range(job.steps):
         if progress:
             progress.update(f"timed step {i + 1}/{job.steps}")
         loss, seconds = timer.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b))
         step_times.append(seconds)
         losses.append(loss)
+    cpu_window = cpu.stop()
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
 
@@ -201,6 +205,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         warmup_seconds=warmup_seconds,
         probes=probe_result,
         step_breakdown=step_breakdown,
+        cpu_window=cpu_window,
     )
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up

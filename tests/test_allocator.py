@@ -66,3 +66,16 @@ def test_cpu_measurement_slot_is_exclusive(tmp_path):
 def _take_cpu_slot(folder):
     with allocator.cpu("b", folder=folder):
         pass
+
+
+def test_every_job_splits_the_cores_between_its_ranks_unless_the_user_set_threads(monkeypatch):
+    from pytest_distperf.fingerprint import usable_cores
+    from pytest_distperf.launcher import agent_environment
+    from pytest_distperf.spec import JobSpec
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    share = str(max(1, usable_cores() // 2))
+    for device in ("cpu", "cuda"):  # on CUDA too: torch's default (all cores in every rank) oversubscribes
+        assert agent_environment(JobSpec(world_size=2, device=device, strategy="ddp"))["OMP_NUM_THREADS"] == share
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert agent_environment(JobSpec(world_size=2, device="cuda", strategy="ddp"))["OMP_NUM_THREADS"] == "3"

@@ -29,18 +29,32 @@ c10d ops, which both backends share:
   ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclDevKernel_Broadcast_RING_LL``,
   ``ncclDevKernel_SendRecv`` (``ncclKernel_*`` before NCCL 2.19).
 
-How we read them: one collective = one outermost c10d / functional op (an op nested in
-another collective op is part of it), taken from the profiler's event tree
-(``experimental_event_tree``), which keeps each tensor's dtype and shape also inside tensor
-lists (the Chrome trace writes only ``TensorList`` there). A call belongs to the profiled
-step whose ``distperf:step`` range contains its start. On CUDA the NCCL kernels per step are
-counted too (from the Chrome trace), as a cross-check of what reached the GPU.
+How we read them depends on the backend:
 
-Message size (bytes) follows nccl-tests: the full buffer the collective covers. Where the op's
-arguments show only the shard side (list-form ``allgather_``/``reduce_scatter_``/
-``gather_``/``scatter_``: the other side is a list of lists the profiler does not record),
-size = shard x group size, with the group size taken as the job's world size: gloo records
-no group, and every strategy here uses one data-parallel group.
+- gloo (CPU): one collective = one outermost c10d / functional op (an op nested in another
+  collective op is part of it), taken from the profiler's event tree
+  (``experimental_event_tree``), which keeps each tensor's dtype and shape also inside tensor
+  lists (the Chrome trace writes only ``TensorList`` there). A call belongs to the profiled
+  step whose ``distperf:step`` range contains its start. Backward runs on the calling thread
+  on CPU, so the calling thread's record is the whole record.
+- NCCL (CUDA): one collective = one NCCL kernel on the GPU timeline, counted from the Chrome
+  trace; Kineto attaches the issuing op's arguments to the kernel (``Collective name``,
+  ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, seen on 2xH200 with torch
+  2.11 / NCCL 2.28), which give its size. A group of collectives that NCCL runs as one kernel
+  (a coalesced call) counts once: that is one launch on the wire. Why not the c10d ops: on
+  2xH200 the CPU-side record was incomplete in 3 of 4 runs -- FSDP2's backward all-gathers
+  and reduce-scatters (issued from autograd's device thread) missing on one rank, and ZeRO-3's
+  event tree short by 15 all-gathers a step on both ranks while the kernels were all there --
+  whereas the kernels are on the GPU timeline whichever thread issued them. A kernel belongs
+  to the step its launch call ran in (``Trace.gpu_step``).
+
+Message size (bytes) follows nccl-tests: the full buffer the collective covers. From the
+kernel's arguments: the larger of the input and output element counts times the dtype's
+size. From c10d ops: where the op's arguments show only the shard side (list-form
+``allgather_``/``reduce_scatter_``/``gather_``/``scatter_``: the other side is a list of
+lists the profiler does not record), size = shard x group size, with the group size taken as
+the job's world size: gloo records no group, and every strategy here uses one data-parallel
+group. A kernel without size arguments counts, with its size unknown (``CollectiveStats.unsized``).
 """
 
 from __future__ import annotations
@@ -50,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_distperf.probes import STEP_MARK
-from pytest_distperf.probes.results import CollectiveStats, CommsResult
+from pytest_distperf.probes.results import NCCL_SOURCE, OPS_SOURCE, CollectiveStats, CommsResult
 from pytest_distperf.probes.trace import KERNEL_CAT, Trace
 
 # An op's argument list -> message bytes, given the group size. `a[i]` is the byte count of
@@ -128,8 +142,17 @@ class CollectiveCall:
     op: str
     kind: str
     start_ns: int
-    size: int  # message bytes (see the module docstring)
+    size: int | None  # message bytes (see the module docstring); None where the record has no sizes
     dtype: str | None
+
+
+# c10 ScalarType names, as Kineto writes a kernel's "dtype" argument -> bytes per element
+SCALAR_TYPE_BYTES = {
+    "Bool": 1, "Byte": 1, "Char": 1, "QInt8": 1, "QUInt8": 1, "Float8_e5m2": 1, "Float8_e4m3fn": 1,
+    "Float8_e5m2fnuz": 1, "Float8_e4m3fnuz": 1, "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2,
+    "Int": 4, "Float": 4, "QInt32": 4, "UInt32": 4, "ComplexHalf": 4, "Long": 8, "Double": 8, "UInt64": 8,
+    "ComplexFloat": 8, "ComplexDouble": 16,
+}
 
 
 def _tensor_bytes(meta: Any) -> int:
@@ -199,22 +222,31 @@ def collective_calls(roots: list[Any], group_size: int) -> list[CollectiveCall]:
     return calls
 
 
-def summarize(calls: list[CollectiveCall], windows: list[tuple[int, int]], group_size: int) -> CommsResult:
-    """Group calls by kind and by the step window that contains their start (calls outside are dropped)."""
-    steps = len(windows)
-    by_kind: dict[str, CollectiveStats] = {}
-    for c in sorted(calls, key=lambda c: c.start_ns):
+def in_windows(calls: list[CollectiveCall], windows: list[tuple[int, int]]) -> list[tuple[int, CollectiveCall]]:
+    """(step, call) for each call whose start lies in a step window (calls outside are dropped)."""
+    out = []
+    for c in calls:
         step = next((i for i, (s, e) in enumerate(windows) if s <= c.start_ns <= e), None)
-        if step is None:
-            continue
+        if step is not None:
+            out.append((step, c))
+    return out
+
+
+def summarize(calls: list[tuple[int, CollectiveCall]], steps: int, group_size: int, source: str) -> CommsResult:
+    """Group (step, call) pairs by kind and step."""
+    by_kind: dict[str, CollectiveStats] = {}
+    for step, c in sorted(calls, key=lambda sc: sc[1].start_ns):
         st = by_kind.setdefault(c.kind, CollectiveStats(c.kind, [0] * steps, [0] * steps, []))
         st.counts[step] += 1
-        st.bytes[step] += c.size
-        st.sizes.append(c.size)
+        if c.size is None:
+            st.unsized += 1
+        else:
+            st.bytes[step] += c.size
+            st.sizes.append(c.size)
         st.ops[c.op] = st.ops.get(c.op, 0) + 1
         if c.dtype:
             st.dtypes[c.dtype] = st.dtypes.get(c.dtype, 0) + 1
-    return CommsResult(steps=steps, by_kind=by_kind, group_size=group_size)
+    return CommsResult(steps=steps, by_kind=by_kind, group_size=group_size, source=source)
 
 
 def nccl_kernel_kind(name: str) -> str | None:
@@ -224,20 +256,36 @@ def nccl_kernel_kind(name: str) -> str | None:
     return _NCCL_KINDS.get(m.group(1), m.group(1))
 
 
-def nccl_kernels(trace: Trace) -> dict[str, list[int]]:
-    """NCCL kernels per step and kind, from the Chrome trace (CUDA)."""
-    out: dict[str, list[int]] = {}
+def _kernel_size(args: dict[str, Any]) -> int | None:
+    """nccl-tests bytes from Kineto's arguments of an NCCL kernel, or None where they are missing."""
+    nelems = [args.get("In msg nelems"), args.get("Out msg nelems")]
+    itemsize = SCALAR_TYPE_BYTES.get(str(args.get("dtype")))
+    if itemsize is None or not any(isinstance(n, int) for n in nelems):
+        return None
+    return max(n for n in nelems if isinstance(n, int)) * itemsize
+
+
+def kernel_calls(trace: Trace) -> list[tuple[int, CollectiveCall]]:
+    """(step, call) for every NCCL kernel launched inside a profiled step (CUDA)."""
+    out = []
     for e in trace.of_cat(KERNEL_CAT):
-        kind = nccl_kernel_kind(e.get("name", ""))
+        name = e.get("name", "")
+        kind = nccl_kernel_kind(name)
         step = trace.gpu_step(e) if kind else None
-        if kind and step is not None:
-            out.setdefault(kind, [0] * len(trace.steps))[step] += 1
+        if kind is None or step is None:
+            continue
+        args = e.get("args") or {}
+        dtype = args.get("dtype")
+        out.append((step, CollectiveCall(op=str(args.get("Collective name") or name.split("(")[0]), kind=kind,
+                                         start_ns=int(float(e["ts"]) * 1000), size=_kernel_size(args),
+                                         dtype=str(dtype) if dtype else None)))
     return out
 
 
 def measure(roots: list[Any], group_size: int, trace: Trace | None) -> CommsResult:
-    """The comms probe: c10d ops from the event tree; on CUDA also the NCCL kernels from the trace."""
-    result = summarize(collective_calls(roots, group_size), step_windows(roots), group_size)
+    """The comms probe: NCCL kernels from the trace on CUDA, c10d ops from the event tree on gloo."""
     if trace is not None:
-        result.nccl_kernels = nccl_kernels(trace)
-    return result
+        return summarize(kernel_calls(trace), len(trace.steps), group_size, source=NCCL_SOURCE)
+    windows = step_windows(roots)
+    return summarize(in_windows(collective_calls(roots, group_size), windows), len(windows), group_size,
+                     source=OPS_SOURCE)

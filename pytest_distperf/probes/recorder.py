@@ -137,9 +137,10 @@ class Recorder:
                              trace_path=None if tmp else path)
         if "comms" in self.probes:
             result.comms = comms.measure(roots, self.group_size, trace if self.cuda else None)
-            for kind, (ops, kernels) in result.comms.unrecorded().items():
-                result.not_measured[f"comms.{kind}"] = (f"the profiler recorded {ops} {kind} ops per step but "
-                                                        f"{kernels} NCCL {kind} kernels ran: ops were missed")
+            for kind, st in result.comms.by_kind.items():
+                if st.unsized:
+                    result.not_measured[f"comms.{kind}.bytes"] = (f"{st.unsized} {kind} call(s) had no size in the "
+                                                                  f"record ({result.comms.source})")
         if "overlap" in self.probes:
             if self.cuda:
                 result.overlap = overlap.measure(trace)

@@ -46,6 +46,7 @@ class CollectiveStats(PerStep):
     sizes: list[int]  # every call's message size over all profiled steps
     ops: dict[str, int] = field(default_factory=dict)  # profiler op names seen -> calls (all steps)
     dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls (all steps)
+    unsized: int = 0  # calls whose record had no size (bytes and sizes leave them out)
 
     @property
     def size_median(self) -> float:
@@ -60,43 +61,20 @@ class CollectiveStats(PerStep):
         return max(self.sizes) if self.sizes else 0
 
 
+OPS_SOURCE = "c10d ops"  # gloo: the profiler's operator events (probes/comms.py)
+NCCL_SOURCE = "NCCL kernels"  # CUDA: the GPU timeline, with the op's arguments on each kernel
+
+
 @dataclass
 class CommsResult:
     steps: int
     by_kind: dict[str, CollectiveStats]
     group_size: int  # used where the profiler gives only one side of a collective (see comms.py)
-    nccl_kernels: dict[str, list[int]] | None = None  # CUDA: NCCL kernels per step by kind, None on gloo
+    source: str = OPS_SOURCE  # what was counted
 
     def kind(self, kind: str) -> CollectiveStats:
         """The stats of one kind; a kind never seen counts 0 calls every step."""
         return self.by_kind.get(kind) or CollectiveStats(kind, [0] * self.steps, [0] * self.steps, [])
-
-    def unrecorded(self) -> dict[str, tuple[list[int], list[int]]]:
-        """Kinds whose recorded ops fall short of the NCCL kernels that ran: kind -> (ops, kernels) per step.
-
-        Every NCCL collective is issued through a c10d op, and a coalesced group of ops runs as one
-        kernel, so in a complete record each step has at least as many ops as kernels. Fewer means the
-        profiler missed ops: on 2xH200 (torch 2.11) it kept FSDP2's 25 forward all-gathers of a step
-        and none of the backward all-gathers and reduce-scatters issued from autograd's thread, while
-        the GPU ran 75 NCCL kernels; in another run one rank kept them and the other did not. Empty on
-        gloo (no kernels to hold the record against).
-        """
-        missing = {}
-        for kind, kernels in (self.nccl_kernels or {}).items():
-            ops = [sum(self.kind(k).counts[i] for k in NCCL_KERNEL_SOURCES.get(kind, (kind,)))
-                   for i in range(self.steps)]
-            if any(o < k for o, k in zip(ops, kernels)):
-                missing[kind] = (ops, list(kernels))
-        return missing
-
-
-# NCCL kernel kind -> the c10d kinds whose ops can launch it (a barrier is a one-element all-reduce on NCCL;
-# send, recv and all-to-all run as SendRecv kernels).
-NCCL_KERNEL_SOURCES: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("all_reduce", "barrier"),
-    "send_recv": ("send", "recv", "all_to_all"),
-    "all_to_all": ("all_to_all",),
-}
 
 
 @dataclass
@@ -193,11 +171,10 @@ class ProbeResult:
         """Flat numbers for reports and baselines (counts are exact per-step medians)."""
         m: dict[str, float] = {}
         if self.comms:
-            unrecorded = self.comms.unrecorded()  # an incomplete count must not become an exact baseline
             for kind, s in sorted(self.comms.by_kind.items()):
-                if kind in unrecorded:
-                    continue
                 m[f"comms.{kind}.per_step"] = s.per_step
+                if s.unsized:  # bytes of part of the calls are not the calls' bytes
+                    continue
                 m[f"comms.{kind}.bytes_per_step"] = s.bytes_per_step
                 m[f"comms.{kind}.size_median"] = s.size_median
                 m[f"comms.{kind}.size_min"] = s.size_min

@@ -1,0 +1,106 @@
+"""Was the machine busy with other work while the ranks were timed?
+
+Step times are only as honest as the machine is quiet. On 2xH200 a DeepSpeed op build
+running next to the Lightning jobs turned Trainer/Fabric ratios of 1.03 and 0.85 into
+failing 1.25 and 1.13, and nothing in the report said so. So each rank reads, around its
+timed loop, the busy time of the cores it may run on (``/proc/stat``, per CPU) and its own
+process's CPU time (all threads); the pytest process subtracts what the ranks used from
+what the cores did, and warns when the rest is more than a core or a tenth of the cores.
+
+Ranks pinned to disjoint slices (CPU jobs) each read their own slice; unpinned ranks (CUDA
+jobs) all read the same cores, which then count once. Linux only; elsewhere nothing is read
+and nothing is said. Other tenants of a shared host count as load only on the cores this
+job may use (a container's cpuset), which is what slows it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+OTHER_LOAD_FLOOR_CORES = 1.0
+OTHER_LOAD_FRACTION = 0.1
+
+
+@dataclass
+class CpuWindow:
+    """One rank's CPU readings over its timed loop (crosses the rank -> pytest boundary)."""
+
+    wall_seconds: float
+    cpus: tuple[int, ...]  # the cores this rank may run on
+    busy_seconds: float  # busy time of those cores, all processes
+    process_seconds: float  # this rank's own CPU time, all its threads
+
+
+def parse_proc_stat(text: str, cpus: tuple[int, ...]) -> int:
+    """Busy jiffies (all but idle and iowait) summed over the given cores of a /proc/stat text."""
+    wanted = {f"cpu{c}" for c in cpus}
+    busy = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] in wanted:
+            values = [int(v) for v in fields[1:]]
+            busy += sum(values[:8]) - values[3] - values[4]  # user..steal, without idle and iowait
+    return busy
+
+
+class CpuMeter:
+    """start() before the timed loop, stop() after it: a CpuWindow, or None off Linux."""
+
+    def __init__(self) -> None:
+        try:
+            self.cpus = tuple(sorted(os.sched_getaffinity(0)))
+            self.ticks = os.sysconf("SC_CLK_TCK")
+            self._busy()
+        except (AttributeError, OSError, ValueError):
+            self.cpus = ()
+
+    def _busy(self) -> int:
+        with open("/proc/stat") as f:
+            return parse_proc_stat(f.read(), self.cpus)
+
+    def start(self) -> None:
+        if self.cpus:
+            self._start = (time.perf_counter(), self._busy(), time.process_time())
+
+    def stop(self) -> CpuWindow | None:
+        if not self.cpus:
+            return None
+        wall0, busy0, proc0 = self._start
+        return CpuWindow(wall_seconds=time.perf_counter() - wall0, cpus=self.cpus,
+                         busy_seconds=(self._busy() - busy0) / self.ticks,
+                         process_seconds=time.process_time() - proc0)
+
+
+def other_load(windows: list[CpuWindow | None]) -> tuple[float, int] | None:
+    """(cores busy on average with work other than these ranks, cores the job may use), or None.
+
+    Ranks reading the same cores count those cores once (the median of their readings)."""
+    if not windows or any(w is None or w.wall_seconds <= 0 for w in windows):
+        return None
+    by_cpus: dict[tuple[int, ...], list[float]] = {}
+    for w in windows:
+        by_cpus.setdefault(w.cpus, []).append(w.busy_seconds / w.wall_seconds)
+    busy = sum(statistics.median(v) for v in by_cpus.values())
+    own = sum(w.process_seconds / w.wall_seconds for w in windows)
+    cores = len({c for cpus in by_cpus for c in cpus})
+    return max(0.0, busy - own), cores
+
+
+def busy_host_message(label: str, windows: list[CpuWindow | None]) -> str | None:
+    """A warning text when other work used more than max(1 core, 10% of the cores) during timing."""
+    load = other_load(windows)
+    if load is None:
+        return None
+    other, cores = load
+    if other <= max(OTHER_LOAD_FLOOR_CORES, OTHER_LOAD_FRACTION * cores):
+        return None
+    return (f"{label}: other work kept {other:.1f} of the job's {cores} cores busy while its steps were timed; "
+            f"its step times are likely inflated (run on a quiet machine, or look for builds, other jobs, "
+            f"data loaders)")
+
+
+class HostBusyWarning(UserWarning):
+    """The machine was busy with other work while a job was timed."""

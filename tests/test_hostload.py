@@ -1,0 +1,73 @@
+"""The busy-host check: arithmetic on fixed readings, and a real reading under real load."""
+
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+from pytest_distperf import hostload
+from pytest_distperf.hostload import CpuMeter, CpuWindow, busy_host_message, other_load, parse_proc_stat
+
+STAT = """cpu  400 0 200 9000 100 0 0 0 0 0
+cpu0 100 0 50 4500 50 0 0 0 0 0
+cpu1 300 0 150 4500 50 0 0 5 0 0
+intr 12345
+"""
+
+
+def test_busy_jiffies_leave_out_idle_and_iowait_and_count_only_the_given_cores():
+    assert parse_proc_stat(STAT, (0,)) == 150
+    assert parse_proc_stat(STAT, (1,)) == 455  # steal counts: another guest had the core
+    assert parse_proc_stat(STAT, (0, 1)) == 605
+
+
+def test_other_load_counts_shared_cores_once_and_pinned_slices_each():
+    # CUDA-style: both ranks may use cores 0-3 and read them; 3.0 busy, the ranks used 1.0 + 0.5
+    shared = [CpuWindow(2.0, (0, 1, 2, 3), 6.0, 2.0), CpuWindow(2.0, (0, 1, 2, 3), 6.2, 1.0)]
+    assert other_load(shared) == (pytest.approx(3.05 - 1.5), 4)
+    # CPU-style: each rank pinned to its own core; each core's busy time adds up
+    pinned = [CpuWindow(1.0, (0,), 1.0, 0.9), CpuWindow(1.0, (1,), 1.0, 0.1)]
+    assert other_load(pinned) == (pytest.approx(1.0), 2)
+    assert other_load([CpuWindow(1.0, (0,), 1.0, 0.9), None]) is None  # off Linux: nothing said
+
+
+def test_the_warning_needs_more_than_a_core_or_a_tenth_of_the_cores():
+    two_cores = [CpuWindow(1.0, (0,), 1.0, 0.5), CpuWindow(1.0, (1,), 1.0, 0.4)]  # 1.1 cores of other work
+    assert "1.1 of the job's 2 cores" in busy_host_message("ddp tiny x2 cpu", two_cores)
+    assert busy_host_message("ddp", [CpuWindow(1.0, (0,), 1.0, 0.2), CpuWindow(1.0, (1,), 1.0, 0.9)]) is None
+    wide = [CpuWindow(1.0, tuple(range(32)), 17.0, 14.0)]  # 3 of 32 cores: below 10%
+    assert busy_host_message("fsdp2", wide) is None
+    assert "4.0 of the job's 32" in busy_host_message("fsdp2", [CpuWindow(1.0, tuple(range(32)), 18.0, 14.0)])
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="reads /proc/stat and CPU affinity (Linux)")
+def test_a_real_reading_sees_another_process_spinning_and_not_our_own_work():
+    core = min(os.sched_getaffinity(0))
+    meter = CpuMeter()
+    meter.cpus = (core,)  # read one core; pin ourselves and a spinner to it
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        meter.start()
+        _spin(0.6)  # our own work: not "other"
+        quiet = meter.stop()
+        ctx = mp.get_context("spawn")
+        spinner = ctx.Process(target=_spin, args=(3.0,))
+        spinner.start()
+        time.sleep(0.5)  # let it start (the spinner is the work being measured, not a stand-in)
+        meter.start()
+        _spin(1.0)
+        busy = meter.stop()
+        spinner.join()
+    finally:
+        os.sched_setaffinity(0, before)
+    assert other_load([quiet])[0] < 0.3
+    assert other_load([busy])[0] > 0.3  # the core was shared about half and half
+    assert isinstance(hostload.HostBusyWarning("x"), UserWarning)
