@@ -4,9 +4,8 @@ Which profiler events each backend gives, in torch 2.13. The c10d and gloo event
 read from real 2-rank gloo traces (tests/test_probes.py counts them exactly); the NCCL ones
 come from torch 2.13's own headers (``torch/csrc/profiler/util.h``: kCommsName "Collective
 name", kDtype "dtype", kInMsgNelems "In msg nelems", ...; ``ParamCommsUtils.hpp``:
-RECORD_PARAM_COMMS -> a ``record_param_comms`` event) and Kineto's CUPTI records, since this
-machine has no GPU; the GPU run of perf_tests confirms them. This probe depends only on the
-c10d ops, which both backends share:
+RECORD_PARAM_COMMS -> a ``record_param_comms`` event) and Kineto's CUPTI records, and were
+confirmed on 2xH200 (torch 2.11, NCCL 2.28), where the kernels carry those arguments too:
 
 - Both backends: every ``torch.distributed`` collective goes through a c10d dispatcher op,
   recorded as a ``cpu_op`` on the *calling* thread when it is issued (also for
