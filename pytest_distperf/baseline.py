@@ -274,9 +274,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "extra": json.loads(json.dumps(k.extra, default=repr)),
             "probes": _probe_metrics(k),
         })
-    from pytest_distperf.hostload import other_load
-
-    load = other_load([getattr(k, "cpu_window", None) for k in run.ranks])
+    load = run.host_other_load
     return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
             "host_other_load_cores": round(load[0], 2) if load else None}

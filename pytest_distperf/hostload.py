@@ -29,9 +29,9 @@ class CpuWindow:
     """One rank's CPU readings over its timed loop (crosses the rank -> pytest boundary)."""
 
     wall_seconds: float
-    cpus: tuple[int, ...]  # the cores this rank may run on
-    busy_seconds: float  # busy time of those cores, all processes
     process_seconds: float  # this rank's own CPU time, all its threads
+    cpus: tuple[int, ...] = ()  # the cores this rank may run on (empty off Linux)
+    busy_seconds: float | None = None  # busy time of those cores, all processes; None off Linux
 
 
 def parse_proc_stat(text: str, cpus: tuple[int, ...]) -> int:
@@ -47,7 +47,9 @@ def parse_proc_stat(text: str, cpus: tuple[int, ...]) -> int:
 
 
 class CpuMeter:
-    """start() before the timed loop, stop() after it: a CpuWindow, or None off Linux."""
+    """start() before a loop, stop() after it: the rank's CPU time over wall time (everywhere) and the
+    busy time of its cores (Linux). The one reading of process CPU time: the timed loop and the
+    placement probe's utilisation steps both use it."""
 
     def __init__(self) -> None:
         try:
@@ -62,23 +64,20 @@ class CpuMeter:
             return parse_proc_stat(f.read(), self.cpus)
 
     def start(self) -> None:
-        if self.cpus:
-            self._start = (time.perf_counter(), self._busy(), time.process_time())
+        self._start = (time.perf_counter(), time.process_time(), self._busy() if self.cpus else 0)
 
-    def stop(self) -> CpuWindow | None:
-        if not self.cpus:
-            return None
-        wall0, busy0, proc0 = self._start
-        return CpuWindow(wall_seconds=time.perf_counter() - wall0, cpus=self.cpus,
-                         busy_seconds=(self._busy() - busy0) / self.ticks,
-                         process_seconds=time.process_time() - proc0)
+    def stop(self) -> CpuWindow:
+        wall0, proc0, busy0 = self._start
+        return CpuWindow(wall_seconds=time.perf_counter() - wall0, process_seconds=time.process_time() - proc0,
+                         cpus=self.cpus,
+                         busy_seconds=(self._busy() - busy0) / self.ticks if self.cpus else None)
 
 
 def other_load(windows: list[CpuWindow | None]) -> tuple[float, int] | None:
     """(cores busy on average with work other than these ranks, cores the job may use), or None.
 
     Ranks reading the same cores count those cores once (the median of their readings)."""
-    if not windows or any(w is None or w.wall_seconds <= 0 for w in windows):
+    if not windows or any(w is None or w.busy_seconds is None or w.wall_seconds <= 0 for w in windows):
         return None
     by_cpus: dict[tuple[int, ...], list[float]] = {}
     for w in windows:
@@ -89,9 +88,8 @@ def other_load(windows: list[CpuWindow | None]) -> tuple[float, int] | None:
     return max(0.0, busy - own), cores
 
 
-def busy_host_message(label: str, windows: list[CpuWindow | None]) -> str | None:
-    """A warning text when other work used more than max(1 core, 10% of the cores) during timing."""
-    load = other_load(windows)
+def busy_host_message(label: str, load: tuple[float, int] | None) -> str | None:
+    """A warning text when other work (other_load) used more than max(1 core, 10% of the cores) during timing."""
     if load is None:
         return None
     other, cores = load

@@ -165,7 +165,7 @@ class DistPerf:
         start = time.monotonic()
         values = self._launch(job)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
-        busy = hostload.busy_host_message(job.describe(), [r.cpu_window for r in result.ranks])
+        busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)
         return result

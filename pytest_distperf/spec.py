@@ -118,6 +118,13 @@ class RunResult:
         return [max(steps) for steps in zip(*(r.step_times for r in self.ranks))]
 
     @property
+    def host_other_load(self) -> tuple[float, int] | None:
+        """(cores other work kept busy while the steps were timed, cores the job may use); see hostload.py."""
+        from pytest_distperf.hostload import other_load
+
+        return other_load([getattr(r, "cpu_window", None) for r in self.ranks])
+
+    @property
     def losses(self) -> list[float]:
         """Mean of the ranks' losses per step (each rank trains on its own micro-batch)."""
         n = len(self.ranks)

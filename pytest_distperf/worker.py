@@ -164,7 +164,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     step_times: list[float] = []
     losses: list[torch.Tensor] = []
     cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
-    cpu.start()
+    cpu.start()  # outside the loop: the timed region holds only the step
     for i in range(job.steps):
         if progress:
             progress.update(f"timed step {i + 1}/{job.steps}")

@@ -24,21 +24,26 @@ def test_busy_jiffies_leave_out_idle_and_iowait_and_count_only_the_given_cores()
 
 def test_other_load_counts_shared_cores_once_and_pinned_slices_each():
     # CUDA-style: both ranks may use cores 0-3 and read them; 3.0 busy, the ranks used 1.0 + 0.5
-    shared = [CpuWindow(2.0, (0, 1, 2, 3), 6.0, 2.0), CpuWindow(2.0, (0, 1, 2, 3), 6.2, 1.0)]
+    shared = [CpuWindow(2.0, 2.0, (0, 1, 2, 3), 6.0), CpuWindow(2.0, 1.0, (0, 1, 2, 3), 6.2)]
     assert other_load(shared) == (pytest.approx(3.05 - 1.5), 4)
     # CPU-style: each rank pinned to its own core; each core's busy time adds up
-    pinned = [CpuWindow(1.0, (0,), 1.0, 0.9), CpuWindow(1.0, (1,), 1.0, 0.1)]
+    pinned = [CpuWindow(1.0, 0.9, (0,), 1.0), CpuWindow(1.0, 0.1, (1,), 1.0)]
     assert other_load(pinned) == (pytest.approx(1.0), 2)
-    assert other_load([CpuWindow(1.0, (0,), 1.0, 0.9), None]) is None  # off Linux: nothing said
+    assert other_load([CpuWindow(1.0, 0.9, (0,), 1.0), None]) is None
+    assert other_load([CpuWindow(1.0, 0.9)]) is None  # off Linux: no busy reading, nothing said
+
+
+def _message(label, windows):
+    return busy_host_message(label, other_load(windows))
 
 
 def test_the_warning_needs_more_than_a_core_or_a_tenth_of_the_cores():
-    two_cores = [CpuWindow(1.0, (0,), 1.0, 0.5), CpuWindow(1.0, (1,), 1.0, 0.4)]  # 1.1 cores of other work
-    assert "1.1 of the job's 2 cores" in busy_host_message("ddp tiny x2 cpu", two_cores)
-    assert busy_host_message("ddp", [CpuWindow(1.0, (0,), 1.0, 0.2), CpuWindow(1.0, (1,), 1.0, 0.9)]) is None
-    wide = [CpuWindow(1.0, tuple(range(32)), 17.0, 14.0)]  # 3 of 32 cores: below 10%
-    assert busy_host_message("fsdp2", wide) is None
-    assert "4.0 of the job's 32" in busy_host_message("fsdp2", [CpuWindow(1.0, tuple(range(32)), 18.0, 14.0)])
+    two_cores = [CpuWindow(1.0, 0.5, (0,), 1.0), CpuWindow(1.0, 0.4, (1,), 1.0)]  # 1.1 cores of other work
+    assert "1.1 of the job's 2 cores" in _message("ddp tiny x2 cpu", two_cores)
+    assert _message("ddp", [CpuWindow(1.0, 0.2, (0,), 1.0), CpuWindow(1.0, 0.9, (1,), 1.0)]) is None
+    wide = [CpuWindow(1.0, 14.0, tuple(range(32)), 17.0)]  # 3 of 32 cores: below 10%
+    assert _message("fsdp2", wide) is None
+    assert "4.0 of the job's 32" in _message("fsdp2", [CpuWindow(1.0, 14.0, tuple(range(32)), 18.0)])
 
 
 def _spin(seconds: float) -> None:

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from pytest_distperf.fingerprint import usable_cores
 from pytest_distperf.probes import PROBES, STEP_MARK, comms, overlap, placement, validate
 from pytest_distperf.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.probes.trace import Trace, load
@@ -54,11 +55,6 @@ def _all_threads() -> dict[str, Any]:
         return {}
 
 
-def cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class Recorder:
@@ -125,7 +121,9 @@ class Recorder:
             os.close(fd)
         prof.export_chrome_trace(path)
         try:
-            roots = prof.profiler.kineto_results.experimental_event_tree()
+            # the event tree is read only where collectives are counted from c10d ops (gloo; comms.py)
+            roots = (prof.profiler.kineto_results.experimental_event_tree()
+                     if "comms" in self.probes and not self.cuda else [])
             trace = Trace(load(path))
         finally:
             if tmp:
@@ -150,7 +148,7 @@ class Recorder:
             state_bytes, state_tensors = placement.optimizer_state(self.optimizer) if self.optimizer else ({}, {})
             result.placement = PlacementResult(
                 steps=self._steps, optimizer=placement.optimizer_steps(trace, self.cuda), state_bytes=state_bytes,
-                state_tensors=state_tensors, cpu_seconds=self._cpu, wall_seconds=self._wall, cpu_cores=cpu_cores(),
+                state_tensors=state_tensors, cpu_seconds=self._cpu, wall_seconds=self._wall, cpu_cores=usable_cores(),
                 copies=placement.copies(trace) if self.cuda else None)
             if not self.cuda:
                 result.not_measured["placement.copies"] = NEEDS_CUDA

@@ -11,9 +11,9 @@ The Chrome trace is written to the job folder as `probe-trace-rank{r}.json`.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Callable
 
+from pytest_distperf.hostload import CpuMeter
 from pytest_distperf.probes.recorder import Recorder
 from pytest_distperf.probes.results import ProbeResult
 
@@ -28,12 +28,14 @@ def run_probe_phase(*, probes: tuple[str, ...], steps: int, step: Callable[[int]
     if "placement" in probes:
         if progress:
             progress("probe phase: CPU utilisation steps")
+        meter = CpuMeter()
         sync()
-        c0, w0 = time.process_time(), time.perf_counter()
+        meter.start()
         for i in range(steps):
             step(i)
         sync()
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        window = meter.stop()
+        cpu, wall = window.process_seconds, window.wall_seconds
     recorder = Recorder(probes, device=device, trace_path=os.path.join(job_dir, TRACE_NAME.format(rank=rank)),
                         optimizer=optimizer, group_size=group_size)
     with recorder:
