@@ -114,8 +114,15 @@ def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
 
-def measure(args: argparse.Namespace, sizes: list[float]) -> dict[str, Any]:
-    """Calibrate, then collect the baseline pool and the interleaved candidate pools (step times per run)."""
+def measure(args: argparse.Namespace, sizes: list[float], resumed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Calibrate, then collect the baseline pool and the interleaved candidate pools (step times per run).
+
+    `resumed` is the data of a run cut short: its calibration and runs are kept and the pools filled up to --pool.
+    """
+    if resumed is not None:
+        log(f"resuming: baseline pool {len(resumed['baseline_pool'])}/{args.pool}, candidate pools "
+            f"{min(len(p) for p in resumed['pools'].values())}/{args.pool}")
+        return collect(args, resumed)
     if args.knobs:
         knobs = [float(k) for k in args.knobs.split(",")]
         if len(knobs) != len(sizes):
@@ -129,18 +136,34 @@ def measure(args: argparse.Namespace, sizes: list[float]) -> dict[str, Any]:
         {"name": f"+{s:.0%}", "size": s, "extra_work": k} for s, k in zip(sizes, knobs)]
     baseline_pool: list[list[float]] = []
     pools: dict[str, list[list[float]]] = {c["name"]: [] for c in conditions}
-    data = {"job": {k: getattr(args, k) for k in ("device", "world_size", "strategy", "shape", "steps", "warmup")},
-            "slope": slope, "conditions": conditions, "baseline_pool": baseline_pool, "pools": pools}
-    for i in range(args.pool):
+    data = {"job": job_fields(args), "slope": slope, "conditions": conditions, "baseline_pool": baseline_pool,
+            "pools": pools}
+    return collect(args, data)
+
+
+JOB_FIELDS = ("device", "world_size", "strategy", "shape", "steps", "warmup")
+
+
+def job_fields(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in JOB_FIELDS}
+
+
+def collect(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """Fill the baseline pool, then the candidate pools round-robin, up to --pool runs each; checkpoint after each."""
+    baseline_pool, pools = data["baseline_pool"], data["pools"]
+    conditions = data["conditions"]
+    for i in range(len(baseline_pool), args.pool):
         baseline_pool.append(run_once(make_job(args, 0.0), args.timeout).step_times)
         log(f"baseline pool {i + 1}/{args.pool}: {run_median(baseline_pool[-1]) * 1e3:.2f} ms")
         checkpoint(args, data)
-    for i in range(args.pool):  # interleaved, so drift during collection hits every condition alike
-        for c in conditions:
+    for i in range(min(len(p) for p in pools.values()), args.pool):
+        for c in conditions:  # interleaved, so drift during collection hits every condition alike
+            if len(pools[c["name"]]) > i:
+                continue  # a resumed round that was cut short part-way
             pools[c["name"]].append(run_once(make_job(args, c["extra_work"]), args.timeout).step_times)
+            checkpoint(args, data)
         log(f"candidate pools {i + 1}/{args.pool}: " + ", ".join(
             f"{n} {run_median(p[-1]) * 1e3:.2f} ms" for n, p in pools.items()))
-        checkpoint(args, data)
     return data
 
 
@@ -224,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures and every run's step times here")
     ap.add_argument("--from-json", default=None, help="re-analyse the runs a --json file holds (no new runs), e.g. "
                                                       "with another --time-k")
+    ap.add_argument("--resume", default=None, help="continue collecting the pools of a --json file that a time "
+                                                   "limit cut short (same job and knobs; no new calibration)")
     args = ap.parse_args(argv)
     args.shape = args.shape or ("1b" if args.device == "cuda" else "tiny")
     if args.pool < 2 * args.repeats:
@@ -238,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         if smallest < 2 * args.repeats:
             raise SystemExit(f"{args.from_json}: its smallest pool holds {smallest} runs, fewer than 2 x --repeats "
                              f"({2 * args.repeats}); re-analyse with a smaller --repeats")
+    elif args.resume:
+        with open(args.resume) as f:
+            resumed = json.load(f)["data"]
+        if resumed["job"] != job_fields(args):
+            raise SystemExit(f"{args.resume}: recorded for job {resumed['job']}, not {job_fields(args)}; "
+                             f"pass the same --device/--strategy/--shape/--steps/--warmup/--world-size")
+        data = measure(args, sizes, resumed)
     else:
         data = measure(args, sizes)
     rows = analyse(data, args)
