@@ -10,6 +10,20 @@ pinned). NVMe cases write to the job's scratch folder and skip where DeepSpeed's
 
 Shapes: `tiny` on CPU; `350m` on CUDA, so the NVMe cases move a few GB of swap per rank
 and step rather than tens (the question here is where the work runs, not how fast).
+
+Measured on 2xH200 with DeepSpeed 0.19.8 (all three cases): the optimizer step runs in
+DeepSpeedCPUAdam (54-62 ms a step) with no GPU kernels and its state on the CPU, so the seed
+report's "optimizer on the GPU" does not reproduce. Two checks fail and are left failing (no
+upstream issue names them yet): device-to-host bytes are 1.50x the fp32 gradient partition
+(1.03 GiB vs 703 MiB, 397 copies a step), and copies go through pageable memory although
+`pin_memory` is on. Where they come from, read from DeepSpeed's source (not yet confirmed in a
+trace): with the optimizer on the CPU, 3 pageable host-to-device copies (one per sub-group, the
+bf16 partition) match `stage3.py` `_reassign_or_swap_out_partitioned_parameters`, whose
+`fp16_flat.copy_(fp32_cpu_flat)` converts the dtype on the host into a pageable temporary (the
+pattern deepspeedai/DeepSpeed#5301 fixed for stages 1-2); with NVMe, 198 pageable device-to-host
+copies (703 MiB, one per gradient) match gradients landing in the swap buffers that
+`SwapBufferManager` takes from `aio_handle.new_cpu_locked_tensor` (mlock'ed, not registered with
+CUDA, so the copy engine stages them).
 """
 
 import math
