@@ -114,15 +114,8 @@ def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
 
-def measure(args: argparse.Namespace, sizes: list[float], resumed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Calibrate, then collect the baseline pool and the interleaved candidate pools (step times per run).
-
-    `resumed` is the data of a run cut short: its calibration and runs are kept and the pools filled up to --pool.
-    """
-    if resumed is not None:
-        log(f"resuming: baseline pool {len(resumed['baseline_pool'])}/{args.pool}, candidate pools "
-            f"{min(len(p) for p in resumed['pools'].values())}/{args.pool}")
-        return collect(args, resumed)
+def measure(args: argparse.Namespace, sizes: list[float]) -> dict[str, Any]:
+    """Calibrate, then collect the baseline pool and the interleaved candidate pools (step times per run)."""
     if args.knobs:
         knobs = [float(k) for k in args.knobs.split(",")]
         if len(knobs) != len(sizes):
@@ -269,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         if resumed["job"] != job_fields(args):
             raise SystemExit(f"{args.resume}: recorded for job {resumed['job']}, not {job_fields(args)}; "
                              f"pass the same --device/--strategy/--shape/--steps/--warmup/--world-size")
-        data = measure(args, sizes, resumed)
+        log(f"resuming: baseline pool {len(resumed['baseline_pool'])}/{args.pool}, candidate pools "
+            f"{min(len(p) for p in resumed['pools'].values())}/{args.pool} (its calibration and knobs kept)")
+        data = collect(args, resumed)
     else:
         data = measure(args, sizes)
     rows = analyse(data, args)

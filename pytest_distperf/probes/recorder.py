@@ -55,8 +55,6 @@ def _all_threads() -> dict[str, Any]:
         return {}
 
 
-
-
 class Recorder:
     def __init__(self, probes: Any = ("comms",), *, device: Any = None, trace_path: str | None = None,
                  optimizer: Any = None, group_size: int | None = None):
