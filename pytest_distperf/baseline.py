@@ -271,6 +271,8 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
             "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
             "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
+            # where a step's time goes (forward/backward/optimizer/other), also when no check failed
+            "step_breakdown": dict(k.step_breakdown),
             "extra": json.loads(json.dumps(k.extra, default=repr)),
             "probes": _probe_metrics(k),
         })

@@ -63,6 +63,7 @@ def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, mo
         assert [r["rank"] for r in run["ranks"]] == [0, 1]
         for r in run["ranks"]:
             assert len(r["step_times"]) == STEPS and r["host_peak_rss"] > 0 and r["optimizer_state_bytes"] > 0
+            assert set(r["step_breakdown"]) == {"forward", "backward", "optimizer", "other", "total"}
     verdicts = {v["metric"]: v for v in ok["verdicts"]}
     assert set(verdicts) >= {"step_time", "peak_memory", "optimizer_state_bytes"}
     assert verdicts["optimizer_state_bytes"]["status"] == "pass" and verdicts["step_time"]["baseline_runs"] == 2
