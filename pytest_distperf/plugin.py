@@ -119,6 +119,12 @@ def _is_distperf(item: pytest.Item) -> bool:
     return item.get_closest_marker("distperf") is not None or "distperf" in getattr(item, "fixturenames", ())
 
 
+def _session_device(session: pytest.Session) -> str:
+    """cuda when any collected test was planned on CUDA, else cpu (for the session-level environment)."""
+    planned = {item.stash[plan_key].device for item in session.items if plan_key in item.stash}
+    return "cuda" if "cuda" in planned else "cpu"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     settings = config.stash[settings_key]
     perf_items = [i for i in items if _is_distperf(i)]
@@ -257,7 +263,8 @@ class ReportWriter:
                             "baselines": gate.settings.baselines_dir if gate else None,
                             "save": bool(gate and gate.settings.save),
                             "require_baseline": bool(gate and gate.settings.policy.require_baseline),
-                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)})
+                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
+                device=_session_device(session))
         except (BaselineError, OSError) as e:
             self.errors.append(str(e))
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -177,25 +177,26 @@ def _bench_stats(data: list[float]) -> dict[str, Any]:
             "iterations": 1}
 
 
-def session_environment(entries: list[ReportEntry], rootdir: str) -> dict[str, Any]:
-    """The environment the tests recorded (the first one that did), else this process's."""
+def session_environment(entries: list[ReportEntry], rootdir: str, device: str = "cpu") -> dict[str, Any]:
+    """The environment the tests recorded (the first one that did), else this process's for `device`
+    (a session interrupted before any test finished still says which CUDA, NCCL and driver it ran on)."""
     for e in entries:
         env = (e.detail or {}).get("environment")
         if env:
             return env
     from pytest_distperf.fingerprint import soft_metadata
 
-    return soft_metadata("cpu", rootdir)
+    return soft_metadata(device, rootdir)
 
 
 def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: str | None,
                           benchmark_path: str | None, step_summary_path: str | None,
-                          invocation: dict[str, Any]) -> list[str]:
-    """Write the reports asked for; returns what was written, one line each."""
+                          invocation: dict[str, Any], device: str = "cpu") -> list[str]:
+    """Write the reports asked for; returns what was written, one line each. `device`: the session's."""
     written: list[str] = []
     if not (json_path or benchmark_path or (step_summary_path and entries)):
         return written
-    environment = session_environment(entries, rootdir)
+    environment = session_environment(entries, rootdir, device)
     if json_path:
         write_json(json_path, json_report(entries, environment, invocation))
         written.append(f"JSON report {json_path}")

@@ -121,3 +121,15 @@ def test_markdown_and_benchmark_export_read_records_only():
     stats = benchmark_json([entry, entry], {"host": "h"})["benchmarks"]
     assert len(stats) == 1  # the same runs shared by two tests are exported once
     assert stats[0]["stats"]["median"] == pytest.approx(0.2) and stats[0]["extra_info"]["baseline_status"] == "fail"
+
+
+def test_session_environment_without_entries_is_read_for_the_session_device(monkeypatch: pytest.MonkeyPatch):
+    # A session interrupted before any test finished still reports its own environment, for its device:
+    # on a GPU runner that means the CUDA, NCCL and driver versions, not the CPU fields.
+    from pytest_distperf.reports import ReportEntry, session_environment
+
+    asked: list[str] = []
+    monkeypatch.setattr(fingerprint, "soft_metadata", lambda device, rootdir: asked.append(device) or {"d": device})
+    assert session_environment([], "/root", "cuda") == {"d": "cuda"} and asked == ["cuda"]
+    recorded = ReportEntry("t.py::test_a", "passed", 1.0, [], {"environment": {"torch": "2.11"}}, None)
+    assert session_environment([recorded], "/root", "cuda") == {"torch": "2.11"} and asked == ["cuda"]
