@@ -53,8 +53,8 @@ def test_zero3_peak_memory_within_1_1x_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_memory_within(1.1)
 
 
-# On the 2-core CPU box this check sits near its limit (1.09-1.21 over five runs) and fails more often than not;
-# it is left a plain check, not a known gap, because it does not fail every time. Where the time goes, measured
+# On the 2-core CPU box this check sits at its limit (it read 1.09-1.21 over five runs, so some runs fail it);
+# it stays a plain check, not a strict known gap, because it does not fail every time. Where the time goes, measured
 # (cProfile of one optimizer step, tiny, DeepSpeed 0.19.8): of ZeRO-3's 28 ms, 19 ms are stage3._post_step
 # all-gathering its 19 persistent parameters (those under stage3_param_persistence_threshold=1e5, nearly all of
 # them at this size) one gloo collective each; DeepSpeedCPUAdam's kernel takes 1 ms. FSDP2's AdamW over DTensors:
