@@ -12,11 +12,12 @@ Shapes: `tiny` on CPU; `350m` on CUDA, so the NVMe cases move a few GB of swap p
 and step rather than tens (the question here is where the work runs, not how fast).
 
 Measured on 2xH200 with DeepSpeed 0.19.8 (all three cases): the optimizer step runs in
-DeepSpeedCPUAdam (54-62 ms a step) with no GPU kernels and its state on the CPU, so the seed
+DeepSpeedCPUAdam (54-65 ms a step) with no GPU kernels and its state on the CPU, so the seed
 report's "optimizer on the GPU" does not reproduce. Two checks fail and are left failing (no
 upstream issue names them yet): device-to-host bytes are 1.50x the fp32 gradient partition
 (1.03 GiB vs 703 MiB, 397 copies a step), and copies go through pageable memory although
-`pin_memory` is on. Where they come from, read from DeepSpeed's source (not yet confirmed in a
+`pin_memory` is on (optimizer-cpu: 4 a step, 3 host-to-device of up to 352 MiB and one 4-byte
+scalar read back; NVMe: 201). Where they come from, read from DeepSpeed's source (not yet confirmed in a
 trace): with the optimizer on the CPU, 3 pageable host-to-device copies (one per sub-group, the
 bf16 partition) match `stage3.py` `_reassign_or_swap_out_partitioned_parameters`, whose
 `fp16_flat.copy_(fp32_cpu_flat)` converts the dtype on the host into a pageable temporary (the
