@@ -96,7 +96,8 @@ def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, mo
     # JUnit: the verdict as properties of the test case
     case = next(c for c in ET.parse(pytester.path / "junit.xml").iter("testcase") if c.get("name") == "test_ddp")
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
-    assert props["distperf.baseline.step_time[ddp tiny x2 cpu]"].split()[0] in ("pass", "warn")
+    # same code as the baseline: never "fail"; "improved" is possible on a noisy 2-core box (test_baselines.py)
+    assert props["distperf.baseline.step_time[ddp tiny x2 cpu]"].split()[0] in ("pass", "warn", "improved")
     assert props["distperf.baseline.optimizer_state_bytes[ddp tiny x2 cpu]"].startswith("pass +0.0%")
 
 
