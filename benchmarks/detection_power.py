@@ -35,6 +35,7 @@ from pytest_distperf.baseline import KNOWN_METRICS, JobEntry, MetricSeries
 from pytest_distperf.launcher import launch
 from pytest_distperf.regression import Policy, confirm, decide_job, is_breach
 from pytest_distperf.spec import JobSpec, RunResult
+from pytest_distperf.stats import relative_spread
 
 
 def make_job(args: argparse.Namespace, extra_work: float) -> JobSpec:
@@ -182,7 +183,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> list[dict[str, An
             **c, "trials": args.trials, **counts,
             # the injected slowdown as measured against the unchanged runs interleaved with it (same block)
             "achieved": statistics.median(run_median(r) for r in pool) / a_center - 1,
-            "pool_cv": statistics.stdev(math.log(run_median(r)) for r in pool),
+            "pool_cv": relative_spread([run_median(r) for r in pool]),
             "median_T": statistics.median(thresholds),
             "fail_rate": counts["fail"] / args.trials, "fail_ci": wilson(counts["fail"], args.trials),
             "flag_rate": (counts["fail"] + counts["warn"]) / args.trials})
@@ -199,7 +200,7 @@ def show(data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namesp
     print(f"policy: T = max({args.time_threshold:.0%}, {args.time_k:g} x baseline run-to-run variation), "
           f"significance over run-level repeats, a breach confirmed by one re-run")
     print(f"baseline pool: median {base_center * 1e3:.2f} ms, run-to-run variation "
-          f"{statistics.stdev(math.log(run_median(r)) for r in baseline_pool):.1%}"
+          f"{relative_spread([run_median(r) for r in baseline_pool]):.1%}"
           + (f"; calibration {data['slope']:.3f} slowdown per unit extra_work" if data.get("slope") else ""))
     print(f"drift between the baseline block and the candidate block (unchanged job): {a_center / base_center - 1:+.1%}")
     print(f"{'condition':<10}{'extra_work':>11}{'achieved':>10}{'pool cv':>9}{'median T':>10}{'failed (gate)':>15}"

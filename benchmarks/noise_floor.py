@@ -18,7 +18,6 @@ is already ~10 % a 15 % catch on this machine is out of reach whatever the job.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.detection_power import make_job, run_median, run_once  # noqa: E402
-
-
-def cv(values: list[float]) -> float:
-    return statistics.stdev(values) / statistics.mean(values)
+from pytest_distperf.stats import relative_spread  # noqa: E402
 
 
 def matmul_windows(windows: int, seconds: float, size: int) -> list[float]:
@@ -67,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rates = matmul_windows(args.windows, args.window_seconds, args.matmul_size)
     print(f"one core, {args.matmul_size}x{args.matmul_size} fp32 matmul, {args.windows} windows of "
-          f"{args.window_seconds:g} s: {min(rates):.0f}-{max(rates):.0f}/s, variation {cv(rates):.1%}", flush=True)
+          f"{args.window_seconds:g} s: {min(rates):.0f}-{max(rates):.0f}/s, variation {relative_spread(rates):.1%}", flush=True)
 
     if args.runs:
         job = make_job(args, 0.0)
@@ -75,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             steps = run_once(job, args.timeout).step_times
             values.append(run_median(steps))
-            print(f"run {i + 1}/{args.runs}: {values[-1] * 1e3:.1f} ms, within-run step variation {cv(steps):.1%}",
+            print(f"run {i + 1}/{args.runs}: {values[-1] * 1e3:.1f} ms, within-run step variation {relative_spread(steps):.1%}",
                   flush=True)
-        print(f"{job.describe()}, {args.steps} timed steps a run: run-to-run variation {cv(values):.1%} over "
+        print(f"{job.describe()}, {args.steps} timed steps a run: run-to-run variation {relative_spread(values):.1%} over "
               f"{args.runs} runs ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f} ms)")
     return 0
 

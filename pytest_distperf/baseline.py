@@ -34,6 +34,7 @@ from typing import Any, Callable
 from filelock import FileLock, Timeout
 
 from pytest_distperf.spec import JobSpec, RunResult
+from pytest_distperf.stats import relative_spread
 
 SCHEMA_VERSION = 2
 LOCK_NAME = ".distperf.lock"
@@ -157,10 +158,8 @@ class MetricSeries:
 
     @property
     def variation(self) -> float | None:
-        """Run-to-run variation: standard deviation of log(run values), about the relative spread."""
-        if len(self.runs) < 2 or any(v <= 0 for v in self.runs):
-            return None
-        return statistics.stdev(math.log(v) for v in self.runs)
+        """Run-to-run variation (stats.relative_spread of the run values)."""
+        return relative_spread(self.runs)
 
     @property
     def spread(self) -> float | None:

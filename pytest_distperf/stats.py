@@ -80,6 +80,14 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioEstimate:
     return RatioEstimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
 
 
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Standard deviation of log(values): about the relative spread, symmetric for slow and fast outliers.
+    The gate's run-to-run variation (T = max(5 %, k x this)); None for fewer than 2 values or a non-positive one."""
+    if len(values) < 2 or any(v <= 0 for v in values):
+        return None
+    return statistics.stdev(math.log(v) for v in values)
+
+
 def max_relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) != len(b):
         raise ValueError(f"loss curves differ in length ({len(a)} vs {len(b)})")

@@ -82,3 +82,15 @@ def test_slowest_rank_sets_each_step_time():
     run = _run([0.1, 0.1], 0)
     run.ranks[1].step_times = [0.3, 0.05]
     assert run.step_times == [0.3, 0.1]
+
+
+def test_relative_spread_is_the_gates_run_to_run_variation():
+    import statistics
+
+    from pytest_distperf.baseline import MetricSeries
+    from pytest_distperf.stats import relative_spread
+
+    runs = [0.100, 0.110, 0.095]
+    assert relative_spread(runs) == pytest.approx(statistics.stdev(math.log(v) for v in runs))
+    assert MetricSeries("s", "lower", "time", runs).variation == relative_spread(runs)
+    assert relative_spread([0.1]) is None and relative_spread([0.1, 0.0]) is None
