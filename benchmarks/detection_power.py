@@ -30,12 +30,12 @@ import sys
 import time
 from typing import Any
 
-from pytest_distperf import allocator
-from pytest_distperf.baseline import KNOWN_METRICS, JobEntry, MetricSeries
-from pytest_distperf.launcher import launch
-from pytest_distperf.regression import Policy, confirm, decide_job, is_breach
+from pytest_distperf.launch import allocator
+from pytest_distperf.gate.store import KNOWN_METRICS, JobEntry, MetricSeries
+from pytest_distperf.launch.launcher import launch
+from pytest_distperf.gate.regression import Policy, confirm, decide_job, is_breach
 from pytest_distperf.spec import JobSpec, RunResult
-from pytest_distperf.stats import relative_spread
+from pytest_distperf.measure.stats import relative_spread
 
 
 def make_job(args: argparse.Namespace, extra_work: float) -> JobSpec:
@@ -48,7 +48,7 @@ def run_once(job: JobSpec, timeout: float) -> RunResult:
     """One real run, holding the machine's devices like the plugin does (allocator.py)."""
     owner = f"detection_power [{job.describe()} extra_work={job.shape_overrides.get('extra_work', 0)}]"
     if job.device == "cuda":
-        from pytest_distperf.devices import visible_gpu_ids
+        from pytest_distperf.launch.devices import visible_gpu_ids
 
         devices = allocator.gpus(job.world_size, visible_gpu_ids(), owner)
     else:
@@ -110,7 +110,7 @@ def trial(baseline_runs: list[list[float]], candidate: list[list[float]], confir
 def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Write the runs collected so far to --json, so a run cut short (a time limit) keeps them for --from-json."""
     if args.json:
-        from pytest_distperf.baseline import write_json_atomic
+        from pytest_distperf.gate.store import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     show(data, rows, args)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if args.json:
-        from pytest_distperf.baseline import write_json_atomic
+        from pytest_distperf.gate.store import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "rows": rows, "data": data}, lock=False)
     return 0

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_distperf.launcher import launch  # noqa: E402
+from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
 
 THIS = FunctionRef(module="distperf_overhead_bench", qualname="", file=__file__)
@@ -42,8 +42,8 @@ def loops(shape: str, steps: int, rounds: int) -> dict:
 
     from pytest_distperf import strategies
     from pytest_distperf.strategies import RankContext
-    from pytest_distperf.timing import StepTimer
-    from pytest_distperf.workload import build_model, make_batches, resolve_shape
+    from pytest_distperf.rank.timing import StepTimer
+    from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
 
     rank = int(os.environ["RANK"])
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")

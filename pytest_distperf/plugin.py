@@ -9,12 +9,16 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_distperf import regression, report, reports
-from pytest_distperf.baseline import BaselineError
-from pytest_distperf.compare import DistPerfCheckFailed
-from pytest_distperf.devices import DEVICE_CHOICES, visible_gpu_count
-from pytest_distperf.options import Settings, SettingsError, TestPlan, build_settings, plan_test
-from pytest_distperf.session import DistPerf, RunCache
+from pytest_distperf.gate import regression
+
+from pytest_distperf.report import terminal as report
+
+from pytest_distperf.report import files as reports
+from pytest_distperf.gate.store import BaselineError
+from pytest_distperf.gate.checks import DistPerfCheckFailed
+from pytest_distperf.launch.devices import DEVICE_CHOICES, visible_gpu_count
+from pytest_distperf.config import Settings, SettingsError, TestPlan, build_settings, plan_test
+from pytest_distperf.fixture import DistPerf, RunCache
 
 settings_key = pytest.StashKey[Settings]()
 cache_key = pytest.StashKey[RunCache]()

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_distperf.hostload import CpuWindow
+    from pytest_distperf.rank.hostload import CpuWindow
     from pytest_distperf.probes.results import ProbeResult
 
 
@@ -96,7 +96,7 @@ class RankResult:
     extra: dict[str, Any] = field(default_factory=dict)
     probes: "ProbeResult | None" = None  # the probe phase's measurements, when the job asked for probes
     # Median seconds per phase (forward/backward/optimizer/other/total) over a few device-synchronised
-    # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.breakdown).
+    # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.rank.breakdown).
     step_breakdown: dict[str, float] = field(default_factory=dict)
     cpu_window: "CpuWindow | None" = None  # CPU readings over the timed loop (hostload.py); None off Linux
 
@@ -120,7 +120,7 @@ class RunResult:
     @property
     def host_other_load(self) -> tuple[float, int] | None:
         """(cores other work kept busy while the steps were timed, cores the job may use); see hostload.py."""
-        from pytest_distperf.hostload import other_load
+        from pytest_distperf.rank.hostload import other_load
 
         return other_load([getattr(r, "cpu_window", None) for r in self.ranks])
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pytest_distperf import allocator
+from pytest_distperf.launch import allocator
 
 GPUS = ["0", "1", "2", "3"]
 
@@ -69,8 +69,8 @@ def _take_cpu_slot(folder):
 
 
 def test_every_job_splits_the_cores_between_its_ranks_unless_the_user_set_threads(monkeypatch):
-    from pytest_distperf.fingerprint import usable_cores
-    from pytest_distperf.launcher import agent_environment
+    from pytest_distperf.launch.devices import usable_cores
+    from pytest_distperf.launch.launcher import agent_environment
     from pytest_distperf.spec import JobSpec
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from pytest_distperf import fingerprint
-from pytest_distperf.baseline import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+from pytest_distperf.gate import fingerprint
+from pytest_distperf.gate.store import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       file_name_for, read_json, write_json_atomic)
 
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")

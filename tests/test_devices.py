@@ -2,7 +2,7 @@
 
 import sys
 
-from pytest_distperf import devices
+from pytest_distperf.launch import devices
 
 
 def test_visible_gpu_ids_follow_cuda_visible_devices(monkeypatch):
@@ -47,7 +47,7 @@ class FakeNVML:
 
 
 def test_machine_class_and_driver_read_through_nvml(monkeypatch):
-    from pytest_distperf import fingerprint
+    from pytest_distperf.gate import fingerprint
 
     fake = FakeNVML()
     monkeypatch.setitem(sys.modules, "pynvml", fake)

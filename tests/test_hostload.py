@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pytest_distperf import hostload
-from pytest_distperf.hostload import CpuMeter, CpuWindow, busy_host_message, other_load, parse_proc_stat
+from pytest_distperf.rank import hostload
+from pytest_distperf.rank.hostload import CpuMeter, CpuWindow, busy_host_message, other_load, parse_proc_stat
 
 STAT = """cpu  400 0 200 9000 100 0 0 0 0 0
 cpu0 100 0 50 4500 50 0 0 0 0 0

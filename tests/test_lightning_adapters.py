@@ -11,8 +11,10 @@ import os
 
 import pytest
 
-from pytest_distperf import breakdown, strategies
-from pytest_distperf.compare import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf import strategies
+
+from pytest_distperf.rank import breakdown
+from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
 from pytest_distperf.spec import JobSpec, RankResult, RunResult
 
 FRONTEND_VS_DDP = """
@@ -46,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from pytest_distperf.strategies import RankContext, frontend
-from pytest_distperf.workload import build_model, make_batches, resolve_shape
+from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
 
 
 def one_step_each_way(offload):

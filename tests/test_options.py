@@ -2,8 +2,8 @@
 
 import pytest
 
-from pytest_distperf.devices import resolve_device
-from pytest_distperf.options import DEFAULTS, SettingsError, build_settings, plan_test
+from pytest_distperf.launch.devices import resolve_device
+from pytest_distperf.config import DEFAULTS, SettingsError, build_settings, plan_test
 
 
 def settings(**cli):

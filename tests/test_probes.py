@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf import probes, report
-from pytest_distperf.compare import DistPerfCheckFailed
-from pytest_distperf.options import SettingsError, build_settings, plan_test
-from pytest_distperf.probe_checks import ProbeAssertions
+from pytest_distperf import probes
+
+from pytest_distperf.report import terminal as report
+from pytest_distperf.gate.checks import DistPerfCheckFailed
+from pytest_distperf.config import SettingsError, build_settings, plan_test
+from pytest_distperf.gate.probe_checks import ProbeAssertions
 from pytest_distperf.probes import comms, overlap, placement
 from pytest_distperf.probes.comms import nccl_kernel_kind
 from pytest_distperf.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
@@ -328,7 +330,7 @@ def test_counts_are_checked_and_stored_bytes_only_where_every_call_has_a_size():
     m = fsdp2.ranks[0].probes.metrics()
     assert m["comms.reduce_scatter.per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in m
     assert m["comms.all_gather.bytes_per_step"] == 1 << 20
-    from pytest_distperf.baseline import _comms_counts
+    from pytest_distperf.gate.store import _comms_counts
 
     counts = _comms_counts(fsdp2)
     assert counts["comms.reduce_scatter.calls_per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in counts

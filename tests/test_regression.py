@@ -11,10 +11,10 @@ import shutil
 
 import pytest
 
-from pytest_distperf import fingerprint
-from pytest_distperf.baseline import JobEntry, MetricSeries
-from pytest_distperf.options import SettingsError
-from pytest_distperf.regression import Policy, confirm, decide_job, decide_metric, is_failing, policy_for
+from pytest_distperf.gate import fingerprint
+from pytest_distperf.gate.store import JobEntry, MetricSeries
+from pytest_distperf.config import SettingsError
+from pytest_distperf.gate.regression import Policy, confirm, decide_job, decide_metric, is_failing, policy_for
 
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
 MiB = 1 << 20
@@ -263,14 +263,14 @@ def fake_run(job, ms: float, opt_bytes: int = 1000):
 
 
 def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
-    from pytest_distperf.regression import BaselineGate, GateSession, GateSettings
+    from pytest_distperf.gate.regression import BaselineGate, GateSession, GateSettings
 
     session = GateSession(GateSettings(str(tmp_path / "baselines"), save, policy), str(tmp_path))
     return session, BaselineGate(session, "t.py::test_x", "cpu", 2, policy)
 
 
 def test_the_gate_saves_confirms_once_per_session_and_warns_on_version_changes(tmp_path):
-    from pytest_distperf.regression import BaselineEnvironmentWarning, BaselineGate
+    from pytest_distperf.gate.regression import BaselineEnvironmentWarning, BaselineGate
     from pytest_distperf.spec import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_distperf import fingerprint
+from pytest_distperf.gate import fingerprint
 
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
 STEPS = 4
@@ -110,7 +110,7 @@ def test_report_paths_are_checked_before_running(pytester: pytest.Pytester):
 
 
 def test_markdown_and_benchmark_export_read_records_only():
-    from pytest_distperf.reports import ReportEntry, benchmark_json, markdown_summary
+    from pytest_distperf.report.files import ReportEntry, benchmark_json, markdown_summary
 
     verdict = {"kind": "baseline", "job": "j", "metric": "step_time", "unit": "s", "baseline": 0.1, "current": 0.12,
                "delta": 0.2, "low": 0.15, "high": 0.25, "status": "fail", "fails": True}
@@ -127,7 +127,7 @@ def test_markdown_and_benchmark_export_read_records_only():
 def test_session_environment_without_entries_is_read_for_the_session_device(monkeypatch: pytest.MonkeyPatch):
     # A session interrupted before any test finished still reports its own environment, for its device:
     # on a GPU runner that means the CUDA, NCCL and driver versions, not the CPU fields.
-    from pytest_distperf.reports import ReportEntry, session_environment
+    from pytest_distperf.report.files import ReportEntry, session_environment
 
     asked: list[str] = []
     monkeypatch.setattr(fingerprint, "soft_metadata", lambda device, rootdir: asked.append(device) or {"d": device})

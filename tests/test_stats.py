@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from pytest_distperf.compare import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
 from pytest_distperf.spec import JobSpec, RankResult, RunResult
-from pytest_distperf.stats import max_relative_difference, paired_ratio, quantile, summarize, t95
+from pytest_distperf.measure.stats import max_relative_difference, paired_ratio, quantile, summarize, t95
 
 
 def test_quantiles_match_linear_interpolation():
@@ -87,8 +87,8 @@ def test_slowest_rank_sets_each_step_time():
 def test_relative_spread_is_the_gates_run_to_run_variation():
     import statistics
 
-    from pytest_distperf.baseline import MetricSeries
-    from pytest_distperf.stats import relative_spread
+    from pytest_distperf.gate.store import MetricSeries
+    from pytest_distperf.measure.stats import relative_spread
 
     runs = [0.100, 0.110, 0.095]
     assert relative_spread(runs) == pytest.approx(statistics.stdev(math.log(v) for v in runs))

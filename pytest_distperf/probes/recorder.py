@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from pytest_distperf.fingerprint import usable_cores
+from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.probes import PROBES, STEP_MARK, comms, overlap, placement, validate
 from pytest_distperf.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.probes.trace import Trace, load

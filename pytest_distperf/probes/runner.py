@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from pytest_distperf.hostload import CpuMeter
+from pytest_distperf.rank.hostload import CpuMeter
 from pytest_distperf.probes.recorder import Recorder
 from pytest_distperf.probes.results import ProbeResult
 

@@ -31,9 +31,9 @@ from accelerate import Accelerator
 from accelerate.utils import (DeepSpeedPlugin, DistributedDataParallelKwargs, DistributedType, DummyOptim,
                               FullyShardedDataParallelPlugin)
 
-from pytest_distperf.breakdown import PhaseClock
+from pytest_distperf.rank.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext, frontend
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.rank.timing import StepTimer
 
 
 class AccelerateAdapter:

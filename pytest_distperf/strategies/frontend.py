@@ -105,7 +105,7 @@ def fsdp_wrap_policy() -> Any:
 
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    from pytest_distperf.workload import Block
+    from pytest_distperf.rank.workload import Block
 
     return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
 

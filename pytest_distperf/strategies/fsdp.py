@@ -11,7 +11,7 @@ from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from pytest_distperf.strategies import RankContext
 from pytest_distperf.strategies.phased import PhasedTrainer
-from pytest_distperf.workload import Block
+from pytest_distperf.rank.workload import Block
 
 
 class FSDPTrainer(PhasedTrainer):

@@ -47,9 +47,9 @@ from typing import Any, Iterator
 import lightning.pytorch as pl
 import torch
 
-from pytest_distperf.breakdown import PhaseClock
+from pytest_distperf.rank.breakdown import PhaseClock
 from pytest_distperf.strategies import RankContext, frontend
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.rank.timing import StepTimer
 
 _STOP = object()
 

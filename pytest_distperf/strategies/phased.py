@@ -2,15 +2,15 @@
 
 `step()` runs forward, backward and optimizer back to back: that is what the worker times.
 `step_breakdown()` runs the same three methods with a device synchronisation after each, in a
-short phase after timing (pytest_distperf.breakdown), so a failing ratio says where the time goes.
+short phase after timing (pytest_distperf.rank.breakdown), so a failing ratio says where the time goes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pytest_distperf.breakdown import PhaseClock
-from pytest_distperf.timing import StepTimer
+from pytest_distperf.rank.breakdown import PhaseClock
+from pytest_distperf.rank.timing import StepTimer
 
 
 class PhasedTrainer:

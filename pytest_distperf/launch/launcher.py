@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import psutil
 
-from pytest_distperf import jobfiles
+from pytest_distperf.launch import jobfiles
 from pytest_distperf.spec import JobSpec
 
 POLL_SECONDS = 0.05
@@ -71,7 +71,7 @@ def threads_per_rank(local_ranks: int) -> int:
     processes; we do the latter so CPU-side work (offloaded optimizers, DeepSpeedCPUAdam) keeps
     its cores. A user's OMP_NUM_THREADS wins.
     """
-    from pytest_distperf.fingerprint import usable_cores
+    from pytest_distperf.launch.devices import usable_cores
 
     return max(1, usable_cores() // max(1, local_ranks))
 
@@ -98,7 +98,7 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
     start = time.monotonic()
     ok = False
     with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agent", job_dir], env=agent_environment(job, env),
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.launch.agent", job_dir], env=agent_environment(job, env),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             last = None

@@ -1,4 +1,4 @@
-"""The launch agent: `python -m pytest_distperf.agent JOB_DIR`.
+"""The launch agent: `python -m pytest_distperf.launch.agent JOB_DIR`.
 
 Runs torch's elastic launcher in its own process (its own session), so that:
 - torch elastic's signal handlers and environment writes never touch the pytest process;
@@ -18,15 +18,15 @@ SHUTDOWN_GRACE_SECONDS = 3
 
 
 def main(job_dir: str) -> int:
-    from pytest_distperf import jobfiles
+    from pytest_distperf.launch import jobfiles
 
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: elastic's handler then stops the ranks
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from pytest_distperf import rendezvous
-    from pytest_distperf.worker import rank_main
+    from pytest_distperf.launch import rendezvous
+    from pytest_distperf.rank.worker import rank_main
 
     rendezvous.register()
 

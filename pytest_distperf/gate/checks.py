@@ -11,10 +11,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from pytest_distperf import breakdown
+from pytest_distperf.rank import breakdown
 from pytest_distperf.spec import RunResult
-from pytest_distperf.stats import RatioEstimate, max_relative_difference, paired_ratio, summarize
-from pytest_distperf.units import fmt_bytes, fmt_seconds
+from pytest_distperf.measure.stats import RatioEstimate, max_relative_difference, paired_ratio, summarize
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 
 class DistPerfCheckFailed(AssertionError):

@@ -11,6 +11,14 @@ from typing import Any, Iterator
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (affinity, e.g. a container's cpuset), not the host's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def visible_gpu_ids(total: int | None = None) -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), in order.
 

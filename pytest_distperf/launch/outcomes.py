@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from pytest_distperf.launcher import JobError, RankOutcome
+from pytest_distperf.launch.launcher import JobError, RankOutcome
 
 
 @contextlib.contextmanager

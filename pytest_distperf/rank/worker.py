@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from pytest_distperf import jobfiles
+from pytest_distperf.launch import jobfiles
 from pytest_distperf.spec import FunctionRef, JobSpec, RankResult
 
 EXIT_OUTCOME = 75  # the rank stopped on pytest.skip/xfail; its outcome file says which
@@ -99,7 +99,7 @@ def _pin_to_own_cores(local_rank: int, local_world_size: int) -> None:
 def _oom_message(rank: int, device: Any) -> str:
     import torch
 
-    from pytest_distperf.units import fmt_bytes
+    from pytest_distperf.measure.units import fmt_bytes
 
     total = torch.cuda.get_device_properties(device).total_memory
     return (f"CUDA out of memory on rank {rank} ({device}, {torch.cuda.get_device_name(device)}): "
@@ -124,12 +124,14 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
                  progress: "jobfiles.Progress | None") -> RankResult:
     import torch
 
-    from pytest_distperf import breakdown, strategies
-    from pytest_distperf.hostload import CpuMeter
+    from pytest_distperf import strategies
+
+    from pytest_distperf.rank import breakdown
+    from pytest_distperf.rank.hostload import CpuMeter
     from pytest_distperf.strategies import RankContext
-    from pytest_distperf.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
+    from pytest_distperf.rank.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
                                         reset_host_peak)
-    from pytest_distperf.workload import build_model, make_batches, resolve_shape
+    from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
 
     assert job.strategy is not None
     shape = resolve_shape(job.shape, job.shape_overrides)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from pytest_distperf.regression import fmt_interval, fmt_pct, fmt_value, status_mark
-from pytest_distperf.units import fmt_bytes, fmt_rate, fmt_seconds
+from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
 
 VERDICT = {True: "✓ pass", False: "✗ FAIL"}
 

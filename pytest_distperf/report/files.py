@@ -14,9 +14,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from pytest_distperf.baseline import write_json_atomic
-from pytest_distperf.regression import fmt_interval, fmt_pct, fmt_value, status_mark
-from pytest_distperf.stats import quantile
+from pytest_distperf.gate.store import write_json_atomic
+from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.stats import quantile
 
 REPORT_VERSION = 1
 BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
@@ -184,7 +184,7 @@ def session_environment(entries: list[ReportEntry], rootdir: str, device: str = 
         env = (e.detail or {}).get("environment")
         if env:
             return env
-    from pytest_distperf.fingerprint import soft_metadata
+    from pytest_distperf.gate.fingerprint import soft_metadata
 
     return soft_metadata(device, rootdir)
 

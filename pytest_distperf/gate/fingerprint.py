@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
-from pytest_distperf import devices
+from pytest_distperf.launch import devices
+from pytest_distperf.launch.devices import usable_cores
 
 # Soft fields whose change can move the numbers (warned about); host and commit are only context.
 VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
@@ -76,14 +77,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (affinity, e.g. a container's cpuset), not the host's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _gpu_facts() -> dict[str, Any]:

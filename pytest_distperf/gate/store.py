@@ -34,7 +34,7 @@ from typing import Any, Callable
 from filelock import FileLock, Timeout
 
 from pytest_distperf.spec import JobSpec, RunResult
-from pytest_distperf.stats import relative_spread
+from pytest_distperf.measure.stats import relative_spread
 
 SCHEMA_VERSION = 2
 LOCK_NAME = ".distperf.lock"

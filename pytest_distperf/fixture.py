@@ -16,19 +16,21 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from pytest_distperf import hostload, strategies
-from pytest_distperf.compare import Comparison, SideSummary
-from pytest_distperf.launcher import JobError, launch
-from pytest_distperf.options import Settings, TestPlan
+from pytest_distperf import strategies
+
+from pytest_distperf.rank import hostload
+from pytest_distperf.gate.checks import Comparison, SideSummary
+from pytest_distperf.launch.launcher import JobError, launch
+from pytest_distperf.config import Settings, TestPlan
 from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec, RunResult
-from pytest_distperf.stats import summarize
-from pytest_distperf.workload import resolve_shape
+from pytest_distperf.measure.stats import summarize
+from pytest_distperf.rank.workload import resolve_shape
 
 ProgressSink = Callable[[str], None]
 
 if TYPE_CHECKING:
-    from pytest_distperf.regression import BaselineGate
+    from pytest_distperf.gate.regression import BaselineGate
 
 
 def _drop_scratch(values: dict[int, Any]) -> None:
@@ -102,7 +104,7 @@ class DistPerf:
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec) -> dict[int, Any]:
-        from pytest_distperf import outcomes
+        from pytest_distperf.launch import outcomes
 
         started = time.monotonic()
         last_print = [0.0]
@@ -135,8 +137,8 @@ class DistPerf:
 
     def _devices(self, job: JobSpec):
         """The devices this job owns while it runs (see allocator.py for the policy)."""
-        from pytest_distperf import allocator
-        from pytest_distperf.devices import visible_gpu_ids
+        from pytest_distperf.launch import allocator
+        from pytest_distperf.launch.devices import visible_gpu_ids
 
         owner = f"{self.nodeid} [{job.describe()}]"
         if job.device == "cuda":
@@ -228,8 +230,8 @@ class DistPerf:
         return cached
 
     def probe_checks(self, a: RunResult | list[RunResult], b: RunResult | list[RunResult] | None = None) -> Any:
-        """Assertions over the probe results of A (and B): see pytest_distperf.probe_checks."""
-        from pytest_distperf.probe_checks import ProbeAssertions
+        """Assertions over the probe results of A (and B): see pytest_distperf.gate.probe_checks."""
+        from pytest_distperf.gate.probe_checks import ProbeAssertions
 
         return ProbeAssertions(a, b, on_check=self._record_check)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_distperf.compare import Check, DistPerfCheckFailed
+from pytest_distperf.gate.checks import Check, DistPerfCheckFailed
 from pytest_distperf.probes.results import ProbeResult
 from pytest_distperf.spec import RunResult
-from pytest_distperf.units import fmt_bytes, fmt_seconds
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 PERFETTO = "https://ui.perfetto.dev"
 # direction -> (symbol, verdict)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_distperf.devices import DEVICE_CHOICES, resolve_device
+from pytest_distperf.launch.devices import DEVICE_CHOICES, resolve_device
 
 DEFAULTS: dict[str, Any] = {
     "device": "auto",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from pytest_distperf.units import fmt_seconds
+from pytest_distperf.measure.units import fmt_seconds
 
 PHASES = ("forward", "backward", "optimizer")
 ALL_KEYS = PHASES + ("other", "total")

@@ -1,0 +1,1 @@
+"""From the pytest process to the ranks: job folders, torch elastic, devices and their allocation."""

@@ -1,0 +1,1 @@
+"""Numbers about runs: the statistics core and units. Pure Python, no torch."""
