@@ -1,0 +1,98 @@
+"""History of every session's results in a database, and the step changes in it.
+
+Needs the `history` extra (`pip install "pytest-distperf[history]"`: SQLAlchemy, psycopg 3, ruptures); this
+package's `__init__` imports none of them, so importing it is cheap and the error for a missing extra is ours.
+
+Public functions (the only ones other modules should call):
+
+- `record_session(url, report_doc, *, session_id=None, commit=None, option="--distperf-history") -> Recorded`
+  Append a session's `--distperf-json` document (the dict `report.files.json_report` returns) to the history
+  at `url`: a file path or `sqlite:///path/history.db` (SQLite, created with its folder if missing) or
+  `postgresql://user:password@host:port/db`. Every test's jobs, every metric, one row per run. `commit`
+  overrides the report's `environment.git_commit` (e.g. `$GITHUB_SHA`). The same document twice is stored once
+  (`Recorded.duplicate`). Errors are `HistoryError`s whose message starts with `option`.
+
+- `trends(url, *, test=None, job=None, metric=None, machine_class=None, alpha=0.001, min_size=3,
+  min_change=0.0, option="history URL") -> list[Trend]`
+  One `Trend` per (machine class, test, job, metric) whose fields contain the given substrings. A `Trend` has
+  `key` (`machine_class`, `test`, `job`, `metric`), `unit` ("s", "bytes", "calls", ...), `direction` ("lower" or
+  "higher" is better), `kind`, `points` (one `TrendPoint` per session, oldest first: `created_at`,
+  `git_commit`, `session_id`, `value` = median of the session's runs, `runs`, versions, `config_hash`) and
+  `change_points` (`ChangePoint`: `index` of the first point after the step, `before`/`after` points and so
+  `commit_range`, `before_mean`, `after_mean`, `change` = after/before - 1, `pvalue`, `tstat`, `verdict`
+  = regression | improvement | change, `config_changed`, `environment_changes`). `Trend.to_dict()` is JSON-ready.
+  This is the data the HTML report draws.
+
+- `render_text(trends, points=False) -> str`: the CLI's text.
+
+- `report_series(trends) -> list[report.html.TrendSeries]`: the same trends as the HTML report's input type
+  (`render_html(doc, history=...)`, `render_history(series)`): per point the session's median with its runs'
+  range as the whisker; per change point the commit range, the segment means and a note with the verdict,
+  change, p-value and what else changed there.
+
+`python -m pytest_distperf history URL ...` is the command line (history/cli.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from pytest_distperf.history.errors import (HistoryError, HistoryUrlError, ReportDocumentError,
+                                             SchemaVersionError)
+
+if TYPE_CHECKING:
+    from pytest_distperf.history.store import Recorded
+    from pytest_distperf.history.trend import Trend
+
+__all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "record_session",
+           "render_text", "report_series", "trends"]
+
+EXTRA_HINT = 'pip install "pytest-distperf[history]"'
+
+
+def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | None = None,
+                   commit: str | None = None, option: str = "--distperf-history") -> Recorded:
+    """Append one session's report document to the history at `url` (see the module docstring)."""
+    _require_extra(option, "sqlalchemy")
+    from pytest_distperf.history.ingest import read_report
+    from pytest_distperf.history.store import HistoryStore
+
+    if commit:
+        report_doc = copy.deepcopy(report_doc)
+        report_doc["environment"] = {**report_doc.get("environment", {}), "git_commit": commit}
+    session, rows = read_report(report_doc, f"{option}: the session's report")
+    with HistoryStore(url, option=option) as store:
+        return store.record(session, rows, session_id=session_id)
+
+
+def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,
+           machine_class: str | None = None, alpha: float = 0.001, min_size: int = 3, min_change: float = 0.0,
+           option: str = "history URL") -> list[Trend]:
+    """The trends with their change points (see the module docstring); the database must exist."""
+    _require_extra(option, "sqlalchemy", "ruptures", "scipy")
+    from pytest_distperf.history.store import HistoryStore
+    from pytest_distperf.history.trend import build_trends
+
+    with HistoryStore(url, option=option, create=False) as store:
+        return build_trends(store, test=test, job=job, metric=metric, machine_class=machine_class, alpha=alpha,
+                            min_size=min_size, min_change=min_change)
+
+
+def render_text(found: list[Trend], points: bool = False) -> str:
+    from pytest_distperf.history.text import render
+
+    return render(found, points=points)
+
+
+def report_series(found: list[Trend]) -> list[Any]:
+    from pytest_distperf.history.trend import to_report_series
+
+    return [to_report_series(t) for t in found]
+
+
+def _require_extra(option: str, *modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise HistoryError(f"{option}: the history needs {', '.join(missing)}: {EXTRA_HINT}")

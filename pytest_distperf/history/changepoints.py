@@ -1,0 +1,117 @@
+"""Step changes in one metric's series of sessions (oldest first).
+
+The method is E-divisive with a t-test, as MongoDB (Daly et al., ICPE 2020) and Apache Otava use it: split a
+segment where a change is most likely, keep the split only when the values before and after differ by a
+Student/Welch t-test at p <= `alpha` (0.001 by default, Otava's), recurse into both halves, then re-test every
+kept split against its neighbours' segments and drop the weakest until all hold.
+
+The split is proposed by `ruptures` (binary segmentation, `Binseg.single_bkp`, with the RBF kernel cost: a kernel
+two-sample statistic like E-divisive's energy distance, and bounded, so one outlying session does not pull the
+split to itself). Apache Otava itself pins numpy 2.2.0 and scipy < 1.17 and brings BigQuery, Slack and Graphite
+clients along, which would downgrade the numpy a torch install already has; ruptures needs only numpy and scipy.
+
+The p-value is the t-test's at the chosen split, not corrected for the search over splits (as in Otava), so it
+reads smaller than a fixed-split test's would: that is why the default `alpha` is strict. A change is found once
+`min_size` sessions exist on each side of it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import dataclass
+
+DEFAULT_ALPHA = 0.001
+DEFAULT_MIN_SIZE = 3
+
+
+@dataclass(frozen=True)
+class Split:
+    """A kept step change: `index` is the first point after it."""
+
+    index: int
+    before_mean: float
+    after_mean: float
+    pvalue: float
+    tstat: float
+
+    @property
+    def change(self) -> float | None:
+        """after/before - 1 (None when the level before is 0)."""
+        return self.after_mean / self.before_mean - 1 if self.before_mean else None
+
+
+def find_splits(values: list[float], alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
+                min_change: float = 0.0) -> list[Split]:
+    """The step changes in `values` (one value per session, in order), sorted by index.
+
+    `min_change`: also require |after/before - 1| >= this (0: significance alone decides)."""
+    if min_size < 2:
+        raise ValueError(f"min_size must be at least 2 (a t-test needs two values a side), got {min_size}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    n = len(values)
+    if n < 2 * min_size:
+        return []
+    proposer = _proposer(values, min_size)
+    kept: set[int] = set()
+    pending = [(0, n)]
+    while pending:
+        start, end = pending.pop()
+        if end - start < 2 * min_size:
+            continue
+        index, _gain = proposer.single_bkp(start, end)
+        if index is None:
+            continue
+        test = _test(values[start:index], values[index:end])
+        if _holds(test["pvalue"], test["before_mean"], test["after_mean"], alpha, min_change):
+            kept.add(index)
+            pending += [(start, index), (index, end)]
+    return _prune(values, sorted(kept), alpha, min_change)
+
+
+def _proposer(values: list[float], min_size: int):
+    import numpy as np
+    import ruptures
+
+    signal = np.asarray(values, dtype=float).reshape(-1, 1)
+    return ruptures.Binseg(model="rbf", min_size=min_size, jump=1).fit(signal)
+
+
+def _prune(values: list[float], indices: list[int], alpha: float, min_change: float) -> list[Split]:
+    """Re-test each split between its neighbours; drop the weakest failing one until every split holds."""
+    while True:
+        bounds = [0, *indices, len(values)]
+        splits = [Split(index=i, **_test(values[bounds[k]:i], values[i:bounds[k + 2]]))
+                  for k, i in enumerate(indices)]
+        weak = [s for s in splits if not _holds(s.pvalue, s.before_mean, s.after_mean, alpha, min_change)]
+        if not weak:
+            return splits
+        worst = max(weak, key=lambda s: s.pvalue)
+        indices = [i for i in indices if i != worst.index]
+
+
+def _holds(pvalue: float, before: float, after: float, alpha: float, min_change: float) -> bool:
+    if not pvalue <= alpha:  # also False for nan
+        return False
+    change = abs(after / before - 1) if before else math.inf if after != before else 0.0
+    return change >= min_change
+
+
+def _test(before: list[float], after: list[float]) -> dict:
+    """Welch's t-test of the two sides' means (two-sided); two constant sides differ with p = 0."""
+    mean_b, mean_a = statistics.fmean(before), statistics.fmean(after)
+    var_b, var_a = statistics.variance(before), statistics.variance(after)
+    if var_b == 0 and var_a == 0:
+        if mean_a == mean_b:
+            return {"before_mean": mean_b, "after_mean": mean_a, "pvalue": 1.0, "tstat": 0.0}
+        return {"before_mean": mean_b, "after_mean": mean_a, "pvalue": 0.0,
+                "tstat": math.copysign(math.inf, mean_a - mean_b)}
+    from scipy import stats
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-constant sides: scipy's precision note
+        result = stats.ttest_ind(after, before, equal_var=False)
+    return {"before_mean": mean_b, "after_mean": mean_a, "pvalue": float(result.pvalue),
+            "tstat": float(result.statistic)}

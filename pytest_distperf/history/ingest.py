@@ -1,0 +1,157 @@
+"""A session's `--distperf-json` report document -> the rows the history stores (plain data).
+
+Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
+metric, computed as the gate computes them (`gate.store.metrics_from_runs`): `step_time` is the run's median
+step time (each step's time being the slowest rank's), `peak_memory` the run's peak, `optimizer_state_bytes`
+the sum over ranks, and, where every run of the job ran the comms probe, `comms.<kind>.calls_per_step` and
+`.bytes_per_step` summed over ranks (bytes left out for a kind whose calls were not all sized). Unit,
+direction and kind come from `gate.store.metric_traits`. Tests that measured nothing (failed at set-up,
+run without a gate) add no rows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_distperf.history.errors import ReportDocumentError
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One pytest session as the history keeps it."""
+
+    created_at: _dt.datetime  # when the session wrote its report (aware, UTC)
+    git_commit: str | None
+    host: str | None
+    environment: dict[str, Any]  # the report's environment (versions, host, cpu, commit)
+    report_digest: str  # SHA-256 of the canonical JSON of the whole document
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One run-level value of one metric of one job in one test."""
+
+    machine_class: str
+    test: str
+    job: str
+    config_hash: str | None
+    metric: str
+    unit: str
+    direction: str  # "lower" or "higher" is better
+    kind: str  # time | memory | count
+    run_index: int
+    value: float
+
+
+def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecord, list[Measurement]]:
+    """Validate a `json_report` document and flatten it; `source` names it in errors (a file, an option)."""
+    if not isinstance(doc, dict):
+        raise ReportDocumentError(f"{source}: expected a distperf JSON report (an object), got {type(doc).__name__}")
+    for key, kind, what in (("created_at", str, "a string"), ("environment", dict, "an object"),
+                            ("tests", list, "an array")):
+        if not isinstance(doc.get(key), kind):
+            raise ReportDocumentError(f"{source}: '{key}' is missing or not {what} (is this a --distperf-json "
+                                      f"report?)")
+    environment = doc["environment"]
+    session = SessionRecord(created_at=_timestamp(doc["created_at"], f"{source}: 'created_at'"),
+                            git_commit=_opt_str(environment.get("git_commit")),
+                            host=_opt_str(environment.get("host")), environment=environment,
+                            report_digest=report_digest(doc))
+    rows: list[Measurement] = []
+    for i, test in enumerate(doc["tests"]):
+        rows += _test_rows(test, f"{source}: tests[{i}]")
+    return session, rows
+
+
+def report_digest(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr).encode()).hexdigest()
+
+
+def _test_rows(test: Any, where: str) -> list[Measurement]:
+    if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
+        raise ReportDocumentError(f"{where}: a test entry needs a 'nodeid' string")
+    where = f"{where} ({test['nodeid']})"
+    jobs = test.get("jobs") or []
+    if not jobs:
+        return []
+    machine_class = test.get("machine_class")
+    if not isinstance(machine_class, str) or not machine_class:
+        raise ReportDocumentError(f"{where}: has jobs but no 'machine_class'")
+    if not isinstance(jobs, list):
+        raise ReportDocumentError(f"{where}: 'jobs' is not an array")
+    from pytest_distperf.gate.store import metric_traits
+
+    rows = []
+    for j, job in enumerate(jobs):
+        job_where = f"{where}: jobs[{j}]"
+        if not isinstance(job, dict) or not isinstance(job.get("label"), str):
+            raise ReportDocumentError(f"{job_where}: a job needs a 'label' string")
+        runs = job.get("runs")
+        if not isinstance(runs, list):
+            raise ReportDocumentError(f"{job_where} ({job['label']}): 'runs' is missing or not an array")
+        for metric, values in run_metrics(runs, f"{job_where} ({job['label']})").items():
+            unit, direction, kind = metric_traits(metric)
+            rows += [Measurement(machine_class=machine_class, test=test["nodeid"], job=job["label"],
+                                 config_hash=_opt_str(job.get("config_hash")), metric=metric, unit=unit,
+                                 direction=direction, kind=kind, run_index=r, value=v)
+                     for r, v in enumerate(values)]
+    return rows
+
+
+def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
+    """metric -> one value per run, from the report's run dicts (see the module docstring)."""
+    out: dict[str, list[float]] = {"step_time": [], "peak_memory": [], "optimizer_state_bytes": []}
+    per_run_comms = []
+    for r, run in enumerate(runs):
+        run_where = f"{where}: runs[{r}]"
+        try:
+            steps = [float(t) for t in run["step_times"]]
+            ranks = run["ranks"]
+            out["step_time"].append(statistics.median(steps))
+            out["peak_memory"].append(float(run["peak_memory"]))
+            out["optimizer_state_bytes"].append(float(sum(k["optimizer_state_bytes"] for k in ranks)))
+        except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
+            raise ReportDocumentError(f"{run_where}: step_times, peak_memory and ranks[].optimizer_state_bytes "
+                                      f"must be numbers ({type(e).__name__}: {e})") from None
+        per_run_comms.append(_comms_counts(ranks))
+    if not runs:
+        return {}
+    if all(per_run_comms):  # every run probed: the same kinds are comparable run to run
+        for name in sorted(set().union(*per_run_comms)):
+            out[name] = [float(c.get(name, 0)) for c in per_run_comms]
+    return out
+
+
+def _comms_counts(ranks: list[dict[str, Any]]) -> dict[str, int]:
+    """The gate's comms.<kind>.calls_per_step / .bytes_per_step from the ranks' probe metrics
+    (`comms.<kind>.per_step`, and `.bytes_per_step` only when every call of the kind was sized)."""
+    probes = [k.get("probes") or {} for k in ranks]
+    kinds = {name.split(".")[1] for p in probes for name in p if name.startswith("comms.") and
+             name.endswith(".per_step")}
+    out: dict[str, int] = {}
+    for kind in sorted(kinds):
+        calls = [p[f"comms.{kind}.per_step"] for p in probes if f"comms.{kind}.per_step" in p]
+        out[f"comms.{kind}.calls_per_step"] = sum(int(c) for c in calls)
+        sized = [p for p in probes if f"comms.{kind}.per_step" in p]
+        if all(f"comms.{kind}.bytes_per_step" in p for p in sized):
+            out[f"comms.{kind}.bytes_per_step"] = sum(int(p[f"comms.{kind}.bytes_per_step"]) for p in sized)
+    return out
+
+
+def _timestamp(text: str, where: str) -> _dt.datetime:
+    try:
+        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportDocumentError(f"{where}: {text!r} is not an ISO 8601 time") from None
+    if value.tzinfo is None:
+        raise ReportDocumentError(f"{where}: {text!r} has no UTC offset")
+    return value.astimezone(_dt.timezone.utc)
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

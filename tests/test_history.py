@@ -1,0 +1,377 @@
+"""The history store (SQLite and a real PostgreSQL server), its migrations, concurrent writers, the change-point
+search and the `python -m pytest_distperf history` command.
+
+PostgreSQL: DISTPERF_TEST_POSTGRES_URL (`.ci/services/postgres.sh start` prints it); without it the PostgreSQL
+cases skip, except under CI=true, where they fail. Each PostgreSQL case works in a schema of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+sa = pytest.importorskip("sqlalchemy", reason="the history extra is not installed (pytest-distperf[history])")
+pytest.importorskip("ruptures", reason="the history extra is not installed (pytest-distperf[history])")
+
+from pytest_distperf.history import (HistoryError, HistoryUrlError, ReportDocumentError,  # noqa: E402
+                                     SchemaVersionError, record_session, trends)
+from pytest_distperf.history import schema  # noqa: E402
+from pytest_distperf.history.changepoints import find_splits  # noqa: E402
+from pytest_distperf.history.ingest import read_report  # noqa: E402
+from pytest_distperf.history.store import HistoryStore  # noqa: E402
+
+# A real `--distperf-json` document: perf_tests/test_zero3.py (two tests, ZeRO-3 and FSDP2, 3 runs each) on the
+# 2-core CPU box; paths made relative.
+REPORT = os.path.join(os.path.dirname(__file__), "data", "history_report_zero3_cpu.json")
+# A real probed one: test_comm.py's all-gather count check (comms probe on gloo).
+REPORT_COMMS = os.path.join(os.path.dirname(__file__), "data", "history_report_comm_cpu.json")
+POSTGRES_ENV = "DISTPERF_TEST_POSTGRES_URL"
+
+
+def load(path: str = REPORT) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+# -- databases ---------------------------------------------------------------------------------------------------
+def postgres_server_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        reason = f"{POSTGRES_ENV} is not set (start a server: .ci/services/postgres.sh start)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture
+def postgres_url():
+    """A URL whose tables land in a fresh schema (search_path), dropped afterwards."""
+    import psycopg
+
+    server = postgres_server_url()
+    name = f"distperf_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    sep = "&" if "?" in server else "?"
+    yield f"{server}{sep}options=-csearch_path%3D{name}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def session_doc(base: dict, when: _dt.datetime, commit: str, step_scale: float = 1.0,
+                memory_scale: float = 1.0) -> dict:
+    """`base` as another session: its time and commit, step times and peak memory scaled."""
+    doc = copy.deepcopy(base)
+    doc["created_at"] = when.isoformat()
+    doc["environment"]["git_commit"] = commit
+    for test in doc["tests"]:
+        test["environment"] = doc["environment"]
+        for job in test["jobs"]:
+            for run in job["runs"]:
+                run["step_times"] = [t * step_scale for t in run["step_times"]]
+                run["peak_memory"] = int(run["peak_memory"] * memory_scale)
+    return doc
+
+
+def commit_id(i: int) -> str:
+    return f"{i:04d}" + uuid.uuid5(uuid.NAMESPACE_OID, str(i)).hex[:36]
+
+
+# -- the report document -------------------------------------------------------------------------------------
+def test_rows_from_a_real_report_match_the_gates_values():
+    doc = load()
+    session, rows = read_report(doc)
+    jobs = {(t["nodeid"], j["label"]): len(j["runs"]) for t in doc["tests"] for j in t["jobs"]}
+    # step_time, peak_memory, optimizer_state_bytes: one row per run of every job of every test
+    assert len(rows) == 3 * sum(jobs.values())
+    assert session.created_at == _dt.datetime.fromisoformat(doc["created_at"])
+    assert {r.machine_class for r in rows} == {t["machine_class"] for t in doc["tests"]}
+    # The median of the rows of a (test, job, metric) is the gate's own current value, unit and direction.
+    import statistics
+
+    for test in doc["tests"]:
+        for v in test["verdicts"]:
+            mine = [r for r in rows if (r.test, r.job, r.metric) == (test["nodeid"], v["job"], v["metric"])]
+            assert statistics.median(r.value for r in mine) == pytest.approx(v["current"], rel=1e-12)
+            assert {(r.unit, r.direction, r.kind) for r in mine} == {(v["unit"], v["direction"], v["metric_kind"])}
+
+
+def test_comms_rows_from_a_real_probed_report_match_the_gates_values():
+    doc = load(REPORT_COMMS)
+    _session, rows = read_report(doc)
+    import statistics
+
+    checked = 0
+    for test in doc["tests"]:
+        for v in test["verdicts"]:
+            mine = [r.value for r in rows if (r.test, r.job, r.metric) == (test["nodeid"], v["job"], v["metric"])]
+            assert mine, v
+            assert statistics.median(mine) == pytest.approx(v["current"], rel=1e-12)
+            checked += v["metric"].startswith("comms.")
+    assert checked > 0
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.pop("tests"), "'tests'"),
+    (lambda d: d.update(created_at="yesterday"), "'created_at'"),
+    (lambda d: d["tests"][0].pop("machine_class"), "machine_class"),
+    (lambda d: d["tests"][0]["jobs"][0]["runs"][0].update(step_times="fast"), "runs[0]"),
+])
+def test_a_bad_report_document_is_an_error_naming_the_field(tmp_path, mutate, needle):
+    doc = load()
+    mutate(doc)
+    db = tmp_path / "h.db"
+    with pytest.raises(ReportDocumentError, match="--distperf-history") as info:
+        record_session(str(db), doc)
+    assert needle in str(info.value)
+    assert not db.exists()  # nothing was opened, nothing half-written
+
+
+# -- recording ---------------------------------------------------------------------------------------------------
+def test_record_session_appends_every_job_and_metric(url):
+    doc = load()
+    _session, rows = read_report(doc)
+    first = record_session(url, doc, commit="c" * 40)
+    assert (first.rows, first.duplicate) == (len(rows), False)
+    again = record_session(url, doc, commit="c" * 40)  # the same document: stored once
+    assert (again.session_id, again.rows, again.duplicate) == (first.session_id, 0, True)
+    later = session_doc(doc, _dt.datetime.fromisoformat(doc["created_at"]) + _dt.timedelta(hours=1), "d" * 40)
+    second = record_session(url, later, session_id="my-session-2")
+    assert (second.session_id, second.duplicate) == ("my-session-2", False)
+    found = trends(url, metric="step_time")
+    assert len(found) == len({(r.test, r.job) for r in rows if r.metric == "step_time"})
+    for t in found:
+        assert [p.git_commit for p in t.points] == ["c" * 40, "d" * 40]
+        assert [len(p.runs) for p in t.points] == [3, 3]
+        assert t.points[0].torch == doc["environment"]["torch"]
+    with HistoryStore(url) as store:
+        assert store.count(schema.measurements) == 2 * len(rows)
+        assert store.count(schema.sessions) == 2
+
+
+def test_a_session_id_taken_by_another_report_is_refused(url):
+    doc = load()
+    record_session(url, doc, session_id="same")
+    other = session_doc(doc, _dt.datetime.now(_dt.timezone.utc), "e" * 40)
+    with pytest.raises(HistoryError, match="session id 'same' is already recorded"):
+        record_session(url, other, session_id="same")
+
+
+@pytest.mark.parametrize("bad", ["mysql://user@host/db", "", "sqlite://", "sqlite:///:memory:", "http://x/y"])
+def test_a_bad_url_is_an_error_naming_the_option(tmp_path, bad):
+    with pytest.raises(HistoryUrlError, match="^--distperf-history: ") as info:
+        record_session(bad, load())
+    assert "sqlite:///path/history.db" in str(info.value)
+
+
+def test_an_unreachable_postgresql_server_is_an_error_naming_the_option_without_the_password():
+    with pytest.raises(HistoryUrlError, match="^--distperf-history: cannot open postgresql") as info:
+        record_session("postgresql://someone:s3cret@127.0.0.1:1/nothing", load())
+    assert "s3cret" not in str(info.value)
+
+
+def test_reading_a_missing_sqlite_file_is_an_error_and_creates_nothing(tmp_path):
+    path = tmp_path / "none.db"
+    with pytest.raises(HistoryError, match="no history database at"):
+        trends(str(path))
+    assert not path.exists()
+
+
+# -- migrations --------------------------------------------------------------------------------------------------
+def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
+    engine = sa.create_engine(_engine_url(url))
+    when = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
+    with engine.begin() as conn:
+        assert schema.migrate(conn, "test", target=1) == (0, 1)
+        v1 = sa.MetaData()
+        sessions = sa.Table("distperf_sessions", v1, autoload_with=conn)
+        measurements = sa.Table("distperf_measurements", v1, autoload_with=conn)
+        assert "kind" not in measurements.c and "config_hash" not in measurements.c
+        pk = conn.execute(sessions.insert().values(
+            session_id="old", report_digest="0" * 64, created_at=when, recorded_at=when,
+            git_commit="f" * 40, host="h", environment="{}")).inserted_primary_key[0]
+        conn.execute(measurements.insert(), [
+            {"session_pk": pk, "machine_class": "mc", "test": "t.py::x", "job": "ddp tiny x2 cpu", "metric": metric,
+             "run_index": 0, "value": value, "unit": unit, "direction": "lower"}
+            for metric, value, unit in (("step_time", 0.1, "s"), ("peak_memory", 1e8, "bytes"),
+                                        ("comms.all_gather.calls_per_step", 4, "calls"))])
+    engine.dispose()
+
+    with HistoryStore(url) as store:
+        assert store.migrated == (1, 2)
+        rows = store.series_rows(store.series_keys()[0])
+        with store.engine.connect() as conn:
+            kinds = dict(conn.execute(sa.select(schema.measurements.c.metric, schema.measurements.c.kind)).all())
+            inspector = sa.inspect(conn)
+            columns = {c["name"] for c in inspector.get_columns("distperf_measurements")}
+            indexes = {i["name"] for i in inspector.get_indexes("distperf_measurements")}
+            versions = conn.execute(sa.select(schema.schema_version.c.version)).scalars().all()
+    assert kinds == {"step_time": "time", "peak_memory": "memory", "comms.all_gather.calls_per_step": "count"}
+    assert columns == set(schema.measurements.c.keys())
+    assert "ix_distperf_measurements_series" in indexes
+    assert sorted(versions) == [1, 2]
+    assert rows[0].session_id == "old" and rows[0].created_at == when and rows[0].git_commit == "f" * 40
+    # ... and it takes new sessions like a fresh one
+    assert record_session(url, load()).rows > 0
+
+
+def test_a_fresh_database_has_exactly_the_current_schema(url):
+    with HistoryStore(url) as store:
+        assert store.migrated == (0, schema.SCHEMA_VERSION)
+        with store.engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            for table in schema.metadata.sorted_tables:
+                assert {c["name"] for c in inspector.get_columns(table.name)} == set(table.c.keys())
+    with HistoryStore(url) as store:  # opening again changes nothing
+        assert store.migrated == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION)
+
+
+def test_a_newer_database_is_refused_and_left_untouched(url):
+    with HistoryStore(url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION + 1,
+                                                               applied_at=_dt.datetime.now(_dt.timezone.utc)))
+    with pytest.raises(SchemaVersionError, match=f"schema version {schema.SCHEMA_VERSION + 1} is newer"):
+        record_session(url, load())
+    engine = sa.create_engine(_engine_url(url))
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(schema.sessions)).scalar() == 0
+        assert schema.current_version(conn) == schema.SCHEMA_VERSION + 1
+    engine.dispose()
+
+
+def _engine_url(url: str) -> sa.URL:
+    from pytest_distperf.history.store import resolve_url
+
+    return resolve_url(url)
+
+
+# -- concurrent writers ------------------------------------------------------------------------------------------
+WRITER = textwrap.dedent("""
+    import copy, datetime, json, os, sys, time
+    from pytest_distperf.history import record_session
+    url, report, go, writer, sessions = sys.argv[1:6]
+    doc = json.load(open(report))
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    for i in range(int(sessions)):
+        d = copy.deepcopy(doc)
+        d["created_at"] = (datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+                           + datetime.timedelta(minutes=int(writer) * 1000 + i)).isoformat()
+        d["environment"]["git_commit"] = f"{writer}-{i}"
+        r = record_session(url, d)
+        assert not r.duplicate and r.rows > 0, r
+    print("ok")
+""")
+
+
+def test_concurrent_writer_processes_lose_no_row(url, tmp_path):
+    """N processes start together on a fresh database (so its creation races too), each appending M sessions."""
+    writers, per_writer = 4, 5
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, REPORT, str(go), str(w), str(per_writer)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
+    time.sleep(1.0)  # let every interpreter reach the start line
+    go.touch()
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+    rows_per_session = len(read_report(load())[1])
+    with HistoryStore(url) as store:
+        assert store.count(schema.sessions) == writers * per_writer
+        assert store.count(schema.measurements) == writers * per_writer * rows_per_session
+        with store.engine.connect() as conn:
+            commits = conn.execute(sa.select(schema.sessions.c.git_commit)).scalars().all()
+            versions = conn.execute(sa.select(schema.schema_version.c.version)).scalars().all()
+    assert sorted(commits) == sorted(f"{w}-{i}" for w in range(writers) for i in range(per_writer))
+    assert sorted(versions) == list(range(1, schema.SCHEMA_VERSION + 1))  # each migration step ran once
+
+
+# -- change points -----------------------------------------------------------------------------------------------
+def test_a_step_change_in_24_sessions_is_found_at_its_commit_range(url):
+    """24 sessions from the real report, step times +15 % from session 14 on, every session's runs scaled by
+    its own noise (2 % sd); peak memory noisy but unchanged."""
+    base, rng = load(), random.Random(19)
+    start = _dt.datetime(2026, 11, 1, tzinfo=_dt.timezone.utc)
+    step_at, sessions = 14, 24
+    for i in range(sessions):
+        scale = (1.15 if i >= step_at else 1.0) * rng.gauss(1.0, 0.02)
+        record_session(url, session_doc(base, start + _dt.timedelta(hours=i), commit_id(i), step_scale=scale,
+                                        memory_scale=rng.gauss(1.0, 0.01)))
+    found = trends(url, job="fsdp2", test="trains_like")
+    by_metric = {t.key.metric: t for t in found}
+    step = by_metric["step_time"]
+    assert len(step.points) == sessions
+    assert len(step.change_points) == 1
+    cp = step.change_points[0]
+    assert cp.index == step_at
+    assert (cp.before.git_commit, cp.after.git_commit) == (commit_id(step_at - 1), commit_id(step_at))
+    assert cp.commit_range == f"{commit_id(step_at - 1)[:12]}..{commit_id(step_at)[:12]}"
+    assert cp.verdict == "regression" and cp.pvalue <= 0.001
+    assert 0.10 < cp.change < 0.20
+    assert not cp.config_changed and cp.environment_changes == ()
+    assert by_metric["peak_memory"].change_points == ()
+    assert by_metric["optimizer_state_bytes"].change_points == ()  # constant: no change, no t-test noise
+
+
+def test_find_splits_on_plain_series():
+    rng = random.Random(7)
+    flat = [rng.gauss(100, 2) for _ in range(40)]
+    assert find_splits(flat) == []
+    steps = [rng.gauss(100, 2) for _ in range(10)] + [rng.gauss(120, 2) for _ in range(10)] + \
+            [rng.gauss(105, 2) for _ in range(10)]
+    assert [s.index for s in find_splits(steps)] == [10, 20]
+    exact = [4.0] * 8 + [6.0] * 8  # exact counts: a change with no noise at all
+    [split] = find_splits(exact)
+    assert (split.index, split.pvalue, split.change) == (8, 0.0, 0.5)
+    assert find_splits([4.0] * 16) == []
+    assert find_splits([1.0, 2.0, 3.0, 4.0, 5.0]) == []  # fewer than 2 x min_size sessions
+    assert find_splits(steps, min_change=0.5) == []  # smaller steps than asked for
+    with pytest.raises(ValueError, match="min_size"):
+        find_splits(steps, min_size=1)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+def test_history_command_prints_the_trend_and_the_change_point(tmp_path):
+    db = tmp_path / "history.db"
+    base, rng = load(), random.Random(3)
+    start = _dt.datetime(2026, 11, 1, tzinfo=_dt.timezone.utc)
+    for i in range(20):
+        scale = (0.8 if i >= 8 else 1.0) * rng.gauss(1.0, 0.02)
+        record_session(str(db), session_doc(base, start + _dt.timedelta(hours=i), commit_id(i), step_scale=scale))
+    html, out_json = tmp_path / "trend.html", tmp_path / "trend.json"
+    cmd = [sys.executable, "-m", "pytest_distperf", "history", f"sqlite:///{db}", "--metric", "step_time",
+           "--job", "deepspeed", "--test", "trains_like", "--points", "--html", str(html), "--json", str(out_json)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"improvement between commit {commit_id(7)[:12]}" in done.stdout
+    assert f"and {commit_id(8)[:12]}" in done.stdout
+    assert "1 series, 1 change point(s)" in done.stdout
+    page = html.read_text()
+    assert page.startswith("<!") and "<svg" in page and commit_id(7)[:12] in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    [trend] = json.loads(out_json.read_text())["trends"]
+    assert trend["change_points"][0]["commit_range"] == f"{commit_id(7)[:12]}..{commit_id(8)[:12]}"
+
+    bad = subprocess.run([sys.executable, "-m", "pytest_distperf", "history", "mysql://u:pw@h/d"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "history URL: unsupported database 'mysql'" in bad.stderr
+    assert "pw@" not in bad.stderr
