@@ -8,6 +8,15 @@
     result.pkl          what the agent got back from elastic_launch (values or failures)
     agent.log           the agent's own output
     logs/.../{rank}/stderr.log, stdout.log   each rank's output (torch elastic's redirects)
+
+Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder every node shares:
+    nodes.pkl           the NodePlan: node count, ranks per node, rendezvous id and endpoint
+    rdzv-endpoint.txt   the endpoint agent 0 offers when the plan has none (SLURM)
+    place-rank{r}.pkl   where rank r runs: host, node agent, node rank, pid, log folder
+    value-rank{r}.pkl   rank r's return value (torchrun runs a module, it hands back no values)
+    result-agent{i}.pkl node agent i's AgentResult; agent{i}.log its own output
+    logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
+    dump-stacks.request on a timeout: each node agent has its ranks dump their stacks
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ class RankFailure:
     signal: str | None  # e.g. "SIGKILL" when the rank died of a signal
     message: str  # the rank's traceback when it raised, else what torch elastic reported
     timestamp: int = 0  # when torch elastic saw it fail (the earliest is the root cause)
+    host: str | None = None  # where it ran (jobs on several nodes)
 
 
 @dataclass
@@ -46,6 +56,7 @@ class AgentResult:
     values: dict[int, Any] | None = None
     failures: list[RankFailure] = field(default_factory=list)
     agent_error: str | None = None  # the agent itself failed (rendezvous, bad config, ...)
+    host: str | None = None  # the agent's host (jobs on several nodes)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -160,3 +171,112 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
         except OSError:
             pass
+
+
+# -- jobs on several nodes (launch/torchrun.py, launch/slurm.py): every node writes into the same folder -----------
+NODE_PLAN = "nodes.pkl"
+RDZV_ENDPOINT = "rdzv-endpoint.txt"
+STACKS_REQUEST = "dump-stacks.request"  # on a timeout: each node agent signals its ranks (SIGUSR1)
+
+
+@dataclass
+class NodePlan:
+    """How the node agents of one job meet: torchrun's c10d rendezvous (written by the launcher)."""
+
+    nodes: int  # node agents, one torchrun each
+    nproc_per_node: int
+    rdzv_id: str
+    rdzv_endpoint: str | None  # host:port; None: agent 0 picks its own host and a free port (SLURM)
+    local_addr: str | None = None  # e.g. 127.0.0.1: every agent on this host, all traffic on loopback
+    join_timeout: int = 120  # seconds the agents wait for each other at the rendezvous
+
+
+@dataclass
+class RankPlace:
+    """Where a rank runs, written by the rank itself (rank/entry.py)."""
+
+    rank: int
+    host: str
+    agent: int  # index of the node agent that started it
+    node_rank: int  # torchrun's GROUP_RANK
+    local_rank: int
+    pid: int
+    log_dir: str | None  # the folder of its stdout.log / stderr.log / error.json
+
+
+def write_node_plan(job_dir: str, plan: NodePlan) -> None:
+    _write_atomic(os.path.join(job_dir, NODE_PLAN), pickle.dumps(plan))
+
+
+def read_node_plan(job_dir: str) -> NodePlan:
+    with open(os.path.join(job_dir, NODE_PLAN), "rb") as f:
+        return pickle.load(f)
+
+
+def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
+    _write_atomic(os.path.join(job_dir, RDZV_ENDPOINT), endpoint.encode())
+
+
+def read_rdzv_endpoint(job_dir: str) -> str | None:
+    try:
+        with open(os.path.join(job_dir, RDZV_ENDPOINT)) as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def write_rank_place(job_dir: str, place: RankPlace) -> None:
+    _write_atomic(os.path.join(job_dir, f"place-rank{place.rank}.pkl"), pickle.dumps(place))
+
+
+def read_rank_places(job_dir: str) -> dict[int, RankPlace]:
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "place-rank*.pkl")):
+        with open(path, "rb") as f:
+            place = pickle.load(f)
+        out[place.rank] = place
+    return out
+
+
+def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
+    _write_atomic(os.path.join(job_dir, f"value-rank{rank}.pkl"), pickle.dumps(value))
+
+
+def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, Any]:
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "value-rank*.pkl")):
+        rank = int(os.path.basename(path)[len("value-rank"):-len(".pkl")])
+        if ranks is None or rank in ranks:
+            with open(path, "rb") as f:
+                out[rank] = pickle.load(f)
+    return out
+
+
+def agent_log(job_dir: str, agent: int) -> str:
+    return os.path.join(job_dir, f"agent{agent}.log")
+
+
+def agent_log_dir(job_dir: str, agent: int) -> str:
+    """torchrun's --log-dir of one node agent (rank logs under <run>/attempt_0/<local rank>/)."""
+    return os.path.join(job_dir, LOGS, f"agent{agent}")
+
+
+def write_agent_result(job_dir: str, agent: int, result: AgentResult) -> None:
+    _write_atomic(os.path.join(job_dir, f"result-agent{agent}.pkl"), pickle.dumps(result))
+
+
+def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
+    try:
+        with open(os.path.join(job_dir, f"result-agent{agent}.pkl"), "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def request_stacks(job_dir: str) -> None:
+    """Ask every node agent to have its ranks dump their Python stacks (on a timeout)."""
+    _write_atomic(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
+
+
+def stacks_requested(job_dir: str) -> bool:
+    return os.path.exists(os.path.join(job_dir, STACKS_REQUEST))
