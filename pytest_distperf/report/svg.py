@@ -1,0 +1,204 @@
+"""Inline SVG charts for the HTML reports, written from Python with no plotting dependency.
+
+Why hand-written SVG and not a plotting library: the report must open offline (CI artifacts, air-gapped
+clusters) and stay small. Plotly needs its ~3.5 MB bundle inlined in every file, Vega-Lite its ~0.8 MB
+runtime (vega + vega-lite + vega-embed), and matplotlib is a heavy dependency that draws glyphs as paths.
+The charts here are a handful of kinds (strip plot, interval against a limit, bars, lines, a timeline), so a
+few hundred lines of SVG primitives keep a `-m zero3` report in the tens of kilobytes, need no JavaScript to
+draw, and give every mark a class and a <title> (hover text) that tests and a browser can check.
+
+Every chart is a `Chart`: pixel frame, linear scales, and marks appended as SVG elements.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+Fmt = Callable[[float], str]
+
+# Colour-blind-safe pair (Okabe-Ito) for the two sides of a comparison; the sides also differ in marker
+# shape (circle vs square), so they read in grey too.
+SIDE_COLOURS = ("#0072B2", "#D55E00")
+RANK_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+COMPUTE_COLOUR = "#6b7fa8"
+COMM_COLOUR = "#D55E00"
+OVERLAP_COLOUR = "#009E73"
+MUTED = "#57606a"
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] (1, 2, 5 x 10^n steps)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(count, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.ceil(lo / step - 1e-9) * step
+    ticks, t = [], start
+    while t <= hi + step * 1e-9:
+        ticks.append(0.0 if abs(t) < step * 1e-9 else t)
+        t += step
+    return ticks
+
+
+def padded(values: Iterable[float], pad: float = 0.06, include: Sequence[float] = ()) -> tuple[float, float]:
+    """A domain around the values (and `include`), widened a little so marks do not sit on the frame."""
+    vals = [v for v in (*values, *include) if v is not None and math.isfinite(v)]
+    if not vals:
+        return 0.0, 1.0
+    lo, hi = min(vals), max(vals)
+    span = hi - lo or abs(hi) * 0.1 or 1.0
+    return lo - span * pad, hi + span * pad
+
+
+@dataclass
+class Scale:
+    domain: tuple[float, float]
+    range: tuple[float, float]
+
+    def __call__(self, v: float) -> float:
+        d0, d1 = self.domain
+        r0, r1 = self.range
+        if d1 == d0:
+            return (r0 + r1) / 2
+        return r0 + (v - d0) / (d1 - d0) * (r1 - r0)
+
+
+@dataclass
+class Chart:
+    """An SVG of `width` x `height` pixels with a plot area inside the margins."""
+
+    width: int
+    height: int
+    label: str  # aria-label: what the chart shows
+    css_class: str
+    left: int = 60
+    right: int = 16
+    top: int = 12
+    bottom: int = 32
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def x0(self) -> float:
+        return self.left
+
+    @property
+    def x1(self) -> float:
+        return self.width - self.right
+
+    @property
+    def y0(self) -> float:
+        return self.top
+
+    @property
+    def y1(self) -> float:
+        return self.height - self.bottom
+
+    def x_scale(self, domain: tuple[float, float]) -> Scale:
+        return Scale(domain, (self.x0, self.x1))
+
+    def y_scale(self, domain: tuple[float, float]) -> Scale:
+        return Scale(domain, (self.y1, self.y0))
+
+    def add(self, element: str) -> None:
+        self.parts.append(element)
+
+    # -- marks -------------------------------------------------------------------------------------------------
+    def circle(self, x: float, y: float, r: float, fill: str, cls: str, title: str = "",
+               stroke: str = "none") -> None:
+        s = f' stroke="{stroke}"' if stroke != "none" else ""
+        self.add(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" fill="{fill}"{s}>{_title(title)}</circle>')
+
+    def square(self, x: float, y: float, half: float, fill: str, cls: str, title: str = "",
+               stroke: str = "none") -> None:
+        self.rect(x - half, y - half, 2 * half, 2 * half, fill, cls, title, stroke=stroke)
+
+    def rect(self, x: float, y: float, w: float, h: float, fill: str, cls: str, title: str = "",
+             stroke: str = "none", extra: str = "") -> None:
+        s = f' stroke="{stroke}"' if stroke != "none" else ""
+        self.add(f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
+                 f'fill="{fill}"{s}{extra}>{_title(title)}</rect>')
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str, cls: str, width: float = 1,
+             dash: str = "", title: str = "") -> None:
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(f'<line class="{cls}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}" '
+                 f'stroke-width="{width:g}"{d}>{_title(title)}</line>')
+
+    def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str, width: float = 1.5,
+                 dash: str = "", title: str = "") -> None:
+        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(f'<polyline class="{cls}" points="{pts}" fill="none" stroke="{stroke}" stroke-width="{width:g}"{d}>'
+                 f'{_title(title)}</polyline>')
+
+    def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", fill: str = "",
+             size: int = 11, weight: str = "") -> None:
+        f = f' fill="{fill}"' if fill else ""
+        w = f' font-weight="{weight}"' if weight else ""
+        self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"{f}{w}>'
+                 f'{esc(text)}</text>')
+
+    # -- axes --------------------------------------------------------------------------------------------------
+    def x_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
+        ticks = nice_ticks(*scale.domain) if ticks is None else ticks
+        self.line(self.x0, self.y1, self.x1, self.y1, "#8c959f", "axis")
+        for t in ticks:
+            x = scale(t)
+            self.line(x, self.y1, x, self.y1 + 4, "#8c959f", "tick")
+            self.line(x, self.y0, x, self.y1, "#eaeef2", "grid")
+            self.text(x, self.y1 + 15, fmt(t), "tick-lbl", "middle", MUTED, 10)
+        if title:
+            self.text((self.x0 + self.x1) / 2, self.height - 3, title, "axis-title", "middle", MUTED, 10)
+
+    def y_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
+        ticks = nice_ticks(*scale.domain, count=4) if ticks is None else ticks
+        self.line(self.x0, self.y0, self.x0, self.y1, "#8c959f", "axis")
+        for t in ticks:
+            y = scale(t)
+            self.line(self.x0 - 4, y, self.x0, y, "#8c959f", "tick")
+            self.line(self.x0, y, self.x1, y, "#eaeef2", "grid")
+            self.text(self.x0 - 6, y + 3.5, fmt(t), "tick-lbl", "end", MUTED, 10)
+        if title:
+            self.add(f'<text class="axis-title" transform="translate(11,{(self.y0 + self.y1) / 2:.1f}) rotate(-90)" '
+                     f'text-anchor="middle" font-size="10" fill="{MUTED}">{esc(title)}</text>')
+
+    def render(self) -> str:
+        # Grid lines go first so that marks draw over them.
+        grid = [p for p in self.parts if p.startswith('<line class="grid"')]
+        rest = [p for p in self.parts if not p.startswith('<line class="grid"')]
+        return (f'<svg class="chart {self.css_class}" role="img" aria-label="{esc(self.label)}" '
+                f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width} {self.height}" '
+                f'width="{self.width}" height="{self.height}">'
+                + "".join(grid) + "".join(rest) + "</svg>")
+
+
+def _title(text: str) -> str:
+    return f"<title>{esc(text)}</title>" if text else ""
+
+
+def legend(items: Sequence[tuple[str, str, str]]) -> str:
+    """An HTML legend: (marker shape 'circle' | 'square' | 'bar' | 'line', colour, text)."""
+    out = []
+    for shape, colour, text in items:
+        if shape == "circle":
+            mark = f'<svg width="12" height="12"><circle cx="6" cy="6" r="4.5" fill="{colour}"/></svg>'
+        elif shape == "square":
+            mark = f'<svg width="12" height="12"><rect x="1.5" y="1.5" width="9" height="9" fill="none" ' \
+                   f'stroke="{colour}" stroke-width="2"/></svg>'
+        elif shape == "line":
+            mark = f'<svg width="18" height="12"><line x1="0" y1="6" x2="18" y2="6" stroke="{colour}" ' \
+                   f'stroke-width="2" stroke-dasharray="4 2"/></svg>'
+        else:
+            mark = f'<svg width="14" height="12"><rect x="0" y="2" width="14" height="8" fill="{colour}"/></svg>'
+        out.append(f'<span class="key">{mark} {esc(text)}</span>')
+    return '<div class="legend">' + "".join(out) + "</div>"
