@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import uuid
+from typing import Any
 
 SHUTDOWN_GRACE_SECONDS = 3
 
@@ -52,23 +53,30 @@ def main(job_dir: str) -> int:
         jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
         return 0
     except ChildFailedError as e:
-        failures = []
-        for rank, f in sorted(e.failures.items()):
-            sig = None
-            if f.exitcode < 0:
-                try:
-                    sig = signal.Signals(-f.exitcode).name
-                except ValueError:
-                    sig = str(-f.exitcode)
-            failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig, message=_traceback_text(f.message),
-                                                     timestamp=f.timestamp))
-        jobfiles.write_result(job_dir, jobfiles.AgentResult(failures=failures))
+        jobfiles.write_result(job_dir, jobfiles.AgentResult(failures=rank_failures(e)))
         return 1
     except BaseException as e:  # rendezvous failure, SIGTERM from the launcher, ...
         import traceback
 
         jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e))))
         return 2
+
+
+def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:
+    """torch elastic's ChildFailedError as RankFailures (also used by the multi-node agent, node_agent.py)."""
+    from pytest_distperf.launch import jobfiles
+
+    failures = []
+    for rank, f in sorted(error.failures.items()):
+        sig = None
+        if f.exitcode < 0:
+            try:
+                sig = signal.Signals(-f.exitcode).name
+            except ValueError:
+                sig = str(-f.exitcode)
+        failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig,
+                                             message=_traceback_text(f.message), timestamp=f.timestamp, host=host))
+    return failures
 
 
 def _shutdown_grace(config_cls: type) -> dict[str, int]:
