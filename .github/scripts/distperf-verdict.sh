@@ -31,7 +31,7 @@ find_pull_request() {
 reasons=()
 [ "$WORKFLOW_PATH" = "$EXPECTED_WORKFLOW" ] \
   || reasons+=("the triggering run came from \`$WORKFLOW_PATH\`, not \`$EXPECTED_WORKFLOW\`")
-[ "$PLUGIN_TESTS" = success ] || reasons+=("plugin tests: $PLUGIN_TESTS ($PLUGIN_TESTS_URL)")
+[ "$PLUGIN_TESTS" = success ] || reasons+=("the plugin tests (distperf.yml): $PLUGIN_TESTS ($PLUGIN_TESTS_URL)")
 case "$GATE" in
   success) ;;
   skipped) reasons+=("the GPU gate did not run") ;;
