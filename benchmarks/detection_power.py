@@ -34,7 +34,8 @@ from pytest_distperf.launch import allocator
 from pytest_distperf.gate.store import KNOWN_METRICS, JobEntry, MetricSeries
 from pytest_distperf.launch.launcher import launch
 from pytest_distperf.gate.regression import Policy, confirm, decide_job, is_breach
-from pytest_distperf.spec import JobSpec, RunResult
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.stats import relative_spread
 
 
@@ -110,7 +111,7 @@ def trial(baseline_runs: list[list[float]], candidate: list[list[float]], confir
 def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Write the runs collected so far to --json, so a run cut short (a time limit) keeps them for --from-json."""
     if args.json:
-        from pytest_distperf.gate.store import write_json_atomic
+        from pytest_distperf.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     show(data, rows, args)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if args.json:
-        from pytest_distperf.gate.store import write_json_atomic
+        from pytest_distperf.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "rows": rows, "data": data}, lock=False)
     return 0

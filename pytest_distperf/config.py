@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch.devices import DEVICE_CHOICES, resolve_device
 
 DEFAULTS: dict[str, Any] = {
@@ -23,10 +24,6 @@ MARKER_KEYS = ("world_size", "device", "timeout", "repeats",
                "time_threshold", "time_k", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.probes)
                "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
-
-
-class SettingsError(ValueError):
-    """A bad option, ini or marker value; the message names where it came from."""
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,15 @@ from pytest_distperf.gate.checks import Comparison, SideSummary
 from pytest_distperf.launch.launcher import JobError, launch
 from pytest_distperf.config import Settings, TestPlan
 from pytest_distperf.probes.results import probe_record
-from pytest_distperf.spec import FunctionRef, JobSpec, RunResult
+from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.stats import summarize
 from pytest_distperf.rank.workload import resolve_shape
 
 ProgressSink = Callable[[str], None]
 
 if TYPE_CHECKING:
+    from pytest_distperf.session import RunCache
     from pytest_distperf.gate.regression import BaselineGate
 
 
@@ -45,19 +47,8 @@ def _drop_scratch(values: dict[int, Any]) -> None:
             shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)
 
 
-class RunCache:
-    """Comparisons measured earlier in this session, so the time and memory tests of one pair share runs."""
-
-    def __init__(self) -> None:
-        self.comparisons: dict[tuple[str, str, int], tuple[list[RunResult], list[RunResult], str]] = {}
-        self.probe_runs: dict[str, RunResult | BaseException] = {}  # config hash -> run (or its skip outcome)
-        # config hash -> (test that ran it, its error): a job that failed is not run again for the next test
-        # that shares it (a broken NVMe set-up would otherwise cost each of the five offload tests a launch).
-        self.failed_jobs: dict[str, tuple[str, str]] = {}
-
-
 class DistPerf:
-    def __init__(self, settings: Settings, plan: TestPlan, cache: RunCache, nodeid: str, base_dir: str,
+    def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid

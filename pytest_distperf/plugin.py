@@ -1,31 +1,27 @@
-"""pytest hooks and the `distperf` fixture. Logic lives in the modules they call."""
+"""pytest hooks and the `distperf` fixture. State lives in the session object (session.py), logic in the
+modules it calls. Nothing heavy is imported here: without --distperf a session never loads torch."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from pytest_distperf.gate import regression
-
-from pytest_distperf.report import terminal as report
-
-from pytest_distperf.report import files as reports
-from pytest_distperf.gate.store import BaselineError
-from pytest_distperf.gate.checks import DistPerfCheckFailed
+from pytest_distperf.config import TestPlan, build_settings, plan_test
+from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, SettingsError
 from pytest_distperf.launch.devices import DEVICE_CHOICES, visible_gpu_count
-from pytest_distperf.config import Settings, SettingsError, TestPlan, build_settings, plan_test
-from pytest_distperf.fixture import DistPerf, RunCache
+from pytest_distperf.session import DistPerfSession
 
-settings_key = pytest.StashKey[Settings]()
-cache_key = pytest.StashKey[RunCache]()
+if TYPE_CHECKING:
+    from pytest_distperf.fixture import DistPerf
+    from pytest_distperf.gate import regression
+
+session_key = pytest.StashKey[DistPerfSession]()
 plan_key = pytest.StashKey[TestPlan]()
-fixture_key = pytest.StashKey[DistPerf]()
-gate_key = pytest.StashKey["regression.GateSession | None"]()
-policy_key = pytest.StashKey[regression.Policy]()
+fixture_key = pytest.StashKey["DistPerf"]()
+policy_key = pytest.StashKey["regression.Policy"]()
 
 TOPIC_MARKERS = {
     "zero3": "DeepSpeed ZeRO stage 3 performance checks",
@@ -61,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--distperf-save", action="store_true",
                     help="record baselines for the distperf tests that ran and passed; other entries stay as they are")
     group.addoption("--distperf-baselines", dest="distperf_baselines", default=None, metavar="DIR",
-                    help="baselines folder (default: baselines/ at the rootdir)")
+                    help="baselines folder (default: baselines/ at the rootdir); write --distperf-baselines=DIR")
     parser.addini("distperf_baselines", "baselines folder, relative to the rootdir", default=None)
     group.addoption("--distperf-require-baseline", action="store_true",
                     help="fail tests with no baseline for this machine class ('new') or a changed config (for CI)")
@@ -88,15 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
-    config.stash[settings_key] = settings
-    config.stash[cache_key] = RunCache()
-    config.pluginmanager.register(SummaryCollector(), "distperf-summary")
-    config.stash[gate_key] = _gate_session(config, settings.enabled)
-    if not hasattr(config, "workerinput"):  # the controller writes the session's reports (xdist workers send theirs)
-        config.pluginmanager.register(ReportWriter(config), "distperf-reports")
+    session = DistPerfSession(config, settings, _gate_session(config, settings.enabled))
+    config.stash[session_key] = session
+    config.pluginmanager.register(session, "distperf-session")
 
 
-def _gate_session(config: pytest.Config, enabled: bool) -> regression.GateSession | None:
+def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSession | None":
     if config.getoption("distperf_save") and not enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
     for opt in ("distperf_json", "distperf_benchmark_json"):
@@ -105,32 +98,33 @@ def _gate_session(config: pytest.Config, enabled: bool) -> regression.GateSessio
             raise pytest.UsageError(f"distperf: --{opt.replace('_', '-')}: expected a file path, got {path!r}")
     if not enabled:
         return None
+    from pytest_distperf.gate import regression
+
     try:
         gs = regression.gate_settings(
             str(config.rootpath), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
             config.getoption("distperf_fail_on_improvement"),
             {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()})
-        session = regression.GateSession(gs, str(config.rootpath))
+        gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
-            session.store.check_writable()  # before any job runs, not after an hour of them
+            gate.store.check_writable()  # before any job runs, not after an hour of them
     except (SettingsError, BaselineError) as e:
         raise pytest.UsageError(f"distperf: {e}") from None
-    return session
+    return gate
 
 
 def _is_distperf(item: pytest.Item) -> bool:
     return item.get_closest_marker("distperf") is not None or "distperf" in getattr(item, "fixturenames", ())
 
 
-def _session_device(session: pytest.Session) -> str:
-    """cuda when any collected test was planned on CUDA, else cpu (for the session-level environment)."""
-    planned = {item.stash[plan_key].device for item in session.items if plan_key in item.stash}
-    return "cuda" if "cuda" in planned else "cpu"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return config.stash[session_key].report_header()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    settings = config.stash[settings_key]
+    session = config.stash[session_key]
+    settings = session.settings
     perf_items = [i for i in items if _is_distperf(i)]
     if not settings.enabled:
         skip = pytest.mark.skip(reason="distperf performance test: run with --distperf to enable")
@@ -144,12 +138,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kwargs.update(marker.kwargs)
         try:
             plan = plan_test(settings, kwargs, gpus, item.nodeid)
-            gate = config.stash[gate_key]
-            if gate is not None:
-                item.stash[policy_key] = regression.policy_for(gate.settings.policy, kwargs, item.nodeid)
+            if session.gate is not None:
+                from pytest_distperf.gate import regression
+
+                item.stash[policy_key] = regression.policy_for(session.gate.settings.policy, kwargs, item.nodeid)
         except SettingsError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
         item.stash[plan_key] = plan
+        session.plans.append(plan)
         if plan.skip_reason:
             item.add_marker(pytest.mark.skip(reason=plan.skip_reason))
         elif plan.known_gap:
@@ -160,28 +156,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DistPerf]:
+def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator["DistPerf"]:
     """Run strategies or your own function on N ranks started by torch's elastic launcher."""
     config = request.config
-    settings = config.stash[settings_key]
-    if not settings.enabled:
+    session = config.stash[session_key]
+    if not session.settings.enabled:
         pytest.skip("distperf performance test: run with --distperf to enable")
+    from pytest_distperf.fixture import DistPerf
+
     plan = request.node.stash.get(plan_key, None)
     if plan is None:
-        plan = plan_test(settings, {}, visible_gpu_count(), request.node.nodeid)
+        plan = plan_test(session.settings, {}, visible_gpu_count(), request.node.nodeid)
     progress = _progress_writer(config) if config.get_verbosity() > 0 else None
     gate = None
-    gate_session = config.stash[gate_key]
-    if gate_session is not None:
-        policy = request.node.stash.get(policy_key, gate_session.settings.policy)
+    if session.gate is not None:
+        from pytest_distperf.gate import regression
+
+        policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
-            gate = regression.BaselineGate(gate_session, request.node.nodeid, plan.device, plan.world_size, policy)
+            gate = regression.BaselineGate(session.gate, request.node.nodeid, plan.device, plan.world_size, policy)
         except BaselineError as e:
             problem = str(e)
         if problem:
             pytest.fail(f"distperf baseline: {problem}", pytrace=False)
-    dp = DistPerf(settings, plan, config.stash[cache_key], request.node.nodeid,
+    dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
                   str(tmp_path_factory.getbasetemp()), progress, gate=gate)
     request.node.stash[fixture_key] = dp
     yield dp
@@ -214,8 +213,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         _land_baseline(rep, dp.gate.finish(test_passed=rep.passed))
     if dp is None or rep.when != "call" or not dp.records:
         return
-    # user_properties travel with the report (xdist) and become JUnit <property> elements.
-    rep.user_properties.append(("distperf", json.dumps(dp.records, sort_keys=True)))
+    # An attribute of the report travels with it to the xdist controller; it is not a JUnit property.
+    rep.distperf_records = dp.records
     for r in dp.records:
         if r["kind"] == "check":
             prefix = f"distperf.{r['name']}"
@@ -226,7 +225,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]
 
 
-def _land_baseline(rep: pytest.TestReport, landing: regression.Landing) -> None:
+def _land_baseline(rep: pytest.TestReport, landing: "regression.Landing") -> None:
     """The baseline verdict lands on the test's own report; details travel with it (xdist) to the reports."""
     rep.distperf_detail = landing.detail
     rep.user_properties += landing.properties
@@ -235,63 +234,3 @@ def _land_baseline(rep: pytest.TestReport, landing: regression.Landing) -> None:
             rep.outcome, rep.longrepr = "failed", landing.message
         elif rep.failed:
             rep.sections.append(("distperf baseline", landing.message))
-
-
-class ReportWriter:
-    """Collects distperf test reports (also those xdist workers send) and writes the session's reports."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.entries: dict[str, reports.ReportEntry] = {}
-        self.written: list[str] = []
-        self.errors: list[str] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        detail = getattr(report, "distperf_detail", None)
-        records = [r for k, v in report.user_properties if k == "distperf" for r in json.loads(v)]
-        if detail is None and not records:
-            return
-        if report.when == "call" or (report.failed and report.nodeid not in self.entries):
-            outcome = report.outcome if report.when == "call" else "error"
-            self.entries[report.nodeid] = reports.ReportEntry(
-                report.nodeid, outcome, report.duration, records, detail,
-                str(report.longrepr) if report.failed else None)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        gate = self.config.stash.get(gate_key, None)
-        try:
-            self.written = reports.write_session_reports(
-                list(self.entries.values()), str(self.config.rootpath), self.config.getoption("distperf_json"),
-                self.config.getoption("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
-                invocation={"args": list(self.config.invocation_params.args),
-                            "baselines": gate.settings.baselines_dir if gate else None,
-                            "save": bool(gate and gate.settings.save),
-                            "require_baseline": bool(gate and gate.settings.policy.require_baseline),
-                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
-                device=_session_device(session))
-        except (BaselineError, OSError) as e:
-            self.errors.append(str(e))
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        for line in self.written:
-            terminalreporter.write_line(f"distperf: wrote {line}")
-        for line in self.errors:
-            terminalreporter.write_line(f"distperf: could not write a report: {line}", red=True)
-
-
-class SummaryCollector:
-    """Gathers distperf records from test reports (also those xdist workers send) for the summary table."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, list[dict[str, Any]]]] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call":
-            self.records += [(report.nodeid, json.loads(v)) for k, v in report.user_properties if k == "distperf"]
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.records:
-            terminalreporter.write_sep("=", "distperf")
-            for line in report.render(self.records):
-                terminalreporter.write_line(line)

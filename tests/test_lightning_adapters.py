@@ -15,7 +15,8 @@ from pytest_distperf import strategies
 
 from pytest_distperf.rank import breakdown
 from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
-from pytest_distperf.spec import JobSpec, RankResult, RunResult
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RankResult, RunResult
 
 FRONTEND_VS_DDP = """
 import pytest

@@ -20,7 +20,8 @@ from pytest_distperf.probes import comms, overlap, placement
 from pytest_distperf.probes.comms import nccl_kernel_kind
 from pytest_distperf.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
 from pytest_distperf.probes.trace import Trace, intersection_length, union
-from pytest_distperf.spec import JobSpec, RankResult, RunResult
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RankResult, RunResult
 
 # -- real jobs: a user function with a known set of collectives --------------------------------------------------
 

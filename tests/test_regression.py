@@ -253,7 +253,7 @@ def test_a_changed_job_config_reads_not_comparable(pytester: pytest.Pytester, sa
 
 # -- the per-test gate (plain RunResult data: what ranks send back, no jobs) ---------------------------------------
 def fake_run(job, ms: float, opt_bytes: int = 1000):
-    from pytest_distperf.spec import RankResult, RunResult
+    from pytest_distperf.results import RankResult, RunResult
 
     ranks = [RankResult(rank=r, step_times=[ms / 1e3] * 4, losses=[1.0] * 4, cuda_peak_allocated=None,
                         cuda_peak_reserved=None, host_peak_rss=200 * MiB, host_rss_before_build=100 * MiB,

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
-from pytest_distperf.spec import JobSpec, RankResult, RunResult
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RankResult, RunResult
 from pytest_distperf.measure.stats import max_relative_difference, paired_ratio, quantile, summarize, t95
 
 

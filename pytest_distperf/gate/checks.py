@@ -11,16 +11,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from pytest_distperf.errors import DistPerfCheckFailed
 from pytest_distperf.rank import breakdown
-from pytest_distperf.spec import RunResult
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.stats import RatioEstimate, max_relative_difference, paired_ratio, summarize
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-
-
-class DistPerfCheckFailed(AssertionError):
-    def __init__(self, message: str, check: "Check"):
-        super().__init__(message)
-        self.check = check
 
 
 @dataclass

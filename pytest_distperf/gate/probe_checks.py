@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pytest_distperf.gate.checks import Check, DistPerfCheckFailed
 from pytest_distperf.probes.results import ProbeResult
-from pytest_distperf.spec import RunResult
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 PERFETTO = "https://ui.perfetto.dev"

@@ -27,17 +27,15 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
+from pytest_distperf.errors import BaselineEnvironmentWarning
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import (KNOWN_METRICS, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
 from pytest_distperf.config import SettingsError
-from pytest_distperf.spec import JobSpec, RunResult
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.stats import t95
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-
-
-class BaselineEnvironmentWarning(UserWarning):
-    """Library/driver versions differ from those the baseline was recorded with."""
 
 
 @dataclass(frozen=True)

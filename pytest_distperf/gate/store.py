@@ -15,7 +15,7 @@ Reading never writes: a file that cannot be used (corrupt, truncated, wrongly ty
 pytest-distperf) raises BaselineError naming it and stays byte-identical. Older schemas are
 migrated in memory when read. Writes are atomic (temporary file in the same folder, fsync,
 rename) under a lock file of the folder, so concurrent writers (pytest-xdist workers, two
-sessions) never lose or tear an entry. This module also holds the project's one JSON writer.
+sessions) never lose or tear an entry.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from filelock import FileLock, Timeout
-
-from pytest_distperf.spec import JobSpec, RunResult
+from pytest_distperf import jsonio
+from pytest_distperf.errors import BaselineError, FileError
+from pytest_distperf.jsonio import LOCK_NAME
+from pytest_distperf.spec import JobSpec
+from pytest_distperf.results import RunResult
 from pytest_distperf.measure.stats import relative_spread
 
 SCHEMA_VERSION = 2
-LOCK_NAME = ".distperf.lock"
-LOCK_TIMEOUT_SECONDS = 120.0
 
 # name -> (unit, direction, kind). kind picks the decision rule: time (threshold + significance over
 # run-level repeats), memory (relative and absolute floor), count (exact).
@@ -54,93 +54,20 @@ KINDS = ("time", "memory", "count")
 INJECTION_FIELDS = ("extra_work", "extra_matmuls")
 
 
-class BaselineError(Exception):
-    """A baseline file or folder that cannot be used; the message names it and what to do."""
-
-
-# -- the one JSON writer ----------------------------------------------------------------------------------------
-def dumps(obj: Any) -> str:
-    """Sorted keys, strict JSON (no NaN), a trailing newline: stable diffs for committed files."""
-    return json.dumps(obj, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
-
-
-def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
-    """Write `obj` to `path` so that a reader sees the old file or the new one, never a torn one.
-
-    Temporary file in the same folder (same filesystem), fsync, rename over, fsync the folder;
-    under the folder's lock file when `lock` (so concurrent writers serialise).
-    """
-    try:
-        text = dumps(obj)
-    except ValueError as e:  # NaN/inf: json's message does not say which file
-        raise BaselineError(f"{path}: cannot write non-finite numbers as JSON ({e})") from None
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise BaselineError(f"cannot create folder {folder}: {e.strerror or e}") from None
-    if not os.path.isdir(folder):
-        raise BaselineError(f"{folder} is not a folder")
-    guard = FileLock(os.path.join(folder, LOCK_NAME), timeout=LOCK_TIMEOUT_SECONDS) if lock else None
-    try:
-        if guard is not None:
-            guard.acquire()
-        _replace(path, folder, text.encode("utf-8"))
-    except Timeout:
-        raise BaselineError(f"{path}: gave up waiting {LOCK_TIMEOUT_SECONDS:g} s for the lock "
-                            f"{os.path.join(folder, LOCK_NAME)} (another writer holds it)") from None
-    except OSError as e:
-        raise BaselineError(f"cannot write {path}: {e.strerror or e}") from None
-    finally:
-        if guard is not None and guard.is_locked:
-            guard.release()
-
-
-def _replace(path: str, folder: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a committed file is world-readable
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
 def read_json(path: str) -> Any:
-    """Parse a JSON file; BaselineError (naming the file) when it is not complete, valid JSON."""
+    """jsonio.read_json, with a baseline file's error type."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise BaselineError(f"cannot read {path}: {e.strerror or e}") from None
+        return jsonio.read_json(path)
+    except FileError as e:
+        raise BaselineError(str(e)) from None
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """jsonio.write_json_atomic under the folder's lock, with a baseline file's error type."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BaselineError(f"{path}: corrupt (not UTF-8 text: {e.reason} at byte {e.start})") from None
-    if not text.strip():
-        raise BaselineError(f"{path}: truncated (the file is empty)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
-            raise BaselineError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
-                                f"{e.msg})") from None
-        raise BaselineError(f"{path}: corrupt (not valid JSON: {e.msg} at line {e.lineno}, column {e.colno})") from None
+        jsonio.write_json_atomic(path, obj, lock=True)
+    except FileError as e:
+        raise BaselineError(str(e)) from None
 
 
 # -- what is stored ---------------------------------------------------------------------------------------------

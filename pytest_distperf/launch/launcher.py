@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import psutil
 
+from pytest_distperf.errors import JobError, JobTimeout
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.spec import JobSpec
 
@@ -33,22 +34,10 @@ STACK_DUMP_SECONDS = 1.0
 VANISHED_GRACE_SECONDS = 8.0
 
 
-class JobError(Exception):
-    """A job did not produce a value for every rank."""
-
-    def __init__(self, message: str, job_dir: str | None = None):
-        super().__init__(message)
-        self.job_dir = job_dir
-
-
 class RankFailed(JobError):
     def __init__(self, message: str, failures: list[jobfiles.RankFailure], job_dir: str):
         super().__init__(message, job_dir)
         self.failures = failures
-
-
-class JobTimeout(JobError):
-    pass
 
 
 class RankOutcome(Exception):

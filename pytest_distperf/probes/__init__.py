@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from pytest_distperf.errors import ProbeError
+
 PROBES = ("comms", "overlap", "placement")
 STEP_MARK = "distperf:step"  # the record_function range around each profiled step
-
-
-class ProbeError(ValueError):
-    """An unknown probe name; the message says where it came from."""
 
 
 def validate(names: Iterable[str] | str | None, where: str = "probes") -> tuple[str, ...]:

@@ -100,5 +100,4 @@ def busy_host_message(label: str, load: tuple[float, int] | None) -> str | None:
             f"data loaders)")
 
 
-class HostBusyWarning(UserWarning):
-    """The machine was busy with other work while a job was timed."""
+from pytest_distperf.errors import HostBusyWarning  # noqa: E402  (re-exported: the hostload API names it)

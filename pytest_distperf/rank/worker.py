@@ -19,7 +19,8 @@ from typing import Any, Callable
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from pytest_distperf.launch import jobfiles
-from pytest_distperf.spec import FunctionRef, JobSpec, RankResult
+from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.results import RankResult
 
 EXIT_OUTCOME = 75  # the rank stopped on pytest.skip/xfail; its outcome file says which
 

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from pytest_distperf.gate.store import write_json_atomic
+from pytest_distperf.jsonio import write_json_atomic
 from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
 from pytest_distperf.measure.stats import quantile
 

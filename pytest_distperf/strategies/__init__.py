@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pytest_distperf.errors import StrategyError
+
 from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
 
 # name -> (module, {option: default}); every strategy also takes `lr`.
@@ -28,10 +30,6 @@ STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "accelerate": ("pytest_distperf.strategies.accelerate", _frontend.FRONTEND_OPTIONS),
 }
 COMMON_OPTIONS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 0.01}
-
-
-class StrategyError(ValueError):
-    """An unknown strategy, option or option value."""
 
 
 def validate(name: str, options: dict[str, Any]) -> dict[str, Any]:

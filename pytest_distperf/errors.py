@@ -1,0 +1,72 @@
+"""Every error and warning distperf raises, under one base each, so a user can catch them all.
+
+Import-light on purpose: plugin.py and the user's conftest can import it without torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DistPerfError(Exception):
+    """Base of every distperf error."""
+
+
+class UsageError(DistPerfError, ValueError):
+    """A bad option, ini, marker or argument value; the message names where it came from."""
+
+
+class SettingsError(UsageError):
+    """A bad command-line option, ini or marker value."""
+
+
+class StrategyError(UsageError):
+    """An unknown strategy, option or option value, or an adapter that does not fit the protocol."""
+
+
+class ProbeError(UsageError):
+    """An unknown probe name, or a probe result that cannot be read."""
+
+
+class FileError(DistPerfError):
+    """A file or folder distperf reads or writes that cannot be used; the message names it."""
+
+
+class BaselineError(FileError):
+    """A baseline file or folder that cannot be used; the message names it and what to do."""
+
+
+class JobError(DistPerfError):
+    """A job did not produce a value for every rank."""
+
+    def __init__(self, message: str, job_dir: str | None = None):
+        super().__init__(message)
+        self.job_dir = job_dir
+
+
+class JobTimeout(JobError):
+    """A job ran past its wall-clock limit; the message holds each rank's stacks."""
+
+
+class DistPerfCheckFailed(DistPerfError, AssertionError):
+    """A check between strategies (or against a probe) decided FAIL. Only this satisfies a known-gap xfail."""
+
+    def __init__(self, message: str, check: Any):
+        super().__init__(message)
+        self.check = check
+
+
+class DistPerfWarning(UserWarning):
+    """Base of every distperf warning."""
+
+
+class HostBusyWarning(DistPerfWarning):
+    """The machine was busy with other work while a job was timed."""
+
+
+class BaselineEnvironmentWarning(DistPerfWarning):
+    """Library/driver versions differ from those the baseline was recorded with."""
+
+
+class DistPerfInconclusive(DistPerfWarning):
+    """A verdict's interval straddles its limit after the repeats allowed; `--distperf-strict` fails it instead."""

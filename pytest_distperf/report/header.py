@@ -1,0 +1,58 @@
+"""The lines distperf adds to pytest's session header: device and why, machine class, stack, baselines.
+
+Read in the pytest process without torch or CUDA: versions from package metadata, GPUs from NVML.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import TYPE_CHECKING, Sequence
+
+from pytest_distperf.config import Settings, TestPlan
+
+if TYPE_CHECKING:
+    from pytest_distperf.gate.regression import GateSession
+
+STACK = ("torch", "deepspeed", "lightning", "accelerate")
+NCCL_PACKAGES = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
+    """(device, why) for the session's default world size, as `--distperf-device` resolves it."""
+    ws = settings.world_size
+    if settings.device == "cpu":
+        return "cpu", "--distperf-device=cpu"
+    if settings.device == "cuda":
+        return "cuda", f"--distperf-device=cuda, {gpus} GPU{'s' if gpus != 1 else ''} visible"
+    if gpus >= ws:
+        return "cuda", f"auto: {gpus} GPU{'s' if gpus != 1 else ''} visible, tests need {ws}"
+    return "cpu", f"auto: {gpus} GPU{'s' if gpus != 1 else ''} visible, tests need {ws}"
+
+
+def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
+    if not settings.enabled:
+        return ["distperf: off (performance tests are skipped; run with --distperf)"]
+    from pytest_distperf.gate.fingerprint import machine_class
+    from pytest_distperf.launch.devices import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    device, why = device_reason(settings, gpus)
+    shape = settings.shape_cuda if device == "cuda" else settings.shape_cpu
+    lines = [f"distperf: device {device} ({why}); world size {settings.world_size}; shape {shape}; "
+             f"{settings.repeats} runs a side; job timeout {settings.timeout:g} s"]
+    stack = [f"{name} {v}" for name in STACK if (v := _version(name))]
+    nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
+    if device == "cuda" and nccl:
+        stack.append(f"nccl {nccl}")
+    lines.append(f"distperf: machine class {machine_class(device, settings.world_size).name}; {', '.join(stack)}")
+    if gate is not None:
+        mode = "save" if gate.settings.save else "compare"
+        lines.append(f"distperf: baselines {gate.settings.baselines_dir} ({mode})")
+    return lines

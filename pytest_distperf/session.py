@@ -1,0 +1,122 @@
+"""The session plugin object: what one pytest session of distperf owns.
+
+One `DistPerfSession` is registered per pytest process (as pytest-xdist registers its `DSession`). It holds the
+resolved settings, the runs shared between tests (`RunCache`), the baseline gate, and what the reports need
+(the records each test's report carries, also those xdist workers send), and it writes the session's reports.
+plugin.py only forwards pytest's hooks here. Nothing heavy is imported at module import: torch loads only when a
+distperf test runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_distperf.config import Settings, TestPlan
+
+if TYPE_CHECKING:
+    from pytest_distperf.gate.regression import GateSession
+    from pytest_distperf.report.files import ReportEntry
+    from pytest_distperf.results import RunResult
+
+
+@dataclass
+class RunCache:
+    """Runs measured earlier in this session, so tests that share a job share its runs."""
+
+    comparisons: dict[tuple[str, str, int], tuple[list["RunResult"], list["RunResult"], str]] = field(
+        default_factory=dict)
+    probe_runs: dict[str, "RunResult | BaseException"] = field(default_factory=dict)  # config hash -> run or skip
+    # config hash -> (test that ran it, its error): a job that failed is not launched again for the next test
+    # that shares it.
+    failed_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+class DistPerfSession:
+    """Settings, shared runs, the baseline gate and the report collectors of one pytest process."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, gate: "GateSession | None") -> None:
+        self.config = config
+        self.settings = settings
+        self.cache = RunCache()
+        self.gate = gate
+        self.is_controller = not hasattr(config, "workerinput")  # xdist workers send their reports here
+        self.summary_records: list[tuple[str, list[dict[str, Any]]]] = []
+        self.entries: dict[str, "ReportEntry"] = {}
+        self.written: list[str] = []
+        self.write_errors: list[str] = []
+        self.plans: list[TestPlan] = []
+
+    # -- what the session prints first ---------------------------------------------------------------------
+    def report_header(self) -> list[str]:
+        from pytest_distperf.report.header import header_lines
+
+        return header_lines(self.settings, self.gate, self.plans)
+
+    # -- collecting what tests report (also from xdist workers) --------------------------------------------
+    def collect(self, report: pytest.TestReport) -> None:
+        records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
+        detail = getattr(report, "distperf_detail", None)
+        if report.when == "call" and records:
+            self.summary_records.append((report.nodeid, records))
+        if not self.is_controller or (detail is None and not records):
+            return
+        from pytest_distperf.report.files import ReportEntry
+
+        if report.when == "call" or (report.failed and report.nodeid not in self.entries):
+            outcome = report.outcome if report.when == "call" else "error"
+            self.entries[report.nodeid] = ReportEntry(report.nodeid, outcome, report.duration, records, detail,
+                                                      str(report.longrepr) if report.failed else None)
+
+    # -- the end of the session ----------------------------------------------------------------------------
+    def session_device(self) -> str:
+        """cuda when any collected test was planned on CUDA, else cpu (for the session-level environment)."""
+        return "cuda" if any(p.device == "cuda" for p in self.plans) else "cpu"
+
+    def write_reports(self, session: pytest.Session) -> None:
+        if not self.is_controller:
+            return
+        from pytest_distperf.errors import BaselineError
+        from pytest_distperf.report import files
+
+        gate = self.gate
+        try:
+            self.written = files.write_session_reports(
+                list(self.entries.values()), str(self.config.rootpath), self.config.getoption("distperf_json"),
+                self.config.getoption("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
+                invocation={"args": list(self.config.invocation_params.args),
+                            "baselines": gate.settings.baselines_dir if gate else None,
+                            "save": bool(gate and gate.settings.save),
+                            "require_baseline": bool(gate and gate.settings.policy.require_baseline),
+                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
+                device=self.session_device())
+        except (BaselineError, OSError) as e:
+            # The paths were checked before the first job; what fails now fails the run, never as an internal error.
+            self.write_errors.append(str(e))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def terminal_summary(self, terminalreporter: Any) -> None:
+        if self.summary_records:
+            from pytest_distperf.report import terminal
+
+            terminalreporter.write_sep("=", "distperf")
+            for line in terminal.render(self.summary_records):
+                terminalreporter.write_line(line)
+        for line in self.written:
+            terminalreporter.write_line(f"distperf: wrote {line}")
+        for line in self.write_errors:
+            terminalreporter.write_line(f"distperf: could not write a report: {line}", red=True)
+
+    # -- pytest hooks this object receives as a registered plugin -----------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.collect(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.write_reports(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self.terminal_summary(terminalreporter)
