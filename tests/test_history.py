@@ -182,6 +182,16 @@ def test_a_bad_url_is_an_error_naming_the_option(tmp_path, bad):
     assert "sqlite:///path/history.db" in str(info.value)
 
 
+def test_check_url_checks_the_form_without_opening_anything(tmp_path):
+    from pytest_distperf.history import check_url
+
+    assert check_url(str(tmp_path / "h.db")) == f"sqlite:///{tmp_path / 'h.db'}"
+    assert check_url("postgresql://me:pw@db.example:5432/perf") == "postgresql+psycopg://me:***@db.example:5432/perf"
+    with pytest.raises(HistoryUrlError, match="^--distperf-history: unsupported database 'ftp'"):
+        check_url("ftp://host/file")
+    assert not (tmp_path / "h.db").exists()
+
+
 def test_an_unreachable_postgresql_server_is_an_error_naming_the_option_without_the_password():
     with pytest.raises(HistoryUrlError, match="^--distperf-history: cannot open postgresql") as info:
         record_session("postgresql://someone:s3cret@127.0.0.1:1/nothing", load())

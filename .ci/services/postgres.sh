@@ -20,7 +20,7 @@ log() { echo "postgres.sh: $*" >&2; }
 bindir() {
   # Debian keeps the server binaries per major version, off PATH; take the newest.
   local dir
-  dir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+  dir="$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1)"
   [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
 }
 

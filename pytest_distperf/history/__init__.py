@@ -12,6 +12,9 @@ Public functions (the only ones other modules should call):
   overrides the report's `environment.git_commit` (e.g. `$GITHUB_SHA`). The same document twice is stored once
   (`Recorded.duplicate`). Errors are `HistoryError`s whose message starts with `option`.
 
+- `check_url(url, option="--distperf-history") -> str`: validate a URL's form without connecting (for option
+  checking before any job starts); returns it with the password hidden. Raises `HistoryUrlError`.
+
 - `trends(url, *, test=None, job=None, metric=None, machine_class=None, alpha=0.001, min_size=3,
   min_change=0.0, option="history URL") -> list[Trend]`
   One `Trend` per (machine class, test, job, metric) whose fields contain the given substrings. A `Trend` has
@@ -46,8 +49,8 @@ if TYPE_CHECKING:
     from pytest_distperf.history.store import Recorded
     from pytest_distperf.history.trend import Trend
 
-__all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "record_session",
-           "render_text", "report_series", "trends"]
+__all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
+           "record_session", "render_text", "report_series", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
@@ -65,6 +68,14 @@ def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | No
     session, rows = read_report(report_doc, f"{option}: the session's report")
     with HistoryStore(url, option=option) as store:
         return store.record(session, rows, session_id=session_id)
+
+
+def check_url(url: str, option: str = "--distperf-history") -> str:
+    """The URL's form checked (scheme, a file for SQLite), nothing opened; the password hidden."""
+    _require_extra(option, "sqlalchemy")
+    from pytest_distperf.history.store import resolve_url
+
+    return resolve_url(url, option).render_as_string(hide_password=True)
 
 
 def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import html
 import os
-import tempfile
 
 from pytest_distperf.gate.regression import fmt_value
 from pytest_distperf.history.text import describe
 from pytest_distperf.history.trend import Trend, short_commit
 
-WIDTH, HEIGHT, PAD = 760, 180, 36
+WIDTH, HEIGHT, PAD, LEFT = 760, 180, 36, 84  # LEFT: room for the value labels
 COLOURS = {"regression": "#b2182b", "improvement": "#2166ac", "change": "#555"}
 
 
@@ -34,15 +33,14 @@ def write_page(trends: list[Trend], path: str) -> None:
     """Write atomically (a reader never sees half a page)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".history-", suffix=".html")
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(render_page(trends))
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
 
 
 def _section(t: Trend) -> str:
@@ -63,7 +61,7 @@ def _svg(t: Trend) -> str:
     n = len(values)
 
     def x(i: float) -> float:
-        return PAD + (WIDTH - 2 * PAD) * (i / (n - 1) if n > 1 else 0.5)
+        return LEFT + (WIDTH - LEFT - PAD) * (i / (n - 1) if n > 1 else 0.5)
 
     def y(v: float) -> float:
         return HEIGHT - PAD + (v - lo) / (hi - lo) * (2 * PAD - HEIGHT)
@@ -76,15 +74,16 @@ def _svg(t: Trend) -> str:
                    f"stroke='#bbb' stroke-width='6'/>")
     for c in t.change_points:
         cx = (x(c.index - 1) + x(c.index)) / 2
-        out.append(f"<line x1='{cx:.1f}' x2='{cx:.1f}' y1='{PAD / 2}' y2='{HEIGHT - PAD}' stroke='{COLOURS[c.verdict]}' "
-                   f"stroke-dasharray='4 3'><title>{html.escape(c.commit_range)}</title></line>"
+        out.append(f"<line x1='{cx:.1f}' x2='{cx:.1f}' y1='{PAD / 2}' y2='{HEIGHT - PAD}' "
+                   f"stroke='{COLOURS[c.verdict]}' stroke-dasharray='4 3'>"
+                   f"<title>{html.escape(c.commit_range)}</title></line>"
                    f"<text x='{cx + 3:.1f}' y='{PAD / 2 + 10}'>{html.escape(c.commit_range)}</text>")
     path = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
     out.append(f"<polyline points='{path}' fill='none' stroke='#333' stroke-width='1'/>")
     for i, p in enumerate(t.points):
         tip = html.escape(f"{p.created_at:%Y-%m-%d %H:%M} {short_commit(p.git_commit)} {fmt_value(p.value, t.unit)}")
         out.append(f"<circle cx='{x(i):.1f}' cy='{y(p.value):.1f}' r='3' fill='#333'><title>{tip}</title></circle>")
-    out.append(f"<text x='4' y='{y(max(values)) + 4:.1f}'>{html.escape(fmt_value(max(values), t.unit))}</text>"
-               f"<text x='4' y='{y(min(values)) + 4:.1f}'>{html.escape(fmt_value(min(values), t.unit))}</text>")
+    for v in sorted({min(values), max(values)}):
+        out.append(f"<text x='4' y='{y(v) + 4:.1f}'>{html.escape(fmt_value(v, t.unit))}</text>")
     out.append("</svg>")
     return "".join(out)

@@ -28,8 +28,8 @@ def _block(t: Trend, points: bool) -> str:
     values = [p.value for p in pts]
     lines = [f"{k.test}  {k.job}  {k.metric}  [{k.machine_class}]",
              f"  {len(pts)} session(s), {pts[0].created_at:%Y-%m-%d %H:%M} .. {pts[-1].created_at:%Y-%m-%d %H:%M} "
-             f"UTC, commits {short_commit(pts[0].git_commit)} .. {short_commit(pts[-1].git_commit)}; value = median of the "
-             f"session's runs ({t.unit}, {better})",
+             f"UTC, commits {short_commit(pts[0].git_commit)} .. {short_commit(pts[-1].git_commit)}; "
+             f"value = median of the session's runs ({t.unit}, {better})",
              f"  trend  {sparkline(values, {c.index for c in t.change_points})}  first {fmt_value(values[0], t.unit)}"
              f"  min {fmt_value(min(values), t.unit)}  max {fmt_value(max(values), t.unit)}"
              f"  last {fmt_value(values[-1], t.unit)}"]
