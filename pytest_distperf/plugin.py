@@ -68,6 +68,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--distperf-benchmark-json", dest="distperf_benchmark_json", default=None, metavar="PATH",
                     help="export step times in pytest-benchmark's JSON format (pytest-benchmark compare, "
                          "github-action-benchmark)")
+    group.addoption("--distperf-html", dest="distperf_html", default=None, metavar="PATH",
+                    help="write one self-contained HTML report with plots (no network needed to open it)")
+    group.addoption("--distperf-pr-comment", dest="distperf_pr_comment", default=None, metavar="PATH",
+                    help="write a pull-request comment: at most 25 lines of Markdown, every failing, inconclusive "
+                         "or improved metric listed")
+    group.addoption("--distperf-html-url", dest="distperf_html_url", default=None, metavar="URL",
+                    help="where the HTML report will be, for the PR comment's link (default: $DISTPERF_HTML_URL)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSession | None":
     if config.getoption("distperf_save") and not enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
-    for opt in ("distperf_json", "distperf_benchmark_json"):
+    for opt in ("distperf_json", "distperf_benchmark_json", "distperf_html", "distperf_pr_comment"):
         path = config.getoption(opt)
         if path is not None and (path == "" or os.path.isdir(path)):
             raise pytest.UsageError(f"distperf: --{opt.replace('_', '-')}: expected a file path, got {path!r}")

@@ -66,6 +66,8 @@ class DistPerfSession:
             return
         from pytest_distperf.report.files import ReportEntry
 
+        if hasattr(report, "wasxfail"):  # else an xfail reads as a skip (or a pass) in the reports
+            detail = {**(detail or {}), "xfail_reason": report.wasxfail}
         if report.when == "call" or (report.failed and report.nodeid not in self.entries):
             outcome = report.outcome if report.when == "call" else "error"
             self.entries[report.nodeid] = ReportEntry(report.nodeid, outcome, report.duration, records, detail,
@@ -92,7 +94,9 @@ class DistPerfSession:
                             "save": bool(gate and gate.settings.save),
                             "require_baseline": bool(gate and gate.settings.policy.require_baseline),
                             "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
-                device=self.session_device())
+                device=self.session_device(), html_path=self.config.getoption("distperf_html"),
+                pr_comment_path=self.config.getoption("distperf_pr_comment"),
+                html_url=self.config.getoption("distperf_html_url"))
         except (BaselineError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
             self.write_errors.append(str(e))

@@ -191,15 +191,28 @@ def session_environment(entries: list[ReportEntry], rootdir: str, device: str = 
 
 def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: str | None,
                           benchmark_path: str | None, step_summary_path: str | None,
-                          invocation: dict[str, Any], device: str = "cpu") -> list[str]:
-    """Write the reports asked for; returns what was written, one line each. `device`: the session's."""
+                          invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
+                          pr_comment_path: str | None = None, html_url: str | None = None) -> list[str]:
+    """Write the reports asked for; returns what was written, one line each. `device`: the session's.
+    The HTML report and the PR comment are drawn from the JSON report's document (report/html.py)."""
     written: list[str] = []
-    if not (json_path or benchmark_path or (step_summary_path and entries)):
+    if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)):
         return written
     environment = session_environment(entries, rootdir, device)
+    doc = json_report(entries, environment, invocation)
     if json_path:
-        write_json(json_path, json_report(entries, environment, invocation))
+        write_json(json_path, doc)
         written.append(f"JSON report {json_path}")
+    if html_path:
+        from pytest_distperf.report.html import write_html
+
+        write_html(html_path, doc)
+        written.append(f"HTML report {html_path} ({os.path.getsize(html_path) / 1024:.0f} KiB)")
+    if pr_comment_path:
+        from pytest_distperf.report.pr_comment import write_pr_comment
+
+        write_pr_comment(pr_comment_path, doc, html_url, html_path)
+        written.append(f"PR comment {pr_comment_path}")
     if benchmark_path:
         write_json(benchmark_path, benchmark_json(entries, environment))
         written.append(f"pytest-benchmark JSON {benchmark_path}")

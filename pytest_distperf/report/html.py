@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pytest_distperf.errors import DistPerfError
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, RANK_COLOURS,
-                                        SIDE_COLOURS, Chart, esc, legend, nice_ticks, padded)
+                                        SIDE_COLOURS, SVG_CSS, Chart, esc, legend, nice_ticks, padded)
 
 # -- outcomes --------------------------------------------------------------------------------------------------
 # One visual family per outcome: a colour, a symbol and a background pattern (the CSS), so a verdict reads in
@@ -337,7 +337,7 @@ def strip_chart(rows: Sequence[tuple[str, list[float], str, str]], unit: str, la
     c.x_axis(x, fmt, unit_name, ticks)
     for i, (name, vs, colour, marker) in enumerate(rows):
         yc = c.y0 + 10 + i * row_h + row_h / 2
-        c.text(c.x0 - 8, yc + 4, name, "row-lbl", "end", size=11)
+        c.text(c.x0 - 8, yc + 4, name, "row-lbl", "end")
         for k, v in enumerate(vs):
             y = yc + ((k % 5) - 2) * 2.2  # spread in y, so equal values stay visible
             title = f"{name} #{k + 1}: {fmt_unit(v, unit)}"
@@ -408,9 +408,9 @@ def bar_chart(rows: Sequence[tuple[str, float, str, str]], unit: str, label: str
     c.x_axis(x, fmt, unit_name, ticks)
     for i, (name, v, colour, title) in enumerate(rows):
         y = c.y0 + 8 + i * row_h
-        c.text(c.x0 - 8, y + 12, name, "row-lbl", "end", size=11)
+        c.text(c.x0 - 8, y + 12, name, "row-lbl", "end")
         c.rect(x(0), y + 2, x(v) - x(0), row_h - 6, colour, "bar", title or f"{name}: {fmt_unit(v, unit)}")
-        c.text(x(v) + 4, y + 12, fmt_unit(v, unit), "val-lbl", fill=MUTED, size=10)
+        c.text(x(v) + 4, y + 12, fmt_unit(v, unit), "val-lbl")
     return c.render()
 
 
@@ -456,8 +456,8 @@ def trend_chart(series: TrendSeries, width: int = WIDTH) -> str:
     c.line(c.x0, c.y1, c.x1, c.y1, "#8c959f", "axis")
     step = max(1, len(pts) // 12)
     for i in range(0, len(pts), step):
-        c.text(x(i), c.y1 + 14, pts[i].commit[:7], "tick-lbl", "middle", MUTED, 9)
-    c.text((c.x0 + c.x1) / 2, c.height - 4, "sessions, oldest first (commit)", "axis-title", "middle", MUTED, 10)
+        c.text(x(i), c.y1 + 14, pts[i].commit[:7], "tick-lbl", "middle", size=9)
+    c.text((c.x0 + c.x1) / 2, c.height - 4, "sessions, oldest first (commit)", "axis-title", "middle")
     for i, p in enumerate(pts):
         if p.low is not None and p.high is not None:
             c.line(x(i), y(p.low), x(i), y(p.high), "#8c959f", "whisker", 1)
@@ -492,10 +492,13 @@ def _empty(text: str) -> str:
     return f'<p class="empty">{esc(text)}</p>'
 
 
-def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], css: str = "") -> str:
-    """Cells are HTML already (escape text before); no header row when `header` is None."""
+def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], css: str = "",
+           row_attrs: Sequence[str] | None = None) -> str:
+    """Cells are HTML already (escape text before); no header row when `header` is None; `row_attrs`: each
+    row's attributes (HTML)."""
     head = "<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead>" if header else ""
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    attrs = list(row_attrs) if row_attrs is not None else [""] * len(rows)
+    body = "".join(f"<tr{a}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row, a in zip(rows, attrs))
     return f'<table class="{css}">{head}<tbody>{body}</tbody></table>'
 
 
@@ -626,23 +629,27 @@ def _verdict_table(doc: Mapping[str, Any]) -> str:
                  esc(s.row.interval), esc(s.row.limit), badge(s.row.outcome),
                  f'<span class="note">{esc(s.row.note)}</span>'] for s in items]
 
+    def attrs(items: Sequence[SharedRow]) -> list[str]:  # what a test of the page matches rows by
+        return [f' class="verdict-row" data-kind="{esc(s.row.kind)}" data-outcome="{esc(s.row.outcome)}" '
+                f'data-subject="{esc(s.row.subject)}" data-tests="{esc(chr(10).join(s.tests))}"' for s in items]
+
     header = ["test (outcome)", "kind", "what", "value", "95% interval", "limit", "verdict", "note"]
     checks = [s for s in rows if s.row.kind != "baseline"]
     loud = [s for s in rows if s.row.kind == "baseline" and s.row.outcome not in _QUIET]
     quiet = [s for s in rows if s.row.kind == "baseline" and s.row.outcome in _QUIET]
     out = legend_outcomes()
-    out += "<h3>checks</h3>" + (_table(header, cells(checks), "verdicts checks") if checks
+    out += "<h3>checks</h3>" + (_table(header, cells(checks), "verdicts checks", attrs(checks)) if checks
                                 else _empty("no ratio or probe check"))
     out += "<h3>baseline verdicts</h3>"
     if loud:
-        out += _table(header, cells(loud), "verdicts baseline")
+        out += _table(header, cells(loud), "verdicts baseline", attrs(loud))
     if quiet:
         counts: dict[str, int] = {}
         for s in quiet:
             counts[s.row.outcome] = counts.get(s.row.outcome, 0) + 1
         what = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
         out += (f'<details class="quiet"><summary>{"and " if loud else ""}{len(quiet)} more baseline verdict(s): '
-                f"{esc(what)} (show)</summary>" + _table(header, cells(quiet), "verdicts baseline-quiet")
+                f"{esc(what)} (show)</summary>" + _table(header, cells(quiet), "verdicts baseline-quiet", attrs(quiet))
                 + "</details>")
     if not loud and not quiet:
         out += _empty("no baseline verdict")
@@ -779,14 +786,14 @@ def _breakdown(job: Mapping[str, Any]) -> str:
     c.x_axis(x, fmt, unit_name, ticks)
     for i, r in enumerate(ranks):
         y = c.y0 + 8 + i * 20
-        c.text(c.x0 - 8, y + 12, f"rank {r.get('rank')}", "row-lbl", "end", size=11)
+        c.text(c.x0 - 8, y + 12, f"rank {r.get('rank')}", "row-lbl", "end")
         acc = 0.0
         for p in phases:
             v = float(r["step_breakdown"].get(p) or 0.0)
             c.rect(x(acc), y + 2, x(acc + v) - x(acc), 14, colours.get(p, "#999"), f"seg seg-{p}",
                    f"rank {r.get('rank')} {p}: {fmt_seconds(v)}", stroke="#fff")
             acc += v
-        c.text(x(acc) + 4, y + 12, fmt_seconds(acc), "val-lbl", fill=MUTED, size=10)
+        c.text(x(acc) + 4, y + 12, fmt_seconds(acc), "val-lbl")
     key = legend([("bar", colours.get(p, "#999"), p) for p in phases])
     return '<p class="note">where a step\'s time goes (separate phase after timing, first run)</p>' + key + c.render()
 
@@ -1071,7 +1078,7 @@ def _page(title: str, subtitle: str, nav: Sequence[tuple[str, str]], body: str) 
     links = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in nav)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{_CSS}</style><script>{_SCRIPT}</script></head><body>"
+            f"<title>{esc(title)}</title><style>{_CSS}{SVG_CSS}</style><script>{_SCRIPT}</script></head><body>"
             f"{_DEFS}<header><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header><nav>{links}</nav>"
             f"<main>{body}</main></body></html>\n")
 

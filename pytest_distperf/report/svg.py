@@ -28,6 +28,13 @@ COMM_COLOUR = "#D55E00"
 OVERLAP_COLOUR = "#009E73"
 MUTED = "#57606a"
 
+# The page's styles for chart classes (the HTML report inlines them once instead of on every element).
+SVG_CSS = """
+svg.chart text{font-size:11px;fill:#1f2328}
+svg.chart .tick-lbl,svg.chart .axis-title,svg.chart .val-lbl,svg.chart .row-note{font-size:10px;fill:#57606a}
+svg.chart .axis,svg.chart .tick{stroke:#8c959f}svg.chart .grid{stroke:#eaeef2}
+"""
+
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
@@ -130,9 +137,11 @@ class Chart:
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str, cls: str, width: float = 1,
              dash: str = "", title: str = "") -> None:
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.add(f'<line class="{cls}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}" '
-                 f'stroke-width="{width:g}"{d}>{_title(title)}</line>')
+        """`stroke` "" leaves colour (and width 1) to the page's CSS for the class (axes, ticks, grid)."""
+        attrs = (f' stroke="{stroke}"' if stroke else "") + (f' stroke-width="{width:g}"' if width != 1 else "") \
+            + (f' stroke-dasharray="{dash}"' if dash else "")
+        self.add(f'<line class="{cls}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}"{attrs}>'
+                 f'{_title(title)}</line>')
 
     def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str, width: float = 1.5,
                  dash: str = "", title: str = "") -> None:
@@ -142,35 +151,35 @@ class Chart:
                  f'{_title(title)}</polyline>')
 
     def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", fill: str = "",
-             size: int = 11, weight: str = "") -> None:
-        f = f' fill="{fill}"' if fill else ""
-        w = f' font-weight="{weight}"' if weight else ""
-        self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"{f}{w}>'
-                 f'{esc(text)}</text>')
+             size: int | None = None, weight: str = "") -> None:
+        """Font size and colour default to the page's CSS for the class (SVG_CSS)."""
+        attrs = (f' text-anchor="{anchor}"' if anchor != "start" else "") + (f' font-size="{size}"' if size else "") \
+            + (f' fill="{fill}"' if fill else "") + (f' font-weight="{weight}"' if weight else "")
+        self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}"{attrs}>{esc(text)}</text>')
 
     # -- axes --------------------------------------------------------------------------------------------------
     def x_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
         ticks = nice_ticks(*scale.domain) if ticks is None else ticks
-        self.line(self.x0, self.y1, self.x1, self.y1, "#8c959f", "axis")
+        self.line(self.x0, self.y1, self.x1, self.y1, "", "axis")
         for t in ticks:
             x = scale(t)
-            self.line(x, self.y1, x, self.y1 + 4, "#8c959f", "tick")
-            self.line(x, self.y0, x, self.y1, "#eaeef2", "grid")
-            self.text(x, self.y1 + 15, fmt(t), "tick-lbl", "middle", MUTED, 10)
+            self.line(x, self.y1, x, self.y1 + 4, "", "tick")
+            self.line(x, self.y0, x, self.y1, "", "grid")
+            self.text(x, self.y1 + 15, fmt(t), "tick-lbl", "middle")
         if title:
-            self.text((self.x0 + self.x1) / 2, self.height - 3, title, "axis-title", "middle", MUTED, 10)
+            self.text((self.x0 + self.x1) / 2, self.height - 3, title, "axis-title", "middle")
 
     def y_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
         ticks = nice_ticks(*scale.domain, count=4) if ticks is None else ticks
-        self.line(self.x0, self.y0, self.x0, self.y1, "#8c959f", "axis")
+        self.line(self.x0, self.y0, self.x0, self.y1, "", "axis")
         for t in ticks:
             y = scale(t)
-            self.line(self.x0 - 4, y, self.x0, y, "#8c959f", "tick")
-            self.line(self.x0, y, self.x1, y, "#eaeef2", "grid")
-            self.text(self.x0 - 6, y + 3.5, fmt(t), "tick-lbl", "end", MUTED, 10)
+            self.line(self.x0 - 4, y, self.x0, y, "", "tick")
+            self.line(self.x0, y, self.x1, y, "", "grid")
+            self.text(self.x0 - 6, y + 3.5, fmt(t), "tick-lbl", "end")
         if title:
             self.add(f'<text class="axis-title" transform="translate(11,{(self.y0 + self.y1) / 2:.1f}) rotate(-90)" '
-                     f'text-anchor="middle" font-size="10" fill="{MUTED}">{esc(title)}</text>')
+                     f'text-anchor="middle">{esc(title)}</text>')
 
     def render(self) -> str:
         # Grid lines go first so that marks draw over them.

@@ -1,0 +1,159 @@
+"""The pull-request comment (`--distperf-pr-comment PATH`): the session's verdicts in at most 25 lines of Markdown.
+
+Drawn from the `--distperf-json` document, like the HTML report (report/html.py reads the rows; nothing is
+decided here). What it holds, in order:
+
+- a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
+- the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
+- every failing, inconclusive (or warning) and improved metric with its change, 95 % interval and limit —
+  never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
+- the runs used, the measured noise and the machine class;
+- the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
+  In GitHub Actions the run's page lists the uploaded artifacts, and its URL is known before the upload:
+  `DISTPERF_HTML_URL: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}`.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any, Mapping, Sequence
+
+from pytest_distperf.report.html import (OUTCOME_STYLE, SharedRow, shared_rows, test_outcome, unique_jobs,
+                                         verdict_rows, write_text)
+
+MARKER = "<!-- distperf-pr-comment -->"
+MAX_LINES = 25
+HTML_URL_ENV = "DISTPERF_HTML_URL"
+LISTED = ("fail", "error", "xpass", "inconclusive", "warn", "improved")  # outcomes every one of which is listed
+_ORDER = {o: i for i, o in enumerate(("fail", "error", "xpass", "inconclusive", "warn", "improved", "xfail",
+                                      "pass", "new", "not comparable", "skipped"))}
+
+
+def _mark(outcome: str) -> str:
+    return OUTCOME_STYLE.get(outcome, ("", "·"))[1]
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::", 1)[-1]
+
+
+def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for s in rows:
+        if s.row.kind != "test":
+            counts[s.row.outcome] = counts.get(s.row.outcome, 0) + 1
+    verdicts = " · ".join(f"{_mark(o)} {n} {o}" for o, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
+    tests: dict[str, int] = {}
+    for t in doc.get("tests") or []:
+        o = test_outcome(t)
+        tests[o] = tests.get(o, 0) + 1
+    outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
+    if not doc.get("tests"):
+        head = "no distperf test ran"
+    elif any(s.row.outcome in ("fail", "error", "xpass") for s in rows):
+        head = "✗ failing"
+    elif any(s.row.outcome in ("inconclusive", "warn") for s in rows):
+        head = "? inconclusive"
+    else:
+        head = "✓ no regression"
+    return f"### distperf: {head} — {verdicts or 'no verdicts'} ({len(doc.get('tests') or [])} tests: {outcome or '–'})"
+
+
+def _listed_row(s: SharedRow) -> str:
+    r = s.row
+    more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
+    return (f"| {_mark(r.outcome)} {r.outcome} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(r.subject)} | "
+            f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
+
+
+def _runs_line(doc: Mapping[str, Any]) -> str:
+    shapes: dict[tuple[int, int], int] = {}
+    ranks = set()
+    for view in unique_jobs(doc):
+        runs = view.job.get("runs") or []
+        if runs:
+            key = (len(runs), len(runs[0].get("step_times") or []))
+            shapes[key] = shapes.get(key, 0) + 1
+            ranks.add(len(runs[0].get("ranks") or []))
+    if not shapes:
+        return "**Runs**: none recorded"
+    text = ", ".join(f"{n} job(s) × {r} run(s) × {s} steps" for (r, s), n in sorted(shapes.items(), reverse=True))
+    world = "/".join(str(w) for w in sorted(ranks))
+    return f"**Runs**: {text}; {world} ranks each; A/B comparisons interleaved"
+
+
+def _noise_line(doc: Mapping[str, Any]) -> str:
+    spreads, loads = [], []
+    for t in doc.get("tests") or []:
+        for v in t.get("verdicts") or []:
+            if v.get("metric") == "step_time" and v.get("current") and v.get("current_spread") is not None \
+                    and (v.get("current_runs") or 0) > 1:
+                spreads.append(float(v["current_spread"]) / float(v["current"]))
+    for view in unique_jobs(doc):
+        loads += [float(r["host_other_load_cores"]) for r in view.job.get("runs") or []
+                  if r.get("host_other_load_cores") is not None]
+    parts = []
+    if spreads:
+        spreads = sorted(set(spreads))
+        parts.append(f"step-time run-to-run spread {min(spreads):.1%}–{max(spreads):.1%} "
+                     f"(median {statistics.median(spreads):.1%}) over {len(spreads)} job(s)")
+    if loads:
+        parts.append(f"other load on the host up to {max(loads):.2f} cores")
+    extra = doc.get("noise") or (doc.get("environment") or {}).get("noise")
+    if isinstance(extra, Mapping):
+        parts += [f"{k} {v}" for k, v in sorted(extra.items())]
+    return "**Noise**: " + ("; ".join(parts) if parts else "not measured in this session")
+
+
+def _machine_line(doc: Mapping[str, Any]) -> str:
+    classes = sorted({t.get("machine_class") for t in doc.get("tests") or []} - {None})
+    env = doc.get("environment") or {}
+    versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "deepspeed", "cuda", "nccl") if env.get(k))
+    commit = (env.get("git_commit") or "")[:12]
+    return (f"**Machine class**: {', '.join(f'`{c}`' for c in classes) or '–'}"
+            + (f" · {versions}" if versions else "") + (f" · commit `{commit}`" if commit else ""))
+
+
+def _link_line(html_url: str | None, html_path: str | None) -> str:
+    if html_url:
+        return f"**Report**: [plots and per-rank detail (HTML)]({html_url})"
+    if html_path:
+        return f"**Report**: `{os.path.basename(html_path)}` (HTML, in this run's artifacts)"
+    return "**Report**: no HTML report written (`--distperf-html PATH`)"
+
+
+def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_path: str | None = None) -> str:
+    """The comment's Markdown; `html_url` defaults to $DISTPERF_HTML_URL."""
+    html_url = html_url or os.environ.get(HTML_URL_ENV) or None
+    rows = sorted(shared_rows(verdict_rows(doc)), key=lambda s: _ORDER.get(s.row.outcome, 99))
+    listed = [s for s in rows if s.row.outcome in LISTED]
+    head = [MARKER, _counts_line(rows, doc), ""]
+    tail = ["", _runs_line(doc), _noise_line(doc), _machine_line(doc), _link_line(html_url, html_path)]
+    table: list[str] = []
+    if listed:
+        table = ["| verdict | test | what | change | 95% interval | limit |", "|---|---|---|---|---|---|"]
+        table += [_listed_row(s) for s in listed]
+    else:
+        table = ["No failing, inconclusive or improved metric."]
+    xfails = [s for s in rows if s.row.outcome == "xfail"]
+    room = MAX_LINES - len(head) - len(table) - len(tail)
+    if xfails and room >= 1:  # known gaps, by name, when the budget has room
+        names = ", ".join(f"`{_short(s.tests[0])}`" for s in xfails)
+        table.append(f"Known gaps (strict xfail, not failing): {len(xfails)} — {names}")
+        room -= 1
+    lines = head + table + tail
+    if room < 0:
+        lines.insert(len(head) + len(table),
+                     f"_All {len(listed)} failing/inconclusive/improved rows are listed (never cut): "
+                     f"this comment is longer than its usual {MAX_LINES} lines._")
+    return "\n".join(lines) + "\n"
+
+
+def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = None,
+                     html_path: str | None = None) -> None:
+    write_text(path, render_pr_comment(doc, html_url, html_path))
