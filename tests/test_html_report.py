@@ -1,0 +1,227 @@
+"""The HTML report and the PR comment as pure functions over a real session's JSON document
+(tests/data: a CPU `-k 'trains_like or step_time_within_1_1x_fsdp2'` session of perf_tests/test_zero3.py and a
+probed test_comm.py session), and the compute/communication timeline from a real torch.profiler trace."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_distperf.report import html as report_html
+from pytest_distperf.report.html import (ChangePoint, TrendPoint, TrendSeries, render_history, render_html,
+                                         step_timeline, write_html)
+from pytest_distperf.report.pr_comment import HTML_URL_ENV, MARKER, MAX_LINES, render_pr_comment
+
+DATA = Path(__file__).parent / "data"
+SECTION_IDS = [sid for sid, _ in report_html.SECTIONS]
+
+
+@pytest.fixture
+def zero3_doc() -> dict:
+    return json.loads((DATA / "history_report_zero3_cpu.json").read_text())
+
+
+@pytest.fixture
+def comm_doc() -> dict:
+    return json.loads((DATA / "history_report_comm_cpu.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def _no_html_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(HTML_URL_ENV, raising=False)
+
+
+def sections(page: str) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in re.finditer(r'<section id="([^"]+)">(.*?)</section>', page, re.S)}
+
+
+def verdict_rows(page: str) -> list[dict[str, str]]:
+    rows = []
+    for m in re.finditer(r'<tr class="verdict-row"([^>]*)>', page):
+        rows.append(dict(re.findall(r'data-([a-z]+)="([^"]*)"', m.group(1))))
+    return rows
+
+
+def test_every_section_renders_offline_from_a_real_document(zero3_doc: dict, tmp_path: Path):
+    path = tmp_path / "report.html"
+    write_html(str(path), zero3_doc)
+    page = path.read_text(encoding="utf-8")
+    assert list(sections(page)) == SECTION_IDS
+    found = sections(page)
+    assert found["comparisons"].count('class="chart strip runs"') == 1  # the step-time check; loss match has none
+    assert found["comparisons"].count('class="chart ratio"') == 1
+    assert 'class="chart strip ranks"' in found["jobs"] and 'class="chart bars memory"' in found["jobs"]
+    assert "cpu-intel-xeon-2core-1node-ws2" in found["environment"]
+    # Self-contained: no script, style, image or font from anywhere else (the SVG namespace is a name, not a fetch).
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert "<link" not in page and "@import" not in page and "url(http" not in page
+    assert path.stat().st_size < 1 << 20
+    assert not list(tmp_path.glob(".*.tmp"))  # written whole (temp file renamed), nothing left behind
+
+
+def test_each_run_of_a_comparison_is_drawn_step_by_step(zero3_doc: dict):
+    test = next(t for t in zero3_doc["tests"] if t["nodeid"].endswith("step_time_within_1_1x_fsdp2"))
+    [check] = [c for c in test["checks"] if c["name"] == "step_time"]
+    jobs = {j["label"]: j for j in test["jobs"]}
+    steps = sum(len(r["step_times"]) for side in (check["a"], check["b"]) for r in jobs[side]["runs"])
+    page = render_html({**zero3_doc, "tests": [test]})
+    strip = re.search(r'<svg class="chart strip runs".*?</svg>', page, re.S).group(0)
+    assert strip.count('class="pt pt-a"') + strip.count('class="pt pt-b"') == steps
+    ratio = re.search(r'<svg class="chart ratio".*?</svg>', page, re.S).group(0)
+    assert 'class="limit"' in ratio and 'class="estimate"' in ratio and 'class="ci"' in ratio
+    assert f"A/B {check['ratio']:.3f}×" in ratio
+
+
+def test_verdict_rows_match_the_document(zero3_doc: dict):
+    rows = verdict_rows(render_html(zero3_doc))
+    checks = [(t["nodeid"], c) for t in zero3_doc["tests"] for c in t["checks"]]
+    ratio_rows = [r for r in rows if r["kind"] == "ratio"]
+    assert len(ratio_rows) == len(checks)
+    for nodeid, c in checks:
+        [row] = [r for r in ratio_rows if nodeid in r["tests"].split("\n") and r["subject"].startswith(c["name"])]
+        assert row["outcome"] == ("pass" if c["passed"] else "fail")
+    # a verdict that several tests share (their cached comparison's runs) is one row naming every test
+    baseline = [r for r in rows if r["kind"] == "baseline"]
+    total = sum(len(t["verdicts"]) for t in zero3_doc["tests"])
+    assert sum(len(r["tests"].split("\n")) for r in baseline) == total
+    assert {r["outcome"] for r in baseline} == {"new"}
+
+
+def test_an_xfail_and_the_outcomes_still_read_without_colour(zero3_doc: dict):
+    doc = copy.deepcopy(zero3_doc)
+    test = next(t for t in doc["tests"] if t["nodeid"].endswith("step_time_within_1_1x_fsdp2"))
+    test["outcome"], test["xfail_reason"] = "skipped", "known upstream gap on cpu: ..."
+    for c in test["checks"]:
+        c["passed"] = False
+    page = render_html(doc)
+    rows = [r for r in verdict_rows(page) if test["nodeid"] in r["tests"].split("\n") and r["kind"] == "ratio"]
+    assert rows and {r["outcome"] for r in rows} == {"xfail"}
+    # every outcome a reader must tell apart has its own symbol and its own CSS class (border and pattern)
+    shown = ("pass", "fail", "inconclusive", "xfail", "improved", "new")
+    styles = [report_html.OUTCOME_STYLE[o] for o in shown]
+    assert len({sym for _, sym in styles}) == len(shown) and len({cls for cls, _ in styles}) == len(shown)
+
+
+def test_newer_outcome_fields_are_drawn_as_the_document_says(zero3_doc: dict):
+    doc = copy.deepcopy(zero3_doc)
+    test = doc["tests"][0]
+    test["checks"][0]["outcome"] = "inconclusive"  # the decision core's three outcomes
+    test["verdicts"][0]["status"] = "inconclusive"
+    rows = verdict_rows(render_html(doc))
+    assert sum(r["outcome"] == "inconclusive" for r in rows) == 2
+    assert report_html.outcome_of({"passed": True}) == "pass" and report_html.outcome_of({"verdict": "FAIL"}) == "fail"
+
+
+def test_a_missing_trace_is_said_not_hidden(comm_doc: dict):
+    probes = sections(render_html(comm_doc))["probes"]  # its traces were in a job folder that is gone
+    assert probes.count('class="chart bars collectives"') == 2
+    assert "timeline not drawn" in probes and "job-ua2gyy62/probe-trace-rank0.json" in probes
+    assert "20" in probes  # ZeRO-3's all-gathers per step on the CPU job
+
+
+TRACE_SCRIPT = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from pytest_distperf.probes import STEP_MARK
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+    w = torch.randn(256, 256)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with record_function(STEP_MARK):
+                x = torch.randn(64, 256) @ w
+                dist.all_reduce(x)
+                (x @ w).sum()
+    prof.export_chrome_trace(sys.argv[1])
+    dist.destroy_process_group()
+""")
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real torch.profiler trace of three steps with a gloo all-reduce between two matmuls."""
+    folder = tmp_path_factory.mktemp("trace")
+    path = folder / "probe-trace-rank0.json"
+    subprocess.run([sys.executable, "-c", TRACE_SCRIPT, str(path), str(folder / "store")], check=True,
+                   timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return str(path)
+
+
+def test_one_steps_timeline_from_a_real_profiler_trace(cpu_trace: str, comm_doc: dict):
+    timeline = step_timeline(cpu_trace, 0)
+    assert timeline.source == "CPU ops" and timeline.steps == 3 and timeline.step == 1
+    assert timeline.compute and timeline.comm
+    assert all(0 <= s <= e <= timeline.length for s, e in timeline.compute)
+    assert any("all_reduce" in name or "allreduce" in name for _, _, name in timeline.comm)
+
+    doc = copy.deepcopy(comm_doc)
+    probe = doc["tests"][0]["probes"][0]
+    probe["traces"] = [cpu_trace]
+    chart = re.search(r'<svg class="chart timeline".*?</svg>', sections(render_html(doc))["probes"], re.S).group(0)
+    assert 'class="seg-compute"' in chart and 'class="seg-comm"' in chart
+
+
+def test_baseline_runs_against_the_current_ones(zero3_doc: dict, tmp_path: Path):
+    doc = copy.deepcopy(zero3_doc)
+    test = doc["tests"][0]
+    job = test["jobs"][0]
+    base_steps = [[t * 0.9 for t in r["step_times"]] for r in job["runs"]]
+    baseline_file = tmp_path / "baseline.json"
+    baseline_file.write_text(json.dumps({"schema_version": 2, "test": test["nodeid"], "jobs": {job["label"]: {
+        "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
+                                  "runs": [sorted(s)[len(s) // 2] for s in base_steps], "samples": base_steps}}}}}))
+    test["baseline_file"] = str(baseline_file)
+    [v] = [v for v in test["verdicts"] if v["job"] == job["label"] and v["metric"] == "step_time"]
+    v.update(status="warn", baseline=v["current"] * 0.9, delta=0.11, low=0.02, high=0.2, threshold=0.15,
+             threshold_text="max(5%, 3 x 5.0% run-to-run) = 15.0%")
+    history = [TrendSeries("cpu", test["nodeid"], job["label"], "step_time", "s",
+                           [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 0.1 + 0.01 * (i >= 3)) for i in range(6)],
+                           [ChangePoint(3, f"{2:040x}", f"{3:040x}", 0.1, 0.11)])]
+    page = sections(render_html(doc, history=history))["baselines"]
+    strip = re.search(r'<svg class="chart strip baseline".*?</svg>', page, re.S).group(0)
+    assert strip.count('class="pt pt-b"') == sum(map(len, base_steps))  # the baseline's own step times
+    assert strip.count('class="pt pt-a"') == sum(len(r["step_times"]) for r in job["runs"])
+    assert 'class="chart delta"' in page and 'class="band"' in page  # the change, its interval, ± threshold
+    assert 'class="chart trend"' in page and 'class="change-point"' in page
+
+
+def test_history_page_marks_each_change_point_with_its_commits():
+    points = [TrendPoint(f"c{i:02d}" + "0" * 38, f"2026-01-{i + 1:02d}T00:00:00", 0.1 * (1.2 if i >= 12 else 1.0))
+              for i in range(24)]
+    series = TrendSeries("cpu-x", "perf_tests/test_zero3.py::test_a", "fsdp2 tiny x2 cpu", "step_time", "s", points,
+                         [ChangePoint(12, points[11].commit, points[12].commit, 0.1, 0.12, "regression")])
+    page = render_history([series])
+    assert page.count('class="trend-pt"') == 24 and page.count('class="change-point"') == 1
+    assert "c110000..c120000 +20.0%" in page
+    assert list(sections(page)) == ["trends"]
+
+
+def test_pr_comment_within_25_lines_with_link_noise_runs_and_machine(zero3_doc: dict,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(HTML_URL_ENV, "https://example.invalid/runs/1")
+    text = render_pr_comment(zero3_doc)
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES and lines[0] == MARKER
+    assert "(https://example.invalid/runs/1)" in text
+    assert "**Runs**" in text and "**Noise**" in text and "`cpu-intel-xeon-2core-1node-ws2`" in text
+    assert "No failing, inconclusive or improved metric." in text  # both checks of this session passed
+    assert "(https://example.invalid/other)" in render_pr_comment(zero3_doc, html_url="https://example.invalid/other")
+
+
+def test_pr_comment_lists_every_failing_metric_even_past_25_lines(zero3_doc: dict):
+    doc = copy.deepcopy(zero3_doc)
+    test = doc["tests"][1]
+    template = next(c for c in test["checks"] if c["name"] == "step_time")
+    test["checks"] = [{**template, "name": f"step_time_{i}", "passed": False, "ratio": 1.5 + i / 100}
+                      for i in range(40)]
+    text = render_pr_comment(doc, html_path="out/report.html")
+    assert all(f"step_time_{i}:" in text for i in range(40))
+    assert "never cut" in text and len(text.splitlines()) > MAX_LINES
+    assert "**Machine class**" in text and "`report.html`" in text  # the rest is still there
