@@ -342,6 +342,21 @@ def test_a_step_change_in_24_sessions_is_found_at_its_commit_range(url):
     assert by_metric["optimizer_state_bytes"].change_points == ()  # constant: no change, no t-test noise
 
 
+def test_session_trends_are_the_series_of_that_report(tmp_path):
+    from pytest_distperf.history import report_series, session_trends
+
+    db, zero3, comm = str(tmp_path / "h.db"), load(), load(REPORT_COMMS)
+    record_session(db, zero3)
+    record_session(db, comm)
+    found = session_trends(db, comm)
+    assert {(t.key.test, t.key.job, t.key.metric) for t in found} == {
+        (r.test, r.job, r.metric) for r in read_report(comm)[1]}
+    assert all(len(t.points) == 1 for t in found)
+    series = report_series(found)  # the HTML report's own input type
+    assert [(s.test, s.job, s.metric, s.unit) for s in series] == [
+        (t.key.test, t.key.job, t.key.metric, t.unit) for t in found]
+
+
 def test_find_splits_on_plain_series():
     rng = random.Random(7)
     flat = [rng.gauss(100, 2) for _ in range(40)]

@@ -28,6 +28,9 @@ Public functions (the only ones other modules should call):
 
 - `render_text(trends, points=False) -> str`: the CLI's text.
 
+- `session_trends(url, report_doc, **change_point_settings) -> list[Trend]`: the trends of exactly the series
+  (machine class, test, job, metric) that this report document measured, e.g. for its HTML report.
+
 - `report_series(trends) -> list[report.html.TrendSeries]`: the same trends as the HTML report's input type
   (`render_html(doc, history=...)`, `render_history(series)`): per point the session's median with its runs'
   range as the whisker; per change point the commit range, the segment means and a note with the verdict,
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
     from pytest_distperf.history.trend import Trend
 
 __all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
-           "record_session", "render_text", "report_series", "trends"]
+           "record_session", "render_text", "report_series", "session_trends", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
@@ -89,6 +92,20 @@ def trends(url: str, *, test: str | None = None, job: str | None = None, metric:
     with HistoryStore(url, option=option, create=False) as store:
         return build_trends(store, test=test, job=job, metric=metric, machine_class=machine_class, alpha=alpha,
                             min_size=min_size, min_change=min_change)
+
+
+def session_trends(url: str, report_doc: dict[str, Any], *, alpha: float = 0.001, min_size: int = 3,
+                   min_change: float = 0.0, option: str = "--distperf-history") -> list[Trend]:
+    """The trends of the series this report measured (see the module docstring)."""
+    _require_extra(option, "sqlalchemy", "ruptures", "scipy")
+    from pytest_distperf.history.ingest import read_report
+    from pytest_distperf.history.store import HistoryStore, SeriesKey
+    from pytest_distperf.history.trend import build_trends
+
+    _session, rows = read_report(report_doc, f"{option}: the session's report")
+    keys = {SeriesKey(r.machine_class, r.test, r.job, r.metric) for r in rows}
+    with HistoryStore(url, option=option, create=False) as store:
+        return build_trends(store, keys=keys, alpha=alpha, min_size=min_size, min_change=min_change)
 
 
 def render_text(found: list[Trend], points: bool = False) -> str:

@@ -63,19 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_html(found: list[Trend], path: str) -> str:
-    """The report package's trend page (`report.html.render_history`) when it is there, else history/html.py's."""
-    try:
-        from pytest_distperf.report import html as report_html
-    except ImportError:
-        report_html = None
-    if report_html is not None and hasattr(report_html, "render_history"):
-        from pytest_distperf.history import report_series
+    """The trend page of the HTML report (report.html.render_history)."""
+    from pytest_distperf.history import report_series
+    from pytest_distperf.report import html as report_html
 
-        report_html.write_text(path, report_html.render_history(report_series(found)))
-        return path
-    from pytest_distperf.history.html import write_page
-
-    write_page(found, path)
+    report_html.write_text(path, report_html.render_history(report_series(found)))
     return path
 
 

@@ -1,9 +1,11 @@
-"""What the history store raises: each message names the option or file it is about."""
+"""What the history store raises (under errors.DistPerfError): each message names the option or URL."""
 
 from __future__ import annotations
 
+from pytest_distperf.errors import DistPerfError
 
-class HistoryError(Exception):
+
+class HistoryError(DistPerfError):
     """A history database or a report document that cannot be used."""
 
 

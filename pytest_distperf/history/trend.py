@@ -89,11 +89,13 @@ class Trend:
 
 def build_trends(store: HistoryStore, test: str | None = None, job: str | None = None, metric: str | None = None,
                  machine_class: str | None = None, alpha: float = changepoints.DEFAULT_ALPHA,
-                 min_size: int = changepoints.DEFAULT_MIN_SIZE, min_change: float = 0.0) -> list[Trend]:
-    """The trends whose key contains each given filter (substring match), sorted by key."""
+                 min_size: int = changepoints.DEFAULT_MIN_SIZE, min_change: float = 0.0,
+                 keys: set[SeriesKey] | None = None) -> list[Trend]:
+    """The trends whose key contains each given filter (substring match), and is among `keys` when given;
+    sorted by key."""
     wanted = {"test": test, "job": job, "metric": metric, "machine_class": machine_class}
     keys = [k for k in store.series_keys()
-            if all(v is None or v in getattr(k, name) for name, v in wanted.items())]
+            if all(v is None or v in getattr(k, name) for name, v in wanted.items()) and (keys is None or k in keys)]
     settings = {"alpha": alpha, "min_size": min_size, "min_change": min_change}
     return [trend_of(key, store.series_rows(key), settings) for key in keys]
 
