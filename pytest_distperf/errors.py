@@ -28,6 +28,14 @@ class ProbeError(UsageError):
     """An unknown probe name, or a probe result that cannot be read."""
 
 
+class WorkloadError(UsageError):
+    """A workload or step factory, or what it returned, cannot be used; the message names the factory."""
+
+
+class PhaseError(UsageError):
+    """Phases marked with pytest_distperf.phase() nested in one another."""
+
+
 class FileError(DistPerfError):
     """A file or folder distperf reads or writes that cannot be used; the message names it."""
 

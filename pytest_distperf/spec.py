@@ -22,7 +22,8 @@ class FunctionRef:
 
 @dataclass
 class JobSpec:
-    """One job: a strategy on the built-in workload, or a user function, on N ranks."""
+    """One job on N ranks: a strategy on a workload (the built-in GPT or a user's factory), a user's own
+    step (`step`), or a user function (`function`, run_function)."""
 
     world_size: int
     device: str  # "cpu" or "cuda"
@@ -41,29 +42,63 @@ class JobSpec:
     # Probe phase after timing (pytest_distperf.probes): which probes, over how many profiled steps.
     probes: tuple[str, ...] = ()
     probe_steps: int = 3
+    # A user's workload factory (pytest_distperf.workloads) instead of the built-in GPT, and its arguments.
+    workload: FunctionRef | None = None
+    workload_kwargs: dict[str, Any] = field(default_factory=dict)
+    # A user's step factory (distperf.step_job): its (args, kwargs) are `args` and `kwargs` above.
+    step: FunctionRef | None = None
+    # How the ranks are started: "controlled" or "as_user", and the launch profile that resolves to
+    # (pytest_distperf.launch.profiles).
+    launch: str = "controlled"
+    launch_profile: str = "controlled"
+    # Resolved by the pytest process for the ranks (which may not know a strategy a conftest registered):
+    # the adapter module and the options completed with defaults. Not part of the configuration: the
+    # strategy's name and given options are.
+    adapter: str | None = None
+    full_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
 
     def describe(self) -> str:
+        launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""
         if self.function is not None:
             return f"{self.function.qualname} x{self.world_size} {self.device}"
+        if self.step is not None:
+            args = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in sorted(self.kwargs.items())]
+            call = f"({', '.join(args)})" if args else ""
+            return f"step:{self.step.module}:{self.step.qualname}{call} x{self.world_size} {self.device}{launch}"
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if k != "ds_config" and v is not None)
-        return f"{self.strategy}[{opts}] {self.shape} x{self.world_size} {self.device}".replace("[]", "")
+        work = self.shape
+        if self.workload is not None:
+            kw = ",".join(f"{k}={v}" for k, v in sorted(self.workload_kwargs.items()))
+            work = f"{self.workload.module}:{self.workload.qualname}" + (f"({kw})" if kw else "")
+        return f"{self.strategy}[{opts}] {work} x{self.world_size} {self.device}{launch}".replace("[]", "")
 
     def config_dict(self, ignore_shape_fields: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The parts of the job that decide what is measured (not where or how it is launched).
+        """The parts of the job that decide what is measured (not where it runs or the harness's bookkeeping).
 
         ignore_shape_fields: shape overrides left out, e.g. the baseline key ignores the knobs that inject
         a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
         """
         d = asdict(self)
-        for k in ("sys_path", "progress"):
+        for k in ("sys_path", "progress", "adapter", "full_options"):
             d.pop(k)
         if not self.probes:  # jobs without probes keep the hash they had before probes existed
             d.pop("probes")
             d.pop("probe_steps")
+        # Jobs on the built-in workload under the controlled launch keep the hash they had before these existed.
+        for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
+                           ("launch", "controlled"), ("launch_profile", "controlled")):
+            if d[k] == default:
+                d.pop(k)
+            elif k in ("workload", "step"):  # by name: the file's path differs between checkouts
+                d[k] = {"module": d[k]["module"], "qualname": d[k]["qualname"]}
+        if self.workload is not None or self.step is not None:  # no built-in shape in these jobs
+            d.pop("shape")
+            d.pop("shape_overrides")
+            return d
         d["shape_overrides"] = {k: v for k, v in d["shape_overrides"].items() if k not in ignore_shape_fields}
         return d
 

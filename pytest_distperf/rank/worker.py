@@ -1,8 +1,9 @@
 """Rank entry point. The only code that imports the heavy libraries.
 
 Started by torch's elastic agent (see agent.py) in a fresh spawned process. It joins
-the process group, then either runs a strategy on the built-in workload (warm-up, a
-timing phase with nothing else attached) or calls the user's function.
+the process group, then either measures a job -- a strategy on a workload, or the user's
+own step (rank/prepare.py): warm-up, a timing phase with nothing else attached, then
+probes and the step breakdown -- or calls the user's function.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from pytest_distperf.launch import jobfiles
+from pytest_distperf.launch.profiles import PROFILES
 from pytest_distperf.spec import FunctionRef, JobSpec
 from pytest_distperf.results import RankResult
 
@@ -63,7 +65,8 @@ def rank_main(job_dir: str) -> Any:
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-        _pin_to_own_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
+        if PROFILES[job.launch_profile].pin_cpu:  # launched as the user launches: no pinning (launch/profiles.py)
+            _pin_to_own_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
         dist.init_process_group("gloo")
     progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
     try:
@@ -127,30 +130,24 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
 
     from pytest_distperf import strategies
 
-    from pytest_distperf.rank import breakdown
+    from pytest_distperf.rank import breakdown, prepare
     from pytest_distperf.rank.hostload import CpuMeter
-    from pytest_distperf.strategies import RankContext
     from pytest_distperf.rank.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
                                         reset_host_peak)
-    from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
 
-    assert job.strategy is not None
-    shape = resolve_shape(job.shape, job.shape_overrides)
-    options = strategies.validate(job.strategy, job.options)
-    strategies.import_strategy(job.strategy)  # library imports before the memory baseline
-    ctx = RankContext(rank=rank, local_rank=local_rank, world_size=job.world_size, device=device,
-                      micro_batch=shape.micro_batch, scratch_dir=os.path.join(job_dir, "scratch"))
-    os.makedirs(ctx.scratch_dir, exist_ok=True)
+    # A strategy on a workload, or the user's own step (rank/prepare.py); library and user-module
+    # imports happen in load(), before the memory baseline.
+    scratch_dir = os.path.join(job_dir, "scratch")
+    os.makedirs(scratch_dir, exist_ok=True)
+    loaded = prepare.load(job, rank, local_rank, device, scratch_dir)
     timer = StepTimer(device)
 
     rss_before = host_rss()
     t0 = time.perf_counter()
     if progress:
         progress.update("building model and strategy")
-    model = build_model(shape, job.seed, device)
-    num_params = sum(p.numel() for p in model.parameters())
-    trainer = strategies.build(job.strategy, model, ctx, options)
-    batches = make_batches(shape, job.seed, rank, job.warmup_steps + job.steps, device)
+    prepared = prepare.build(loaded)
+    trainer, batches = prepared.adapter, prepared.batches
     timer.sync()
     build_seconds = time.perf_counter() - t0
 
@@ -165,7 +162,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     reset_cuda_peaks(device)
     reset_host_peak()
     step_times: list[float] = []
-    losses: list[torch.Tensor] = []
+    losses: list[Any] = []  # what step() returned: the loss tensor (or None from a user's step)
     cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
     cpu.start()  # outside the loop: the timed region holds only the step
     for i in range(job.steps):
@@ -178,6 +175,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
 
+    optimizer = getattr(trainer, "torch_optimizer", lambda: None)()  # optional in the adapter protocol
     probe_result = None
     if job.probes:  # after timing and the memory reads, so probes never change what they report
         from pytest_distperf.probes.runner import run_probe_phase
@@ -185,7 +183,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         timed = batches[job.warmup_steps:]
         probe_result = run_probe_phase(
             probes=job.probes, steps=job.probe_steps, step=lambda i: trainer.step(*timed[i % len(timed)]),
-            sync=timer.sync, device=device, optimizer=trainer.torch_optimizer(), group_size=job.world_size,
+            sync=timer.sync, device=device, optimizer=optimizer, group_size=job.world_size,
             rank=rank, job_dir=job_dir, progress=progress.update if progress else None)
 
     # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step.
@@ -196,19 +194,20 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     result = RankResult(
         rank=rank,
         step_times=step_times,
-        losses=[float(x) for x in losses],
+        losses=[float(x) for x in losses] if all(x is not None for x in losses) else [],
         cuda_peak_allocated=peaks.allocated if peaks else None,
         cuda_peak_reserved=peaks.reserved if peaks else None,
         host_peak_rss=peak_rss,
         host_rss_before_build=rss_before,
-        optimizer_state_bytes=strategies.optimizer_state_bytes(trainer.torch_optimizer()),
-        num_params=num_params,
-        tokens_per_step=shape.micro_batch * shape.seq_len * job.world_size,
+        optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
+        num_params=prepared.num_params,
+        tokens_per_step=prepared.tokens_per_step,
         build_seconds=build_seconds,
         warmup_seconds=warmup_seconds,
         probes=probe_result,
         step_breakdown=step_breakdown,
         cpu_window=cpu_window,
+        extra={"launch": prepare.launch_facts(job, loaded.ctx, trainer)},
     )
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up

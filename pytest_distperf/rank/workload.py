@@ -1,7 +1,8 @@
 """The built-in workload: a decoder-only transformer on synthetic tokens.
 
 One file, read top to bottom (nanoGPT style). Named shapes go from `tiny` (CPU, a
-fraction of a second a step) to `7b` (GPU). Nothing is downloaded.
+fraction of a second a step) to `7b` (GPU). Nothing is downloaded. `builtin_workload`
+gives it as one implementation of the workload interface (pytest_distperf.workloads).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from pytest_distperf.workloads import Workload
 
 
 @dataclass(frozen=True)
@@ -145,17 +148,23 @@ def build_model(shape: Shape, seed: int, device: torch.device) -> GPT:
         return GPT(shape)
 
 
-def make_batches(shape: Shape, seed: int, rank: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Synthetic token batches, different per rank, identical across strategies.
+def make_batch(shape: Shape, seed: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One synthetic token batch on the CPU: different per rank and step, identical across strategies."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
+    tokens = torch.randint(0, shape.vocab_size, (shape.micro_batch, shape.seq_len + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
 
-    Generated up front on the CPU so no data work lands inside a timed step.
-    """
-    out = []
-    for step in range(count):
-        g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
-        tokens = torch.randint(0, shape.vocab_size, (shape.micro_batch, shape.seq_len + 1), generator=g)
-        out.append((tokens[:, :-1].to(device), tokens[:, 1:].to(device)))
-    return out
+
+def make_batches(shape: Shape, seed: int, rank: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A rank's batches, generated up front so no data work lands inside a timed step."""
+    return [tuple(t.to(device) for t in make_batch(shape, seed, step, rank)) for step in range(count)]
+
+
+def builtin_workload(shape: Shape, seed: int) -> Workload:
+    """The GPT as a Workload: it returns its own loss; its blocks are the sharding units."""
+    return Workload(model=lambda: GPT(shape), batch=lambda step, rank: make_batch(shape, seed, step, rank),
+                    wrap_units=(Block,), tokens_per_batch=shape.micro_batch * shape.seq_len,
+                    micro_batch=shape.micro_batch)
 
 
 def format_params(n: int) -> str:

@@ -1,53 +1,46 @@
-"""Strategy adapters: one module each, one small interface.
+"""Strategy adapters: one module each, one small protocol -- the built-in ones and a library's alike.
 
-A strategy module exposes ``build(model, ctx, **options) -> Trainer``. The option
-tables live here, free of heavy imports, so the pytest process can reject an unknown
-strategy or option before any rank is started.
+The adapter protocol. An adapter module (imported only inside the ranks) has
+
+    build(model, ctx, **options) -> adapter
+        model: the workload's torch.nn.Module, built by the harness (seeded, on ctx.device, the
+            workload's loss around it): `model(*batch)` returns the loss.
+        ctx: RankContext -- rank, world size, device, precision policy (ctx.bf16), the workload's
+            wrap units (ctx.wrap_units) and optimizer factory (ctx.make_optimizer), scratch folder,
+            launch profile.
+        options: the strategy's options completed with their defaults (Strategy.options, plus lr and
+            weight_decay).
+    model_init_context(ctx, **options) -> context manager or None          (optional)
+        the harness builds the model inside it (DeepSpeed's zero.Init); the workload must then give
+        its model as a constructor.
+
+and the adapter object has
+
+    step(*batch) -> loss tensor       one optimizer step on one batch (not synchronised)
+    step_breakdown(*batch) -> dict    (optional) the same step with forward/backward/optimizer timed
+                                      (rank/breakdown.PhaseClock), run after timing
+    torch_optimizer() -> optimizer    (optional) holds the state and master weights (optimizer bytes,
+                                      the placement probe)
+    close()                           (optional) after the last step, while the process group is up
+
+A strategy is registered by a `registry.Strategy` record (name, adapter module, options and their
+checks, how its users launch it): the built-in ones in BUILTIN below, a library's through the entry-point
+group `pytest_distperf.strategies`, a test's through `register()`. The records are import-light, so the
+pytest process rejects an unknown strategy or option before any rank is started.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-from pytest_distperf.errors import StrategyError
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
+from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError
 
-# name -> (module, {option: default}); every strategy also takes `lr`.
-STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "ddp": ("pytest_distperf.strategies.ddp", {"bucket_cap_mb": 25}),
-    "fsdp": ("pytest_distperf.strategies.fsdp", {"offload": False, "sharding": "FULL_SHARD"}),
-    "fsdp2": ("pytest_distperf.strategies.fsdp2", {"offload": False, "reshard_after_forward": True}),
-    "deepspeed": (
-        "pytest_distperf.strategies.deepspeed",
-        {"stage": 3, "offload_optimizer": None, "offload_param": None, "nvme_path": None, "ds_config": {}},
-    ),
-    # Front-ends over the same engines (engine = ddp | fsdp | deepspeed); see strategies/frontend.py.
-    "lightning_trainer": ("pytest_distperf.strategies.lightning_trainer", _frontend.FRONTEND_OPTIONS),
-    "lightning_fabric": ("pytest_distperf.strategies.lightning_fabric", _frontend.FRONTEND_OPTIONS),
-    "accelerate": ("pytest_distperf.strategies.accelerate", _frontend.FRONTEND_OPTIONS),
-}
-COMMON_OPTIONS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 0.01}
-
-
-def validate(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Return the options completed with defaults, or raise StrategyError naming the culprit."""
-    if name not in STRATEGIES:
-        raise StrategyError(f"unknown strategy {name!r}; known strategies: {', '.join(sorted(STRATEGIES))}")
-    defaults = {**COMMON_OPTIONS, **STRATEGIES[name][1]}
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise StrategyError(
-            f"strategy {name!r} has no option(s) {', '.join(map(repr, unknown))}; "
-            f"its options are: {', '.join(sorted(defaults))}"
-        )
-    merged = {**defaults, **options}
-    checker = _CHECKS.get(name)
-    if checker:
-        checker(merged)
-    return merged
+__all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError", "Trainer",
+           "register", "unregister", "validate", "unsupported_reason", "adapter_module", "wrap_targets",
+           "optimizer_state_bytes"]
 
 
 def _check_fsdp(o: dict[str, Any]) -> None:
@@ -66,23 +59,65 @@ def _check_deepspeed(o: dict[str, Any]) -> None:
             raise StrategyError(f"deepspeed option {key}={o[key]!r} must be None, 'cpu' or 'nvme'")
     if o["offload_param"] and o["stage"] != 3:
         raise StrategyError("deepspeed option offload_param needs stage=3")
+    if o.get("zero_init") not in (None, True, False):
+        raise StrategyError(f"deepspeed option zero_init={o['zero_init']!r} must be True or False")
+    if o.get("zero_init") and o["stage"] != 3:
+        raise StrategyError("deepspeed option zero_init (deepspeed.zero.Init) needs stage=3")
     check_user_config(o["ds_config"])
+
+
+def _unsupported_fsdp(options: dict[str, Any], device: str) -> str | None:
+    if device == "cpu":
+        return ("torch FSDP1 (FullyShardedDataParallel) needs a CUDA device: on CPU it raises "
+                "'FSDP needs a non-CPU accelerator device'; use fsdp2 (fully_shard) on CPU")
+    return None
+
+
+def _frontend_strategy(name: str, user_launch: str) -> Strategy:
+    return Strategy(name=name, adapter=f"pytest_distperf.strategies.{name}", options=_frontend.FRONTEND_OPTIONS,
+                    check=lambda o: _frontend.check_options(name, o, _frontend.FRONTEND_OPTIONS),
+                    unsupported=lambda o, device: _frontend.unsupported_reason(name, o, device),
+                    user_launch=user_launch)
+
+
+BUILTIN: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("ddp", "pytest_distperf.strategies.ddp", {"bucket_cap_mb": 25}),
+    Strategy("fsdp", "pytest_distperf.strategies.fsdp", {"offload": False, "sharding": "FULL_SHARD"},
+             check=_check_fsdp, unsupported=_unsupported_fsdp),
+    Strategy("fsdp2", "pytest_distperf.strategies.fsdp2", {"offload": False, "reshard_after_forward": True}),
+    Strategy("deepspeed", "pytest_distperf.strategies.deepspeed",
+             {"stage": 3, "offload_optimizer": None, "offload_param": None, "nvme_path": None, "ds_config": {},
+              "zero_init": False},
+             check=_check_deepspeed, user_launch="deepspeed"),
+    # Front-ends over the same engines (engine = ddp | fsdp | deepspeed); see strategies/frontend.py.
+    _frontend_strategy("lightning_trainer", "lightning"),
+    _frontend_strategy("lightning_fabric", "lightning"),
+    _frontend_strategy("accelerate", "accelerate"),
+)}
+REGISTRY = Registry(BUILTIN)
+register, unregister = REGISTRY.register, REGISTRY.unregister
+
+
+def validate(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Return the options completed with defaults, or raise StrategyError naming the culprit."""
+    from pytest_distperf.strategies.registry import validate_options
+
+    return validate_options(REGISTRY.get(name), options)
 
 
 def unsupported_reason(name: str, options: dict[str, Any], device: str) -> str | None:
     """Why this strategy cannot run on this device (the test is skipped with it), or None."""
-    if name == "fsdp" and device == "cpu":
-        return ("torch FSDP1 (FullyShardedDataParallel) needs a CUDA device: on CPU it raises "
-                "'FSDP needs a non-CPU accelerator device'; use fsdp2 (fully_shard) on CPU")
-    if name in _FRONTENDS:
-        return _frontend.unsupported_reason(name, options, device)
-    return None
+    strategy = REGISTRY.get(name)
+    return strategy.unsupported(options, device) if strategy.unsupported else None
 
 
-_CHECKS = {"fsdp": _check_fsdp, "deepspeed": _check_deepspeed}
-_FRONTENDS = ("lightning_trainer", "lightning_fabric", "accelerate")
-_CHECKS.update({name: (lambda o, name=name: _frontend.check_options(name, o, STRATEGIES[name][1]))
-                for name in _FRONTENDS})
+def adapter_module(name: str) -> str:
+    return REGISTRY.get(name).adapter
+
+
+def build(name: str, model: Any, ctx: "RankContext", options: dict[str, Any]) -> Any:
+    """The adapter of strategy `name` over a built model (the worker goes through rank/prepare.py)."""
+    return importlib.import_module(adapter_module(name)).build(model, ctx, **options)
 
 
 @dataclass
@@ -93,29 +128,58 @@ class RankContext:
     device: Any  # torch.device
     micro_batch: int
     scratch_dir: str  # per-job temporary folder (NVMe offload files etc.)
+    launch: str = "controlled"  # the launch profile (pytest_distperf.launch.profiles)
+    # From the workload (pytest_distperf.workloads.Workload):
+    precision: str = "auto"
+    wrap_units: tuple[type, ...] = ()  # module classes that are sharding units
+    optimizer: Callable[[Any], Any] | None = None  # the workload's optimizer factory, or None: AdamW
+    workload_name: str = "the workload"  # for messages
+    extra: dict[str, Any] = field(default_factory=dict)  # what the adapter reports back (RankResult.extra)
 
     @property
     def bf16(self) -> bool:
-        """Precision policy: bf16 compute with fp32 master weights on CUDA, fp32 on CPU."""
-        return self.device.type == "cuda"
+        """Precision policy: bf16 compute with fp32 master weights on CUDA, fp32 on CPU or for an fp32 workload."""
+        return self.device.type == "cuda" and self.precision == "auto"
+
+    @property
+    def controlled(self) -> bool:
+        """The harness started the ranks and the process group (else the framework's own launcher does)."""
+        return self.launch != "lightning"
+
+    def make_optimizer(self, params: Any, *, lr: float, weight_decay: float) -> Any:
+        """The workload's optimizer, or the strategies' AdamW(lr, weight_decay)."""
+        if self.optimizer is not None:
+            return self.optimizer(params)
+        import torch
+
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
 class Trainer(Protocol):
-    def step(self, inputs: Any, targets: Any) -> Any:
+    def step(self, *batch: Any) -> Any:
         """One optimizer step; returns the loss tensor (not synchronised)."""
 
-    def torch_optimizer(self) -> Any:
-        """The torch optimizer that holds the state and the master weights."""
 
-
-def build(name: str, model: Any, ctx: RankContext, options: dict[str, Any]) -> Trainer:
-    module = importlib.import_module(STRATEGIES[name][0])
-    return module.build(model, ctx, **options)
-
-
-def import_strategy(name: str) -> None:
-    """Import the strategy's libraries (so import time stays out of memory baselines)."""
-    importlib.import_module(STRATEGIES[name][0])
+def wrap_targets(model: Any, ctx: RankContext, strategy: str) -> list[Any]:
+    """The model's modules that are instances of the workload's wrap units, deepest first (a unit nested in
+    another is wrapped before it); a clear error when the workload names none or none is in the model."""
+    units = tuple(ctx.wrap_units)
+    if not units:
+        raise StrategyError(
+            f"strategy {strategy!r} shards the model per module class (FSDP units / auto-wrap policy), and "
+            f"{ctx.workload_name} names no wrap_units: give Workload(..., wrap_units=(MyBlock, ...)) with the "
+            f"model's repeated blocks")
+    depth: dict[int, int] = {}
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, units) and module is not model:
+            depth[id(module)] = name.count(".")
+            found.append(module)
+    if not found:
+        names = " or ".join(u.__name__ for u in units)
+        raise StrategyError(f"strategy {strategy!r}: no module of the model is a {names} (the wrap_units of "
+                            f"{ctx.workload_name})")
+    return sorted(found, key=lambda m: -depth[id(m)])  # stable: siblings keep the model's order
 
 
 def optimizer_state_bytes(optimizer: Any) -> int:

@@ -32,7 +32,7 @@ from accelerate.utils import (DeepSpeedPlugin, DistributedDataParallelKwargs, Di
                               FullyShardedDataParallelPlugin)
 
 from pytest_distperf.rank.breakdown import PhaseClock
-from pytest_distperf.strategies import RankContext, frontend
+from pytest_distperf.strategies import RankContext, frontend, wrap_targets
 from pytest_distperf.rank.timing import StepTimer
 
 
@@ -40,7 +40,7 @@ class AccelerateAdapter:
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **o: Any):
         self._sync = StepTimer(ctx.device).sync
         self.engine = o["engine"]
-        group = frontend.default_process_group()
+        group = frontend.default_process_group(ctx)
         plugins: dict[str, Any] = {}
         handlers: list[Any] = []
         mixed = "bf16" if ctx.bf16 else "no"
@@ -48,7 +48,7 @@ class AccelerateAdapter:
             handlers.append(DistributedDataParallelKwargs(bucket_cap_mb=o["bucket_cap_mb"]))
             expected = DistributedType.MULTI_GPU if ctx.device.type == "cuda" else DistributedType.MULTI_CPU
         elif self.engine == "fsdp":
-            plugins["fsdp_plugin"] = _fsdp_plugin(ctx, o)
+            plugins["fsdp_plugin"] = _fsdp_plugin(model, ctx, o)
             if o["offload"]:
                 model = model.cpu()  # as fsdp.py: FSDP's CPU offload expects the unsharded module on the host
             mixed = "no"  # the plugin's policy carries the precision; no autocast on top (as fsdp.py)
@@ -58,6 +58,8 @@ class AccelerateAdapter:
                                                offload_optimizer=o["offload_optimizer"],
                                                offload_param=o["offload_param"], nvme_path=o["nvme_path"],
                                                ds_config=o["ds_config"])
+            if ctx.optimizer is not None:
+                config.pop("optimizer")
             plugins["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config), zero3_init_flag=False)
             expected = DistributedType.DEEPSPEED
         self.accelerator = Accelerator(cpu=ctx.device.type == "cpu", mixed_precision=mixed,
@@ -70,24 +72,27 @@ class AccelerateAdapter:
 
         lr, wd = o["lr"], o["weight_decay"]
         if self.engine == "deepspeed":
-            self.model, self.optimizer = self.accelerator.prepare(model, DummyOptim(model.parameters(), lr=lr,
-                                                                                    weight_decay=wd))
+            # DeepSpeed builds the optimizer from the config, as in the raw adapter; a workload's own optimizer
+            # is handed over instead (its "optimizer" section dropped, as deepspeed.py does).
+            opt = (ctx.optimizer(model.parameters()) if ctx.optimizer is not None
+                   else DummyOptim(model.parameters(), lr=lr, weight_decay=wd))
+            self.model, self.optimizer = self.accelerator.prepare(model, opt)
         else:
             # As the raw adapters: wrap first, then the optimizer over the wrapped (sharded) parameters.
             self.model = self.accelerator.prepare(model)
-            self.optimizer = self.accelerator.prepare(frontend.adamw(lr, wd)(self.model.parameters()))
+            self.optimizer = self.accelerator.prepare(frontend.adamw(ctx, lr, wd)(self.model.parameters()))
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self.model(inputs, targets)
+    def step(self, *batch: torch.Tensor) -> torch.Tensor:
+        loss = self.model(*batch)
         self.accelerator.backward(loss)  # DeepSpeed: engine.backward + engine.step
         self.optimizer.step()  # DeepSpeed: a no-op in Accelerate's wrapper
         self.optimizer.zero_grad()
         return loss.detach()
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    def step_breakdown(self, *batch: torch.Tensor) -> dict[str, float]:
         clock = PhaseClock(self._sync)
         clock.start()
-        loss = self.model(inputs, targets)
+        loss = self.model(*batch)
         clock.lap("forward")
         if self.engine == "deepspeed":
             # accelerator.backward() runs backward and the optimizer step in one call; its two halves
@@ -110,11 +115,12 @@ class AccelerateAdapter:
         return getattr(opt, "optimizer", opt)
 
 
-def _fsdp_plugin(ctx: RankContext, o: dict[str, Any]) -> FullyShardedDataParallelPlugin:
+def _fsdp_plugin(model: torch.nn.Module, ctx: RankContext, o: dict[str, Any]) -> FullyShardedDataParallelPlugin:
+    wrap_targets(model, ctx, "accelerate")  # a clear error when the workload names no units the model has
     return FullyShardedDataParallelPlugin(
         fsdp_version=1, reshard_after_forward=o["sharding"], cpu_offload=bool(o["offload"]), use_orig_params=True,
         mixed_precision_policy=frontend.fsdp_mixed_precision(ctx), auto_wrap_policy="transformer_based_wrap",
-        transformer_cls_names_to_wrap=["Block"])
+        transformer_cls_names_to_wrap=[u.__name__ for u in ctx.wrap_units])
 
 
 def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> AccelerateAdapter:

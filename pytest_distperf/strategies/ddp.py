@@ -16,16 +16,16 @@ class DDPTrainer(PhasedTrainer):
         self.ctx, self.device = ctx, ctx.device
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         self.model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.optimizer = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
     def _autocast(self):
         if self.ctx.bf16:
             return torch.autocast(device_type=self.ctx.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            return self.model(inputs, targets)
+            return self.model(*batch)
 
 
 def build(model: torch.nn.Module, ctx: RankContext, **options) -> DDPTrainer:

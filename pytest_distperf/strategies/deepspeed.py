@@ -1,4 +1,9 @@
-"""DeepSpeed ZeRO stages 0-3, optimizer/parameter offload to CPU or NVMe passed through."""
+"""DeepSpeed ZeRO stages 0-3, optimizer/parameter offload to CPU or NVMe passed through.
+
+`zero_init=True` (stage 3) builds the model inside `deepspeed.zero.Init` (model_init_context below):
+each rank holds only its partition of every parameter from the start, as ZeRO-3 users build a model
+too large for one device. The workload must then give its model as a constructor.
+"""
 
 from __future__ import annotations
 
@@ -14,25 +19,24 @@ from pytest_distperf.strategies.phased import PhasedTrainer
 
 
 class DeepSpeedTrainer(PhasedTrainer):
-    def __init__(self, model: torch.nn.Module, ctx: RankContext, *, lr: float, weight_decay: float, stage: int,
-                 offload_optimizer: str | None, offload_param: str | None, nvme_path: str | None,
-                 ds_config: dict):
+    def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
         self.device = ctx.device
-        nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
-        config = build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr,
-                              weight_decay=weight_decay, offload_optimizer=offload_optimizer,
-                              offload_param=offload_param, nvme_path=nvme_path, user=ds_config)
-        self.config = config
+        config = self.config = ds_config_for(ctx, **options)
         _check_sections(config)
-        if "nvme" in (offload_optimizer, offload_param):
+        if "nvme" in (options["offload_optimizer"], options["offload_param"]):
             _require_async_io()
         # initialize() builds the optimizer, including DeepSpeedCPUAdam's first-use JIT op build,
-        # so that cost lands in build time, never in a timed step.
+        # so that cost lands in build time, never in a timed step. A workload's own optimizer is
+        # handed over instead of the config's.
+        client = {}
+        if ctx.optimizer is not None:
+            config.pop("optimizer")
+            client["optimizer"] = ctx.optimizer(model.parameters())
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                                 config=config)
+                                                                 config=config, **client)
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.engine(inputs, targets)
+    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
+        return self.engine(*batch)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss)
@@ -43,6 +47,22 @@ class DeepSpeedTrainer(PhasedTrainer):
     def torch_optimizer(self) -> torch.optim.Optimizer:
         opt = self.engine.optimizer
         return getattr(opt, "optimizer", opt)  # ZeRO/bf16 wrappers hold the torch optimizer inside
+
+
+def ds_config_for(ctx: RankContext, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
+                  offload_param: str | None, nvme_path: str | None, ds_config: dict, zero_init: bool) -> dict:
+    nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
+    return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
+                        offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
+                        user=ds_config)
+
+
+def model_init_context(ctx: RankContext, **options: Any) -> Any:
+    """zero_init=True: the harness builds the model inside deepspeed.zero.Init, so each rank holds only its
+    partition of every parameter from the start (how ZeRO-3 users build a model too large for one device)."""
+    if not options["zero_init"]:
+        return None
+    return deepspeed.zero.Init(config_dict_or_path=ds_config_for(ctx, **options))
 
 
 def _require_async_io() -> None:

@@ -5,7 +5,8 @@ and is configured exactly like the raw adapter of that engine, so a comparison m
 the front-end and nothing else:
 
 - DDP: `bucket_cap_mb` as in ddp.py; bf16 autocast over fp32 weights on CUDA, fp32 on CPU;
-- FSDP1: one unit per `Block`, `MixedPrecision(bf16 params, fp32 reduce, bf16 buffers)` on
+- FSDP1: one unit per wrap unit of the workload (the GPT's `Block`),
+  `MixedPrecision(bf16 params, fp32 reduce, bf16 buffers)` on
   CUDA, `CPUOffload(offload_params=True)` for `offload`, the module moved to the host first
   -- all as fsdp.py does it; torch's other FSDP defaults are left alone;
 - DeepSpeed: the config of `ds_config.build_config`, as deepspeed.py builds it.
@@ -90,7 +91,8 @@ def node_layout(world_size: int) -> tuple[int, int]:
 
 
 def fsdp_mixed_precision(ctx: Any) -> Any:
-    """fsdp.py's policy: bf16 compute and fp32 gradient reduction on CUDA, nothing on CPU."""
+    """The FSDP1 adapters' policy: bf16 compute and fp32 gradient reduction on CUDA, nothing on CPU
+    or for an fp32 workload (ctx.bf16)."""
     import torch
     from torch.distributed.fsdp import MixedPrecision
 
@@ -99,15 +101,17 @@ def fsdp_mixed_precision(ctx: Any) -> Any:
     return MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
 
 
-def fsdp_wrap_policy() -> Any:
-    """fsdp.py's wrapping: one FSDP unit per transformer block."""
+def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
+    """The FSDP1 adapters' wrapping: one FSDP unit per instance of the workload's wrap units (the GPT's
+    blocks); a clear error when the workload names none or the model has none (strategies.wrap_targets)."""
     import functools
 
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    from pytest_distperf.rank.workload import Block
+    from pytest_distperf.strategies import wrap_targets
 
-    return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+    wrap_targets(model, ctx, strategy)
+    return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=set(ctx.wrap_units))
 
 
 def deepspeed_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
@@ -121,7 +125,7 @@ def deepspeed_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, of
                         user=ds_config)
 
 
-def split_optimizer(config: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+def split_optimizer(config: dict[str, Any], ctx: Any = None) -> tuple[dict[str, Any], Any]:
     """(config without "optimizer", a factory params -> the optimizer DeepSpeed would build from it).
 
     Lightning takes the optimizer from the user (Trainer: configure_optimizers, Fabric: setup),
@@ -131,6 +135,8 @@ def split_optimizer(config: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """
     config = copy.deepcopy(config)
     spec = config.pop("optimizer")
+    if ctx is not None and ctx.optimizer is not None:  # the workload's own optimizer
+        return config, ctx.optimizer
     if spec.get("type") != "AdamW":
         raise ValueError(f"ds_config optimizer type {spec.get('type')!r}: the Lightning adapters build AdamW only")
     params = dict(spec["params"])
@@ -150,10 +156,33 @@ def split_optimizer(config: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     return config, make
 
 
-def default_process_group() -> Any:
+def default_process_group(ctx: Any = None) -> Any:
+    """The process group the worker initialised; None when the front-end starts its own (launched as its
+    users launch it: pytest_distperf.launch.profiles "lightning")."""
     import torch.distributed as dist
 
+    if ctx is not None and not ctx.controlled:
+        return None
     return dist.distributed_c10d._get_default_group()
+
+
+def check_launch(frontend: str, ctx: Any, group_before: Any, *, cluster_environment: Any, world_size: int,
+                 rank: int) -> None:
+    """Under the controlled launch, the front-end reused the ranks and the process group torch elastic
+    started (check_reused_ranks); launched as its users launch it, Lightning started them itself."""
+    ctx.extra["cluster_environment"] = type(cluster_environment).__name__
+    if ctx.controlled:
+        check_reused_ranks(frontend, group_before, cluster_environment=cluster_environment, world_size=world_size,
+                           rank=rank)
+        return
+    from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
+    if isinstance(cluster_environment, TorchElasticEnvironment):
+        raise RuntimeError(f"{frontend} launched as its users launch it (python script.py) chose "
+                           "TorchElasticEnvironment: the ranks were not started by Lightning's own launcher")
+    if (world_size, rank) != (ctx.world_size, ctx.rank):
+        raise RuntimeError(f"{frontend} sees rank {rank} of {world_size}, the job has rank {ctx.rank} of "
+                           f"{ctx.world_size}")
 
 
 def check_reused_ranks(frontend: str, group_before: Any, *, cluster_environment: Any = None,
@@ -177,11 +206,9 @@ def check_reused_ranks(frontend: str, group_before: Any, *, cluster_environment:
                                f"{dist.get_rank()} of {dist.get_world_size()}")
 
 
-def adamw(lr: float, weight_decay: float) -> Any:
-    """The raw DDP/FSDP adapters' optimizer, as a factory over parameters."""
-    import torch
-
-    return lambda params: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+def adamw(ctx: Any, lr: float, weight_decay: float) -> Any:
+    """The raw DDP/FSDP adapters' optimizer (the workload's, or AdamW), as a factory over parameters."""
+    return lambda params: ctx.make_optimizer(params, lr=lr, weight_decay=weight_decay)
 
 
 def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: bool) -> tuple[Any, str, Any, Any]:
@@ -199,20 +226,22 @@ def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: b
     lr, wd, engine = options["lr"], options["weight_decay"], options["engine"]
     mixed = "bf16-mixed" if ctx.bf16 else "32-true"
     if engine == "ddp":
-        return DDPStrategy(bucket_cap_mb=options["bucket_cap_mb"]), mixed, model, adamw(lr, wd)
+        return DDPStrategy(bucket_cap_mb=options["bucket_cap_mb"]), mixed, model, adamw(ctx, lr, wd)
     if engine == "fsdp":
         from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 
         if options["offload"]:
             model = model.cpu()  # as fsdp.py: FSDP's CPU offload expects the unsharded module on the host
-        strategy = FSDPStrategy(auto_wrap_policy=fsdp_wrap_policy(), mixed_precision=fsdp_mixed_precision(ctx),
+        name = "lightning_fabric" if fabric else "lightning_trainer"
+        strategy = FSDPStrategy(auto_wrap_policy=fsdp_wrap_policy(model, ctx, name),
+                                mixed_precision=fsdp_mixed_precision(ctx),
                                 cpu_offload=CPUOffload(offload_params=True) if options["offload"] else None,
                                 sharding_strategy=ShardingStrategy[options["sharding"]], use_orig_params=True)
-        return strategy, "32-true", model, adamw(lr, wd)
+        return strategy, "32-true", model, adamw(ctx, lr, wd)
     config = deepspeed_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
                               offload_optimizer=options["offload_optimizer"], offload_param=options["offload_param"],
                               nvme_path=options["nvme_path"], ds_config=options["ds_config"])
-    config, make_optimizer = split_optimizer(config)
+    config, make_optimizer = split_optimizer(config, ctx)
     if not fabric:
         # The Trainer derives this from accumulate_grad_batches (1) and refuses it in the config.
         config.pop("gradient_accumulation_steps", None)

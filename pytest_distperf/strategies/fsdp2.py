@@ -1,4 +1,4 @@
-"""torch FSDP2 (`fully_shard`), one unit per transformer block plus the root."""
+"""torch FSDP2 (`fully_shard`), one unit per wrap unit of the workload (the GPT's blocks) plus the root."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from pytest_distperf.strategies import RankContext
+from pytest_distperf.strategies import RankContext, wrap_targets
 from pytest_distperf.strategies.phased import PhasedTrainer
 
 
@@ -18,10 +18,10 @@ class FSDP2Trainer(PhasedTrainer):
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
         policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=policy)
-        for block in model.blocks:
-            fully_shard(block, reshard_after_forward=reshard_after_forward, **kwargs)
+        for unit in wrap_targets(model, ctx, "fsdp2"):
+            fully_shard(unit, reshard_after_forward=reshard_after_forward, **kwargs)
         self.model = fully_shard(model, reshard_after_forward=reshard_after_forward, **kwargs)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.optimizer = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
 def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDP2Trainer:

@@ -7,9 +7,10 @@ The loop is what the Fabric docs show: `fabric.setup_module` / `fabric.setup_opt
 Engines, precision and optimizer are the Trainer adapter's (frontend.lightning_engine),
 so Trainer-vs-Fabric compares the two loops only.
 
-`fabric.launch()` runs inside the ranks torch elastic started: Lightning picks
-TorchElasticEnvironment and does not start processes, and the worker's process group is
-reused; both are checked.
+Under the controlled launch `fabric.launch()` runs inside the ranks torch elastic started:
+Lightning picks TorchElasticEnvironment and does not start processes, and the worker's process
+group is reused; both are checked. Launched as its users launch it (launch profile "lightning"),
+`fabric.launch()` in rank 0 starts the other ranks itself and initialises the process group.
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ from pytest_distperf.strategies.phased import PhasedTrainer
 class LightningFabricAdapter(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
         self.device = ctx.device
-        group = frontend.default_process_group()
+        group = frontend.default_process_group(ctx)
         strategy, precision, model, make_optimizer = frontend.lightning_engine(ctx, model, options, fabric=True)
         devices, nodes = frontend.node_layout(ctx.world_size)
         self.fabric = Fabric(accelerator="cuda" if ctx.device.type == "cuda" else "cpu", devices=devices,
                              num_nodes=nodes, strategy=strategy, precision=precision)
         self.fabric.launch()
-        frontend.check_reused_ranks("Lightning Fabric", group,
-                                    cluster_environment=self.fabric.strategy.cluster_environment,
-                                    world_size=self.fabric.world_size, rank=self.fabric.global_rank)
+        frontend.check_launch("Lightning Fabric", ctx, group, cluster_environment=self.fabric.strategy.cluster_environment,
+                              world_size=self.fabric.world_size, rank=self.fabric.global_rank)
         if options["engine"] == "fsdp":
             self.model = self.fabric.setup_module(model)
             self.optimizer = self.fabric.setup_optimizers(make_optimizer(self.model.parameters()))

@@ -22,10 +22,12 @@ The data. The gate hands over the worker's own batches (made on the device up fr
 for every strategy); the Trainer's dataloader yields only step numbers, so
 `batch_to_device` moves nothing, as the raw strategies move nothing either.
 
-The rank. torch elastic started this process and the worker initialised the process
-group: Lightning picks TorchElasticEnvironment (it creates processes externally, so no
-relaunch), and `_init_dist_connection` leaves an initialised group alone; both are
-checked after setup. Progress bar, logger, checkpointing, model summary, sanity and
+The rank. Under the controlled launch torch elastic started this process and the worker
+initialised the process group: Lightning picks TorchElasticEnvironment (it creates processes
+externally, so no relaunch), and `_init_dist_connection` leaves an initialised group alone;
+both are checked after setup. Launched as its users launch it (launch profile "lightning"),
+`fit` in rank 0 starts the other ranks with Lightning's own launcher, which also sets the
+intra-op threads of the thread that runs `fit` and initialises the process group. Progress bar, logger, checkpointing, model summary, sanity and
 validation loops are off, and no callbacks are added.
 
 Engines and precision are configured as the raw adapters (frontend.lightning_engine).
@@ -68,7 +70,8 @@ class _Module(pl.LightningModule):
         self._make_optimizer = make_optimizer
         self.inbox: queue.Queue = queue.Queue()  # batches (or _STOP) from step()
         self.outbox: queue.Queue = queue.Queue()  # ("ready", last loss) / ("done", None) / ("error", exc)
-        self.batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.batch: tuple | None = None
+        self.intra_op_threads: int | None = None  # torch's threads as seen by the fit thread (the launch sets them)
         self.loss: torch.Tensor | None = None
         self.clock: PhaseClock | None = None  # set only for step_breakdown()
 
@@ -82,8 +85,9 @@ class _Module(pl.LightningModule):
         return None
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        inputs, targets = self.batch
-        loss = self.model(inputs, targets)
+        if self.intra_op_threads is None:
+            self.intra_op_threads = torch.get_num_threads()
+        loss = self.model(*self.batch)
         self.loss = loss.detach()
         return loss
 
@@ -107,7 +111,7 @@ class LightningTrainerAdapter:
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
         self.ctx = ctx
         self._sync = StepTimer(ctx.device).sync
-        group = frontend.default_process_group()
+        group = frontend.default_process_group(ctx)
         strategy, precision, model, make_optimizer = frontend.lightning_engine(ctx, model, options, fabric=False)
         devices, nodes = frontend.node_layout(ctx.world_size)
         self.module = _Module(model, make_optimizer)
@@ -121,9 +125,8 @@ class LightningTrainerAdapter:
         self._thread = threading.Thread(target=self._fit, name="lightning-fit", daemon=True)
         self._thread.start()
         self._wait("ready")  # setup done, the loop waits at the first batch
-        frontend.check_reused_ranks("Lightning Trainer", group,
-                                    cluster_environment=self.trainer.strategy.cluster_environment,
-                                    world_size=self.trainer.world_size, rank=self.trainer.global_rank)
+        frontend.check_launch("Lightning Trainer", ctx, group, cluster_environment=self.trainer.strategy.cluster_environment,
+                              world_size=self.trainer.world_size, rank=self.trainer.global_rank)
 
     def _fit(self) -> None:
         try:
@@ -141,16 +144,20 @@ class LightningTrainerAdapter:
                                "(did the fit loop end early? check max_epochs/max_steps)")
         return payload
 
-    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        self.module.inbox.put((inputs, targets))
+    def step(self, *batch: torch.Tensor) -> torch.Tensor:
+        self.module.inbox.put(batch)
         return self._wait("ready")
 
-    def step_breakdown(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    @property
+    def intra_op_threads(self) -> int | None:
+        return self.module.intra_op_threads
+
+    def step_breakdown(self, *batch: torch.Tensor) -> dict[str, float]:
         clock = PhaseClock(self._sync)
         self.module.clock = clock
         try:
             clock.start()
-            self.step(inputs, targets)
+            self.step(*batch)
             return clock.stop()
         finally:
             self.module.clock = None

@@ -17,11 +17,11 @@ class PhasedTrainer:
     """Defaults are the plain torch loop; an adapter overrides the phases its library does differently."""
 
     device: Any  # torch.device
-    model: Any  # the wrapped module: model(inputs, targets) -> loss
+    model: Any  # the wrapped module: model(*batch) -> loss
     optimizer: Any
 
-    def forward(self, inputs: Any, targets: Any) -> Any:
-        return self.model(inputs, targets)
+    def forward(self, *batch: Any) -> Any:
+        return self.model(*batch)
 
     def backward(self, loss: Any) -> None:
         loss.backward()
@@ -34,16 +34,16 @@ class PhasedTrainer:
         """The torch optimizer that holds the state (strategies/__init__.optimizer_state_bytes reads it)."""
         return self.optimizer
 
-    def step(self, inputs: Any, targets: Any) -> Any:
-        loss = self.forward(inputs, targets)
+    def step(self, *batch: Any) -> Any:
+        loss = self.forward(*batch)
         self.backward(loss)
         self.optimizer_step()
         return loss.detach()
 
-    def step_breakdown(self, inputs: Any, targets: Any) -> dict[str, float]:
+    def step_breakdown(self, *batch: Any) -> dict[str, float]:
         clock = PhaseClock(StepTimer(self.device).sync)
         clock.start()
-        loss = self.forward(inputs, targets)
+        loss = self.forward(*batch)
         clock.lap("forward")
         self.backward(loss)
         clock.lap("backward")

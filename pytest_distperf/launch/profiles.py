@@ -1,0 +1,81 @@
+"""How a job's ranks are started: the harness's controlled launch, or as a framework's users start them.
+
+A job's `launch` is "controlled" (the default) or "as_user". "as_user" resolves to the launch profile
+of the job's strategy (Strategy.user_launch; a user's own step launches as torchrun does). What differs:
+
+| profile     | who starts the ranks                                   | intra-op threads per rank (OMP_NUM_THREADS unset)         | CPU pinning |
+|-------------|--------------------------------------------------------|-----------------------------------------------------------|-------------|
+| controlled  | torch elastic, from the harness                        | usable cores // ranks, set by the harness                 | CPU jobs    |
+| torchrun    | torch elastic, as `torchrun --nproc-per-node N`        | 1 when N > 1 (torchrun sets OMP_NUM_THREADS=1)            | no          |
+| deepspeed   | torch elastic, standing in for `deepspeed script.py`   | torch's default: every core in every rank                 | no          |
+| accelerate  | torch elastic, as `accelerate launch` (torchrun)       | 1 on CUDA; physical cores // ranks on CPU                 | no          |
+| lightning   | `python script.py`: rank 0 is the script, Lightning's  | set by Lightning itself: cores // processes               | no          |
+|             | own launcher starts ranks 1..N-1 and the process group |                                                           |             |
+
+A user's own OMP_NUM_THREADS wins in every profile, as it does for each of these launchers. The
+controlled profile also keeps NCCL's bootstrap on loopback (NCCL_SOCKET_IFNAME=lo); the user
+profiles leave the environment as the user has it.
+
+Import-light: read by the pytest process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_distperf.errors import UsageError
+
+LAUNCH_CHOICES = ("controlled", "as_user")
+
+
+@dataclass(frozen=True)
+class LaunchProfile:
+    name: str
+    starter: str  # "elastic": the harness's agent runs torch elastic; "script": `python script.py`, the framework starts the rest
+    threads: str  # "cores_per_rank" | "one" | "torch_default" | "accelerate" | "framework"
+    pin_cpu: bool  # CPU jobs: each rank on its own slice of the cores
+    harness_env: bool  # the harness's own environment settings (NCCL on loopback)
+    says: str  # for reports: how the ranks were started
+
+
+PROFILES: dict[str, LaunchProfile] = {p.name: p for p in (
+    LaunchProfile("controlled", "elastic", "cores_per_rank", True, True,
+                  "torch elastic from the harness; usable cores // ranks threads a rank; CPU ranks pinned"),
+    LaunchProfile("torchrun", "elastic", "one", False, False,
+                  "as torchrun starts it: torch elastic, OMP_NUM_THREADS=1 with more than one rank"),
+    LaunchProfile("deepspeed", "elastic", "torch_default", False, False,
+                  "as the deepspeed launcher starts it: no thread setting, torch's one thread per core in every rank"),
+    LaunchProfile("accelerate", "elastic", "accelerate", False, False,
+                  "as accelerate launch starts it: OMP_NUM_THREADS=1 on CUDA, physical cores // ranks on CPU"),
+    LaunchProfile("lightning", "script", "framework", False, False,
+                  "as Lightning launches it: `python script.py`, Lightning's launcher starts the other ranks and "
+                  "the process group and sets cores // processes threads"),
+)}
+
+
+def check_choice(launch: object, where: str) -> str:
+    if launch not in LAUNCH_CHOICES:
+        raise UsageError(f"{where}: launch={launch!r} is not one of {', '.join(map(repr, LAUNCH_CHOICES))}")
+    return str(launch)
+
+
+def resolve(launch: str, user_launch: str) -> LaunchProfile:
+    """The profile of a job: the controlled one, or its strategy's user launch."""
+    return PROFILES["controlled" if launch == "controlled" else user_launch]
+
+
+def thread_environment(profile: LaunchProfile, env: dict[str, str], local_ranks: int, device: str,
+                       cores: int, physical_cores: int) -> dict[str, str]:
+    """OMP_NUM_THREADS as this profile's launcher sets it (a value the user set is kept)."""
+    if "OMP_NUM_THREADS" in env:
+        return {}
+    if profile.threads == "cores_per_rank":
+        return {"OMP_NUM_THREADS": str(max(1, cores // max(1, local_ranks)))}
+    if profile.threads == "one" and local_ranks > 1:
+        return {"OMP_NUM_THREADS": "1"}
+    if profile.threads == "accelerate":
+        if device == "cpu":
+            per_rank = physical_cores // max(1, local_ranks)
+            return {"OMP_NUM_THREADS": str(per_rank if per_rank > 1 else 1)}
+        return {"OMP_NUM_THREADS": "1"}
+    return {}  # torch_default, framework: left unset

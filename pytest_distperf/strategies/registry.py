@@ -1,0 +1,158 @@
+"""Which strategies exist: the built-in ones and those libraries register, all through one record.
+
+A library ships its own strategy with an entry point in the group ``pytest_distperf.strategies``
+whose name is the strategy's name and whose object is a `Strategy` (import-light: the pytest
+process loads it to check a job's options before any rank starts)::
+
+    # pyproject.toml of mylib
+    [project.entry-points."pytest_distperf.strategies"]
+    mylib_zero = "mylib.distperf:STRATEGY"
+
+    # mylib/distperf.py
+    from pytest_distperf.strategies.registry import Strategy
+    STRATEGY = Strategy(name="mylib_zero", adapter="mylib.distperf_adapter", options={"bucket_mb": 25})
+
+The adapter module (imported only inside the ranks) follows the adapter protocol of
+`pytest_distperf.strategies` (``build(model, ctx, **options)`` returning an object with ``step``;
+optional ``close``, ``step_breakdown``, ``torch_optimizer``, and a module-level
+``model_init_context``). A test or conftest can also `register()` a Strategy for the session.
+
+An entry point that does not load, is not a Strategy, is named differently from its Strategy,
+takes a built-in name, or names an adapter module that cannot be found is a usage error when
+pytest starts with --distperf, naming the entry point and its distribution.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pytest_distperf.errors import StrategyError
+
+ENTRY_POINT_GROUP = "pytest_distperf.strategies"
+COMMON_OPTIONS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 0.01}
+USER_LAUNCHES = ("torchrun", "deepspeed", "accelerate", "lightning")  # launch profiles (launch/profiles.py)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A strategy as the pytest process knows it.
+
+    name: what tests pass to distperf.job().
+    adapter: the module the ranks import; it has build(model, ctx, **options) (see the protocol).
+    options: its options with their defaults; every strategy also takes lr and weight_decay.
+    check: check(options) raises StrategyError for a bad value (options are completed with defaults).
+    unsupported: unsupported(options, device) -> why it cannot run there (the test is skipped), or None.
+    user_launch: how its users start it ("torchrun", "deepspeed", "accelerate", "lightning"),
+        used by jobs with launch="as_user" (pytest_distperf.launch.profiles).
+    """
+
+    name: str
+    adapter: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    check: Callable[[dict[str, Any]], None] | None = None
+    unsupported: Callable[[dict[str, Any], str], str | None] | None = None
+    user_launch: str = "torchrun"
+
+    def defaults(self) -> dict[str, Any]:
+        return {**COMMON_OPTIONS, **self.options}
+
+
+def _check_strategy_record(s: Any, where: str) -> Strategy:
+    if not isinstance(s, Strategy):
+        raise StrategyError(f"{where} must be a pytest_distperf.strategies.registry.Strategy, "
+                            f"got {type(s).__name__}")
+    if not s.name.isidentifier():
+        raise StrategyError(f"{where}: strategy name {s.name!r} must be an identifier")
+    if not isinstance(s.adapter, str) or not s.adapter:
+        raise StrategyError(f"{where}: Strategy.adapter must name the adapter module, got {s.adapter!r}")
+    if not isinstance(s.options, Mapping):
+        raise StrategyError(f"{where}: Strategy.options must map option names to defaults, got {s.options!r}")
+    if s.user_launch not in USER_LAUNCHES:
+        raise StrategyError(f"{where}: Strategy.user_launch={s.user_launch!r} is not one of {USER_LAUNCHES}")
+    for hook in ("check", "unsupported"):
+        if getattr(s, hook) is not None and not callable(getattr(s, hook)):
+            raise StrategyError(f"{where}: Strategy.{hook} must be callable or None")
+    try:
+        found = importlib.util.find_spec(s.adapter) is not None
+    except (ImportError, ValueError) as e:
+        raise StrategyError(f"{where}: its adapter module {s.adapter!r} cannot be found: {e}") from None
+    if not found:
+        raise StrategyError(f"{where}: its adapter module {s.adapter!r} cannot be found on sys.path")
+    return s
+
+
+class Registry:
+    """The strategies of this session: the built-in table, then entry points, then register() calls."""
+
+    def __init__(self, builtin: dict[str, Strategy]):
+        self.builtin = dict(builtin)
+        self._extra: dict[str, Strategy] = {}
+        self._origin: dict[str, str] = {}  # name -> where it was registered (for messages)
+        self._entry_points_loaded = False
+
+    def names(self) -> list[str]:
+        self.load_entry_points()
+        return sorted({*self.builtin, *self._extra})
+
+    def get(self, name: str) -> Strategy:
+        self.load_entry_points()
+        found = self.builtin.get(name) or self._extra.get(name)
+        if found is None:
+            raise StrategyError(f"unknown strategy {name!r}; known strategies: {', '.join(self.names())} "
+                                f"(a library registers more through the entry-point group {ENTRY_POINT_GROUP!r})")
+        return found
+
+    def register(self, strategy: Strategy, origin: str = "register()") -> None:
+        strategy = _check_strategy_record(strategy, f"strategy registered by {origin}")
+        if strategy.name in self.builtin:
+            raise StrategyError(f"strategy {strategy.name!r} registered by {origin} would replace the built-in "
+                                f"strategy of that name; choose another name")
+        if strategy.name in self._extra and self._extra[strategy.name] != strategy:
+            raise StrategyError(f"strategy {strategy.name!r} registered by {origin} is already registered by "
+                                f"{self._origin[strategy.name]}")
+        self._extra[strategy.name] = strategy
+        self._origin[strategy.name] = origin
+
+    def unregister(self, name: str) -> None:
+        self._extra.pop(name, None)
+        self._origin.pop(name, None)
+
+    def load_entry_points(self) -> None:
+        """Load the group once; a broken entry point raises StrategyError naming it and its distribution."""
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown distribution"
+            where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP!r}, distribution {dist})"
+            try:
+                obj = ep.load()
+            except Exception as e:  # anything the library's import raises
+                self._entry_points_loaded = False  # report it again next time, not silently drop it
+                raise StrategyError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from None
+            try:
+                obj = _check_strategy_record(obj, where)
+                if obj.name != ep.name:
+                    raise StrategyError(f"{where} names a Strategy called {obj.name!r}; the entry point's name "
+                                        f"must be the strategy's name")
+                self.register(obj, origin=where)
+            except StrategyError:
+                self._entry_points_loaded = False
+                raise
+
+
+def validate_options(strategy: Strategy, options: dict[str, Any]) -> dict[str, Any]:
+    """The options completed with defaults, or StrategyError naming the culprit."""
+    defaults = strategy.defaults()
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise StrategyError(f"strategy {strategy.name!r} has no option(s) {', '.join(map(repr, unknown))}; "
+                            f"its options are: {', '.join(sorted(defaults))}")
+    merged = {**defaults, **options}
+    if strategy.check:
+        strategy.check(merged)
+    return merged
