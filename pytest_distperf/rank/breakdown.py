@@ -43,10 +43,16 @@ class PhaseClock:
         self.phases[name] = self.phases.get(name, 0.0) + now - self._last
         self._last = now
 
+    def skip(self) -> None:
+        """Start the next phase here: the time since the last lap stays in "other" (a user's unmarked code)."""
+        self._sync()
+        self._last = time.perf_counter()
+
     def stop(self) -> dict[str, float]:
         self._sync()
         total = time.perf_counter() - self._start
         out = {k: self.phases.get(k, 0.0) for k in PHASES}
+        out.update({k: v for k, v in self.phases.items() if k not in PHASES})  # phases a user named
         out["other"] = max(0.0, total - sum(out.values()))
         out["total"] = total
         return out
@@ -77,8 +83,14 @@ def side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
     return median_step(run_breakdown(r.ranks) for r in runs)
 
 
-def _line(b: dict[str, float]) -> str:
-    return " | ".join(f"{k} {fmt_seconds(b[k])}" for k in ALL_KEYS)
+def _keys(*steps: dict[str, float]) -> list[str]:
+    """The standard phases, then any a user named (pytest_distperf.phase), then other and total."""
+    named = sorted({k for b in steps for k in b} - set(ALL_KEYS))
+    return list(PHASES) + named + ["other", "total"]
+
+
+def _line(b: dict[str, float], keys: list[str]) -> str:
+    return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
 
 
 def message_lines(a_side: Any, b_side: Any) -> list[str]:
@@ -86,12 +98,13 @@ def message_lines(a_side: Any, b_side: Any) -> list[str]:
     a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
     if not a or not b:
         return []
-    diffs = {k: a[k] - b[k] for k in PHASES + ("other",)}
+    keys = _keys(a, b)
+    diffs = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in keys if k != "total"}
     worst = max(diffs, key=lambda k: diffs[k])
     return [
         "  where the time goes (per step, slowest rank, device-synchronised phases measured after the timing phase):",
-        f"    A {a_side.label}: {_line(a)}",
-        f"    B {b_side.label}: {_line(b)}",
+        f"    A {a_side.label}: {_line(a, keys)}",
+        f"    B {b_side.label}: {_line(b, keys)}",
         "    A - B: " + ", ".join(f"{k} {'+' if d >= 0 else '-'}{fmt_seconds(abs(d))}" for k, d in diffs.items())
         + f"; the largest share of the gap is in {worst!r}",
     ]

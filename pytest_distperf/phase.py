@@ -1,0 +1,60 @@
+"""Phases a user marks inside their own step, for the step breakdown.
+
+    from pytest_distperf import phase
+
+    def step():
+        with phase("forward"):
+            loss = model(x)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            opt.step(); opt.zero_grad()
+
+Outside the breakdown phase of a job (warm-up, timed steps, probes) `phase()` does nothing but
+one global read: the timed steps carry no synchronisation. During the breakdown phase (a few
+extra steps after timing, pytest_distperf.rank.breakdown) each marked phase is bracketed by a
+device synchronisation and its time is added to that name; unmarked time is "other".
+
+Import-light (no torch): a user's module imports it at top level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from pytest_distperf.errors import PhaseError
+
+# The PhaseClock of the breakdown step in progress, or None. A process-wide global, not a
+# thread-local: a framework may run the user's code on a thread of its own (Lightning's fit).
+_clock: Any = None
+_open: str | None = None
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    global _open
+    clock = _clock
+    if clock is None:
+        yield
+        return
+    if _open is not None:
+        raise PhaseError(f"distperf phase {name!r} started inside phase {_open!r}: phases cannot nest")
+    clock.skip()  # the time since the last phase ended is "other"
+    _open = name
+    try:
+        yield
+    finally:
+        _open = None
+        clock.lap(name)
+
+
+@contextlib.contextmanager
+def recording(clock: Any) -> Iterator[None]:
+    """Inside the ranks: route the marked phases of the steps run in this block to `clock`."""
+    global _clock, _open
+    _clock, _open = clock, None
+    try:
+        yield
+    finally:
+        _clock, _open = None, None
