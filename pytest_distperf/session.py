@@ -82,6 +82,7 @@ class DistPerfSession:
         if not self.is_controller:
             return
         from pytest_distperf.errors import BaselineError
+        from pytest_distperf.history.errors import HistoryError
         from pytest_distperf.report import files
 
         gate = self.gate
@@ -96,8 +97,9 @@ class DistPerfSession:
                             "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
                 device=self.session_device(), html_path=self.config.getoption("distperf_html"),
                 pr_comment_path=self.config.getoption("distperf_pr_comment"),
-                html_url=self.config.getoption("distperf_html_url"))
-        except (BaselineError, OSError) as e:
+                html_url=self.config.getoption("distperf_html_url"),
+                history_url=self.config.getoption("distperf_history", None))
+        except (BaselineError, HistoryError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
             self.write_errors.append(str(e))
             if session.exitstatus == pytest.ExitCode.OK:

@@ -192,21 +192,37 @@ def session_environment(entries: list[ReportEntry], rootdir: str, device: str = 
 def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: str | None,
                           benchmark_path: str | None, step_summary_path: str | None,
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
-                          pr_comment_path: str | None = None, html_url: str | None = None) -> list[str]:
+                          pr_comment_path: str | None = None, html_url: str | None = None,
+                          history_url: str | None = None) -> list[str]:
     """Write the reports asked for; returns what was written, one line each. `device`: the session's.
-    The HTML report and the PR comment are drawn from the JSON report's document (report/html.py)."""
+    The HTML report and the PR comment are drawn from the JSON report's document (report/html.py); with
+    `history_url` that document is appended to the history first, and the HTML report shows its trends."""
     written: list[str] = []
-    if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)):
+    if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
+            or (history_url and entries)):
         return written
     environment = session_environment(entries, rootdir, device)
     doc = json_report(entries, environment, invocation)
     if json_path:
         write_json(json_path, doc)
         written.append(f"JSON report {json_path}")
+    history: list[Any] = []
+    history_error = None
+    if history_url and entries:
+        from pytest_distperf.history import HistoryError, record_session, report_series, session_trends
+
+        try:
+            recorded = record_session(history_url, doc)
+            written.append(f"history: session {recorded.session_id} ({recorded.rows} values"
+                           f"{', already recorded' if recorded.duplicate else ''}) in {recorded.where}")
+            if html_path:
+                history = report_series(session_trends(history_url, doc))
+        except HistoryError as e:  # the other reports are still written; the error fails the run after them
+            history_error = e
     if html_path:
         from pytest_distperf.report.html import write_html
 
-        write_html(html_path, doc)
+        write_html(html_path, doc, history)
         written.append(f"HTML report {html_path} ({os.path.getsize(html_path) / 1024:.0f} KiB)")
     if pr_comment_path:
         from pytest_distperf.report.pr_comment import write_pr_comment
@@ -219,6 +235,8 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
     if step_summary_path and entries:
         append_step_summary(step_summary_path, markdown_summary(entries))
         written.append(f"job summary to {step_summary_path}")
+    if history_error is not None:
+        raise history_error
     return written
 
 
