@@ -32,7 +32,7 @@ GAP_OVERLAP_ZERO3 = ("deepspeedai/DeepSpeed#5047 (ZeRO-3's all-gathers \"not ove
 
 
 def probed(distperf, strategy: str, **options):
-    return distperf.probe(distperf.job(strategy, steps=3, probes=PROBES, **options))
+    return distperf.probe(distperf.job(strategy, options=options, steps=3, probes=PROBES), shared=True)
 
 
 @pytest.mark.distperf(known_gap=GAP_ALL_GATHERS)

@@ -46,7 +46,7 @@ PARAMS = [pytest.param(a, b, id=pair_id, marks=marks) for pair_id, a, b, marks i
 
 
 def pair(distperf, a, b):
-    return distperf.compare(distperf.job(a[0], **a[1]), distperf.job(b[0], **b[1]))
+    return distperf.compare(distperf.job(a[0], options=a[1]), distperf.job(b[0], options=b[1]), shared=True)
 
 
 @pytest.mark.parametrize("a, b", PARAMS)

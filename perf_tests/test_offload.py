@@ -45,9 +45,9 @@ CASES = {
 
 @pytest.fixture(params=list(CASES))
 def offloaded(request, distperf):
-    job = distperf.job("deepspeed", stage=3, shape=SHAPE, steps=3, probes=("comms", "placement"),
-                       **CASES[request.param])
-    return distperf.probe(job)
+    job = distperf.job("deepspeed", options={"stage": 3, **CASES[request.param]}, shape=SHAPE, steps=3,
+                       probes=("comms", "placement"))
+    return distperf.probe(job, shared=True)  # five checks of one probed run
 
 
 def test_optimizer_step_runs_in_deepspeed_cpu_adam(distperf, offloaded):

@@ -20,8 +20,10 @@ from pytest_distperf import strategies
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.gate.checks import Comparison, SideSummary
-from pytest_distperf.launch.launcher import JobError, launch
+from pytest_distperf.launch.base import make_launcher
+from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.config import Settings, TestPlan
+from pytest_distperf.errors import UsageError
 from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec
 from pytest_distperf.results import RunResult
@@ -47,6 +49,22 @@ def _drop_scratch(values: dict[int, Any]) -> None:
             shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)
 
 
+def _strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dict[str, Any]) -> dict[str, Any]:
+    """Strategy options come in `options={...}`; as keyword arguments they still work, with a warning."""
+    if options is not None and not isinstance(options, dict):
+        raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
+    if legacy:
+        if options:
+            raise UsageError(f"distperf.job({strategy!r}): strategy options given both in options={{...}} and as "
+                             f"keyword arguments ({', '.join(sorted(legacy))}); put them all in options")
+        names = ", ".join(f"{k}=..." for k in sorted(legacy))
+        warnings.warn(DeprecationWarning(
+            f"distperf.job({strategy!r}, {names}): pass strategy options as options={{...}}; keyword strategy "
+            f"options will be removed in the next release"), stacklevel=3)
+        return dict(legacy)
+    return dict(options or {})
+
+
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None):
@@ -66,14 +84,18 @@ class DistPerf:
         return self.plan.world_size
 
     # -- building jobs -----------------------------------------------------------------------------------------
-    def job(self, strategy: str, *, shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
+    def job(self, strategy: str, *, options: dict[str, Any] | None = None,
+            shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
             steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
-            probes: Any = None, probe_steps: int = 3, **options: Any) -> JobSpec:
+            probes: Any = None, probe_steps: int = 3, **legacy_options: Any) -> JobSpec:
         """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}.
 
+        `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
         after the timing phase (pytest_distperf.probes)."""
         from pytest_distperf import probes as probe_names
+
+        options = _strategy_options(strategy, options, legacy_options)
 
         probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
         if probe_steps < 1:
@@ -115,9 +137,11 @@ class DistPerf:
                 raise JobError(f"{job.describe()} failed earlier in this session, in {nodeid}; not run again. "
                                f"Its error:\n{error}")
             try:
-                with self._devices(job) as env:
-                    values = launch(job, timeout=self.plan.timeout, base_dir=self.base_dir, on_progress=on_progress,
-                                    keep=self.settings.keep_jobs or bool(job.probes), env=env)  # probes keep traces
+                launcher = make_launcher(self.settings.cluster, self.plan.nodes)  # launch/base.py
+                with self._devices(job, launcher.local_ranks(job)) as env:
+                    values = launcher.launch(job, timeout=self.plan.timeout, base_dir=self.base_dir,
+                                             on_progress=on_progress, env=env,
+                                             keep=self.settings.keep_jobs or bool(job.probes))  # probes keep traces
             except JobError as e:
                 if key is not None:
                     self.cache.failed_jobs[key] = (self.nodeid, str(e))
@@ -126,14 +150,16 @@ class DistPerf:
             _drop_scratch(values)
         return values
 
-    def _devices(self, job: JobSpec):
-        """The devices this job owns while it runs (see allocator.py for the policy)."""
+    def _devices(self, job: JobSpec, local_ranks: int):
+        """The devices this job owns on this host while it runs (see allocator.py for the policy)."""
         from pytest_distperf.launch import allocator
         from pytest_distperf.launch.devices import visible_gpu_ids
 
         owner = f"{self.nodeid} [{job.describe()}]"
         if job.device == "cuda":
-            return allocator.gpus(job.world_size, visible_gpu_ids(), owner, self._progress)
+            if not local_ranks:  # every rank elsewhere (SLURM): their nodes own their GPUs
+                return contextlib.nullcontext({})
+            return allocator.gpus(local_ranks, visible_gpu_ids(), owner, self._progress)
         if job.function is None:
             return allocator.cpu(owner, self._progress)
         return contextlib.nullcontext({})
@@ -175,11 +201,13 @@ class DistPerf:
         values = self._launch(job)
         return [values[r] for r in sorted(values)]
 
-    def compare(self, a: JobSpec, b: JobSpec, *, repeats: int | None = None) -> Comparison:
-        """Run A and B `repeats` times each, interleaved A B A B ..., and return their Comparison."""
+    def compare(self, a: JobSpec, b: JobSpec, *, repeats: int | None = None, shared: bool = False) -> Comparison:
+        """Run A and B `repeats` times each, interleaved A B A B ..., and return their Comparison.
+
+        `shared=True`: tests of this session that compare the same two jobs share one set of runs."""
         repeats = repeats or self.plan.repeats
         key = (a.config_hash(), b.config_hash(), repeats)
-        if key in self.cache.comparisons:
+        if shared and key in self.cache.comparisons:
             runs_a, runs_b, _ = self.cache.comparisons[key]
         else:
             runs_a, runs_b = [], []
@@ -188,7 +216,8 @@ class DistPerf:
                     self._progress(f"repeat {i + 1}/{repeats}: {a.describe()} vs {b.describe()}")
                 runs_a.append(self._run(a))
                 runs_b.append(self._run(b))
-            self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
+            if shared:
+                self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
             self._record_run(a.describe(), runs_a)
             self._record_run(b.describe(), runs_b)
         # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
@@ -197,21 +226,23 @@ class DistPerf:
         return Comparison(SideSummary(a.describe(), runs_a), SideSummary(b.describe(), runs_b),
                           on_check=self._record_check)
 
-    def probe(self, job: JobSpec) -> RunResult:
-        """Run a job that has probes once per session: tests checking different probes of one job share it."""
+    def probe(self, job: JobSpec, *, shared: bool = False) -> RunResult:
+        """Run a job that has probes. `shared=True`: once per session, tests checking different probes of one
+        job share its run (and its skip, e.g. no async I/O for NVMe)."""
         if not job.probes:
-            raise ValueError(f"distperf.probe() needs a job with probes, e.g. distperf.job(..., probes=('comms',)); "
+            raise UsageError(f"distperf.probe() needs a job with probes, e.g. distperf.job(..., probes=('comms',)); "
                              f"{job.describe()} has none")
         key = job.config_hash()
-        cached = self.cache.probe_runs.get(key)
+        cached = self.cache.probe_runs.get(key) if shared else None
         if cached is None:
             try:
                 cached = self._run(job)
             except BaseException as e:
-                if type(e).__name__ == "Skipped":  # e.g. no async I/O for NVMe: true for every test of this job
+                if shared and type(e).__name__ == "Skipped":  # true for every test of this job
                     self.cache.probe_runs[key] = e
                 raise
-            self.cache.probe_runs[key] = cached
+            if shared:
+                self.cache.probe_runs[key] = cached
             self._record_run(job.describe(), [cached])
         if isinstance(cached, BaseException):
             import pytest

@@ -81,7 +81,7 @@ import pytest
 PROBES = ("comms", "overlap", "placement")
 
 def probed(distperf, strategy, **options):
-    return distperf.probe(distperf.job(strategy, steps=2, warmup=1, probes=PROBES, **options))
+    return distperf.probe(distperf.job(strategy, options=options, steps=2, warmup=1, probes=PROBES), shared=True)
 
 def comms(run):
     results = [r.probes.comms for r in run.ranks]
