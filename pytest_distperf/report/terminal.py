@@ -74,6 +74,7 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     runs, checks, probes = [], [], []
     baselines: list[list[str]] = []
+    unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     for nodeid, records in records_by_test:
         for r in records:
             if r["kind"] == "run":
@@ -97,6 +98,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 ])
             elif r["kind"] == "probe":
                 probes.append(_probe_row(r))
+            elif r["kind"] == "baseline" and r.get("status") == "new":
+                unrecorded.setdefault((nodeid, r["job"]), []).append(r["metric"])
             elif r["kind"] == "baseline":
                 baselines.append(_baseline_row(nodeid, r))
     lines: list[str] = []
@@ -110,4 +113,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "95% interval", "status"],
                                _merge_shared(baselines))
+    if unrecorded:
+        lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
+        lines += [f"  {job} ({len(metrics)} metrics) in {nodeid.split('::')[-1]}: "
+                  f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()]
     return lines
