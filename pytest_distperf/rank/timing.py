@@ -1,8 +1,19 @@
 """The one timer and the memory readings, used inside ranks.
 
-Each step is bracketed by a device synchronisation so the wall time covers the GPU
-work the step queued. Host memory peaks come from the kernel's high-water mark
-(VmHWM), which Linux lets a process reset (`/proc/self/clear_refs`, value 5).
+Timed steps (`StepTimer.window`): on CUDA each step is bracketed by two CUDA events recorded on
+the current stream, and the window synchronises once, at its end, to read them. A device
+synchronisation around every step drains the queue that the next step's launches would
+otherwise overlap with, so it adds to what it times; an event does not wait for anything.
+A step's time is the GPU time from its start event to its end event: the host's launch time
+when the GPU keeps up, the GPU's work when the host runs ahead. Work a step leaves on a side
+stream that nothing on the current stream waits for is counted where a later step waits for it.
+On CPU a step is wall time (perf_counter); the work is done when the step returns.
+
+`StepTimer.sync` is the device synchronisation for what is timed whole (build, warm-up) and for
+the breakdown phase's laps (rank/breakdown.py), which run after timing.
+
+Host memory peaks come from the kernel's high-water mark (VmHWM), which Linux lets a process
+reset (`/proc/self/clear_refs`, value 5).
 """
 
 from __future__ import annotations
@@ -10,7 +21,7 @@ from __future__ import annotations
 import resource
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -25,12 +36,74 @@ class StepTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time(self, fn: Callable[[], T]) -> tuple[T, float]:
-        self.sync()
-        start = time.perf_counter()
+    def window(self, steps: int) -> "TimedWindow":
+        """A window of timed steps (`steps`: how many to prepare marks for; more still work)."""
+        if self.device.type == "cuda":
+            return TimedWindow(CudaMarks(self.device, steps))
+        return TimedWindow(HostMarks())
+
+
+class HostMarks:
+    """CPU: a mark is perf_counter(); the step's work is done when it returns."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def wait(self) -> None:
+        pass
+
+    @staticmethod
+    def seconds(start: float, end: float) -> float:
+        return end - start
+
+
+class CudaMarks:
+    """CUDA: a mark is an event recorded on the device's current stream; wait() is the window's one
+    synchronisation. Events are made up front, so a step records and allocates nothing else."""
+
+    def __init__(self, device: torch.device, steps: int, new_event: Callable[[], Any] | None = None,
+                 stream: Any = None):
+        self.device = device
+        self._new_event = new_event or (lambda: torch.cuda.Event(enable_timing=True))
+        self._spare = [self._new_event() for _ in range(2 * steps)]
+        # The stream the steps' work is queued on: the current one of this thread when the window opens
+        # (the default stream; a front-end running its loop on a thread of its own queues there too).
+        self._stream = stream if stream is not None else torch.cuda.current_stream(device)
+
+    def mark(self) -> Any:
+        event = self._spare.pop() if self._spare else self._new_event()
+        event.record(self._stream)
+        return event
+
+    def wait(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    @staticmethod
+    def seconds(start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+class TimedWindow:
+    """`time(fn)` for each step, then `finish()` for this rank's step times in seconds, in order."""
+
+    def __init__(self, marks: Any):
+        self._marks = marks
+        self._pairs: list[tuple[Any, Any]] = []
+        self._times: list[float] | None = None
+
+    def time(self, fn: Callable[[], T]) -> T:
+        if self._times is not None:
+            raise RuntimeError("this timed window is finished; start a new one")
+        start = self._marks.mark()
         out = fn()
-        self.sync()
-        return out, time.perf_counter() - start
+        self._pairs.append((start, self._marks.mark()))
+        return out
+
+    def finish(self) -> list[float]:
+        if self._times is None:
+            self._marks.wait()
+            self._times = [self._marks.seconds(start, end) for start, end in self._pairs]
+        return list(self._times)
 
 
 def _status_kib(field: str) -> int | None:

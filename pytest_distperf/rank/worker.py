@@ -161,16 +161,15 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
 
     reset_cuda_peaks(device)
     reset_host_peak()
-    step_times: list[float] = []
     losses: list[Any] = []  # what step() returned: the loss tensor (or None from a user's step)
     cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
+    window = timer.window(job.steps)
     cpu.start()  # outside the loop: the timed region holds only the step
     for i in range(job.steps):
         if progress:
             progress.update(f"timed step {i + 1}/{job.steps}")
-        loss, seconds = timer.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b))
-        step_times.append(seconds)
-        losses.append(loss)
+        losses.append(window.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b)))
+    step_times = window.finish()  # on CUDA the window's one synchronisation
     cpu_window = cpu.stop()
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
