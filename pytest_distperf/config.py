@@ -5,7 +5,11 @@ Plain logic over plain values, testable without pytest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
@@ -18,12 +22,41 @@ DEFAULTS: dict[str, Any] = {
     "repeats": 3,
     "shape_cpu": "tiny",
     "shape_cuda": "1b",
+    # where ranks run (launch/base.py): one host, torchrun node agents, or SLURM jobs
+    "launcher": "local",
+    "nodes": 1,
+    "rdzv_endpoint": None,
+    "agents": "local",
+    "shared_dir": None,
+    "slurm_partition": None,
+    "slurm_account": None,
+    "slurm_time_limit": None,
+    "slurm_gpus_per_node": None,
+    "slurm_cpus_per_task": None,
+    "slurm_agents_per_node": 1,
 }
-MARKER_KEYS = ("world_size", "device", "timeout", "repeats",
+MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes",
                # baseline gate overrides, validated in regression.policy_for
                "time_threshold", "time_k", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.probes)
                "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where ranks run: the launcher and its options (docs/cluster.md). Read by launch/base.make_launcher."""
+
+    launcher: str = "local"  # local | torchrun | slurm
+    nodes: int = 1  # node agents per job, unless the test's marker says nodes=N
+    rdzv_endpoint: str | None = None  # torchrun: host:port of the c10d rendezvous (default 127.0.0.1:<free>)
+    agents: str = "local"  # torchrun: how agents 1..N-1 start: local | srun | a template with {command}
+    shared_dir: str | None = None  # job folders, on a file system every node mounts under the same path
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_time_limit: int | None = None  # minutes
+    slurm_gpus_per_node: int | None = None
+    slurm_cpus_per_task: int | None = None
+    slurm_agents_per_node: int = 1  # node agents (SLURM tasks) per SLURM node
 
 
 @dataclass(frozen=True)
@@ -36,6 +69,7 @@ class Settings:
     shape_cpu: str
     shape_cuda: str
     keep_jobs: bool = False
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
 
 @dataclass(frozen=True)
@@ -47,6 +81,7 @@ class TestPlan:
     skip_reason: str | None = None
     probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
     known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
+    nodes: int = 1  # node agents the test's jobs run on (world_size ranks over them)
 
     def default_shape(self, settings: Settings) -> str:
         return settings.shape_cuda if self.device == "cuda" else settings.shape_cpu
@@ -87,7 +122,74 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
     shape_cuda, _ = pick("shape_cuda")
     return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
                     timeout=_positive(timeout, float, t_where), repeats=_positive(repeats, int, r_where),
-                    shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs)
+                    shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs,
+                    cluster=build_cluster(pick))
+
+LOCAL_AGENT_STARTS = ("local", "srun")
+_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^:\s\[\]]+):(\d+)$")
+_TORCHRUN_ONLY = ("rdzv_endpoint", "agents")
+_SLURM_ONLY = ("slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "slurm_cpus_per_task",
+               "slurm_agents_per_node")
+
+
+def build_cluster(pick: Callable[[str], tuple[Any, str]]) -> ClusterSettings:
+    """The launcher options, each checked against the launcher that uses it (docs/cluster.md)."""
+    from pytest_distperf.launch.base import LAUNCHERS
+
+    launcher, where = pick("launcher")
+    if launcher not in LAUNCHERS:
+        raise SettingsError(f"{where}: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    for names, owner in ((_TORCHRUN_ONLY, "torchrun"), (_SLURM_ONLY, "slurm")):
+        for name in names:
+            value, name_where = pick(name)
+            if launcher != owner and not name_where.startswith("default"):
+                raise SettingsError(f"{name_where} is an option of the {owner} launcher; this run uses "
+                                    f"{launcher!r} (--distperf-launcher {owner})")
+    nodes_value, nodes_where = pick("nodes")
+    nodes = _positive(nodes_value, int, nodes_where)
+    if nodes > 1 and launcher == "local":
+        raise SettingsError(f"{nodes_where}: {nodes} nodes need --distperf-launcher torchrun or slurm "
+                            f"(the local launcher runs every rank on this host)")
+    endpoint, endpoint_where = pick("rdzv_endpoint")
+    match = _ENDPOINT.match(str(endpoint)) if endpoint is not None else None
+    if endpoint is not None and not (match and 0 < int(match.group(2)) < 65536):
+        raise SettingsError(f"{endpoint_where}: expected host:port (a host every node reaches, a port from 1 to "
+                            f"65535), got {endpoint!r}")
+    agents, agents_where = pick("agents")
+    if agents not in LOCAL_AGENT_STARTS and "{command}" not in str(agents):
+        raise SettingsError(f"{agents_where}: expected local, srun, or a command template with {{command}} "
+                            f"(and optionally {{index}}), e.g. \"ssh node{{index}} {{command}}\"; got {agents!r}")
+    shared, _ = pick("shared_dir")
+
+    def optional_positive(name: str) -> int | None:
+        value, name_where = pick(name)
+        return None if value is None else _positive(value, int, name_where)
+
+    per_node, per_node_where = pick("slurm_agents_per_node")
+    cluster = ClusterSettings(
+        launcher=launcher, nodes=nodes, rdzv_endpoint=endpoint, agents=str(agents),
+        shared_dir=os.path.abspath(os.path.expanduser(str(shared))) if shared else None,
+        slurm_partition=pick("slurm_partition")[0], slurm_account=pick("slurm_account")[0],
+        slurm_time_limit=optional_positive("slurm_time_limit"),
+        slurm_gpus_per_node=optional_positive("slurm_gpus_per_node"),
+        slurm_cpus_per_task=optional_positive("slurm_cpus_per_task"),
+        slurm_agents_per_node=_positive(per_node, int, per_node_where))
+    if launcher == "slurm":
+        missing = [what for what, ok in (("the submitit package (pip install 'pytest-distperf[slurm]')",
+                                          importlib.util.find_spec("submitit")),
+                                         ("sbatch on PATH", shutil.which("sbatch"))) if not ok]
+        if missing:
+            raise SettingsError(f"{where}: the slurm launcher needs {' and '.join(missing)}")
+    return cluster
+
+
+def _nodes_and_gpus(cluster: ClusterSettings, nodes: int, ws: int, gpus: int) -> tuple[int, int]:
+    """(GPUs a CUDA job needs, GPUs it can have): on this host, except under SLURM (per SLURM node)."""
+    if cluster.launcher == "slurm":
+        return ws // nodes * cluster.slurm_agents_per_node, cluster.slurm_gpus_per_node or 0
+    if cluster.launcher == "torchrun" and cluster.agents != "local":
+        return ws // nodes, gpus  # agent 0's share here; the other nodes alike
+    return ws, gpus
 
 
 def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, where: str) -> TestPlan:
@@ -98,10 +200,17 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     ws = _positive(marker_kwargs.get("world_size", settings.world_size), int, f"{where}: distperf(world_size=...)")
     timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
     repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
+    nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
+    if ws % nodes:
+        raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
+                            f"(ranks per node = world size / nodes)")
     marker_device = marker_kwargs.get("device")
     if marker_device is not None:
         _device(marker_device, f"{where}: distperf(device=...)")
-    device, reason = resolve_device(settings.device, marker_device, ws, gpus)
+    device, reason = resolve_device(settings.device, marker_device, *_nodes_and_gpus(settings.cluster, nodes, ws, gpus))
+    if nodes > 1 and settings.cluster.launcher == "local":
+        device, reason = None, (f"needs {nodes} nodes (distperf(nodes={nodes})): run it with --distperf-launcher "
+                                f"torchrun or slurm")
     from pytest_distperf.probes import ProbeError, validate as validate_probes
 
     try:
@@ -113,4 +222,4 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
         raise SettingsError(f"{where}: distperf(known_gap=...) must map 'cpu'/'cuda' to a non-empty reason "
                             f"(the upstream issue and the measured value), got {gaps!r}")
     return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason,
-                    probes=probes, known_gap=gaps.get(device) if device else None)
+                    probes=probes, known_gap=gaps.get(device) if device else None, nodes=nodes)

@@ -40,10 +40,25 @@ SETTING_HELP = {
     "repeats": "runs per side in a comparison (interleaved A B A B ...)",
     "shape_cpu": "built-in workload shape for CPU jobs",
     "shape_cuda": "built-in workload shape for CUDA jobs",
+    # where ranks run (docs/cluster.md)
+    "launcher": "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in SLURM jobs",
+    "nodes": "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all nodes",
+    "rdzv_endpoint": "torchrun: HOST:PORT of the c10d rendezvous, reachable from every node (default 127.0.0.1)",
+    "agents": "torchrun: how agents 1..N-1 start: local (this host), srun (the allocation's other nodes), "
+              "or a command template with {command} (and {index}), e.g. 'ssh node{index} {command}'",
+    "shared_dir": "job folders here: a folder every node mounts under the same path (rank results come back there)",
+    "slurm_partition": "slurm: partition",
+    "slurm_account": "slurm: account",
+    "slurm_time_limit": "slurm: time limit in minutes (default: the job timeout + 3)",
+    "slurm_gpus_per_node": "slurm: GPUs per node",
+    "slurm_cpus_per_task": "slurm: CPUs per node agent (task)",
+    "slurm_agents_per_node": "slurm: node agents (tasks) per SLURM node; >1 acts several nodes out on one host",
 }
 # Options that pick the machine class or the jobs: repeated in the "accept this change" command.
+CLUSTER_OPTIONS = ("launcher", "nodes", "rdzv_endpoint", "agents", "shared_dir", "slurm_partition", "slurm_account",
+                   "slurm_time_limit", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_agents_per_node")
 CARRIED_OPTIONS = {"--distperf-" + name.replace("_", "-"): "distperf_" + name
-                   for name in ("device", "world_size", "repeats", "shape_cpu", "shape_cuda")}
+                   for name in ("device", "world_size", "repeats", "shape_cpu", "shape_cuda", *CLUSTER_OPTIONS)}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,7 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "distperf(world_size=N, device='auto|cpu|cuda', timeout=S, repeats=N, time_threshold=0.05, "
+        "markers", "distperf(world_size=N, nodes=N, device='auto|cpu|cuda', timeout=S, repeats=N, time_threshold=0.05, "
                    "time_k=3, memory_threshold=0.02, memory_floor=BYTES, baseline_metrics=(...), "
                    "probes=('comms', 'overlap', 'placement')): "
                    "a distributed performance test, run with --distperf")
@@ -182,7 +197,11 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
-            gate = regression.BaselineGate(session.gate, request.node.nodeid, plan.device, plan.world_size, policy)
+            from pytest_distperf.launch.base import make_launcher
+
+            gate = regression.BaselineGate(session.gate, request.node.nodeid, plan.device, plan.world_size, policy,
+                                           nodes=plan.nodes,
+                                           inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node())
         except BaselineError as e:
             problem = str(e)
         if problem:

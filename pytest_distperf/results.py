@@ -37,6 +37,9 @@ class RankResult:
     # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.rank.breakdown).
     step_breakdown: dict[str, float] = field(default_factory=dict)
     cpu_window: "CpuWindow | None" = None  # CPU readings over the timed loop (hostload.py); None off Linux
+    # Where it ran, on jobs of several nodes (set by rank/entry.py); None / 0 under the local launcher.
+    host: str | None = None
+    node_rank: int = 0
 
     @property
     def host_training_bytes(self) -> int:
@@ -61,6 +64,19 @@ class RunResult:
         from pytest_distperf.rank.hostload import other_load
 
         return other_load([getattr(r, "cpu_window", None) for r in self.ranks])
+
+    @property
+    def node_step_medians(self) -> dict[str, float]:
+        """Median step time of each node's ranks ("node 1 (gpu-07)"): a straggler node stands out. Empty on one node."""
+        from pytest_distperf.measure.stats import quantile
+
+        nodes: dict[tuple[int, str], list[float]] = {}
+        for r in self.ranks:
+            nodes.setdefault((r.node_rank, r.host or ""), []).extend(r.step_times)
+        if len(nodes) < 2:
+            return {}
+        return {f"node {n} ({host})" if host else f"node {n}": quantile(times, 0.5)
+                for (n, host), times in sorted(nodes.items())}
 
     @property
     def losses(self) -> list[float]:

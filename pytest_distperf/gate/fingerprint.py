@@ -1,8 +1,9 @@
 """Which machine a measurement belongs to: a hard fingerprint (the baseline key) and soft metadata.
 
 Hard: what makes step times incomparable between two machines -- device kind and model, how many
-devices, nodes, world size and (on GPUs) the interconnect, NVLink or PCIe, read with pynvml. It
-names the folder a baseline lives in (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`).
+devices, nodes, world size, (on GPUs) the interconnect, NVLink or PCIe, read with pynvml, and on
+several nodes what connects them (loopback, InfiniBand, RoCE, TCP). It names the folder a baseline
+lives in (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`, `cuda-nvidia-h200-8gpu-nvlink-2node-ib-ws16`).
 
 Soft: what may explain a change but does not make numbers incomparable (driver, CUDA, torch,
 DeepSpeed and NCCL versions, host, git commit). It is recorded with each baseline and only warned
@@ -13,6 +14,7 @@ Read in the pytest process without initialising CUDA (NVML only).
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import re
@@ -38,6 +40,8 @@ class MachineClass:
     nodes: int
     world_size: int
     interconnect: str  # "nvlink" | "pcie" | "unknown" on GPUs; "none" on CPU
+    # between nodes: "none" (one node), "loopback" (several node agents on one host), or network_fabric()
+    inter_node: str = "none"
 
     @property
     def name(self) -> str:
@@ -46,7 +50,10 @@ class MachineClass:
         parts = [self.device, _slug(self.model), f"{self.count}{unit}"]
         if self.device == "cuda":
             parts.append(self.interconnect)
-        parts += [f"{self.nodes}node", f"ws{self.world_size}"]
+        parts.append(f"{self.nodes}node")
+        if self.nodes > 1:  # one-node names stay as they were
+            parts.append(self.inter_node)
+        parts.append(f"ws{self.world_size}")
         return "-".join(p for p in parts if p)
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,13 +66,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:48] or "unknown"
 
 
-def machine_class(device: str, world_size: int, nodes: int = 1) -> MachineClass:
+def machine_class(device: str, world_size: int, nodes: int = 1, inter_node: str = "none") -> MachineClass:
+    """Read on the host that runs pytest: on several nodes, the class of that host's node."""
     if device == "cuda":
         gpus = _gpu_facts()
         return MachineClass(device="cuda", model=gpus["model"], count=gpus["count"], nodes=nodes,
-                            world_size=world_size, interconnect=gpus["interconnect"])
+                            world_size=world_size, interconnect=gpus["interconnect"], inter_node=inter_node)
     return MachineClass(device="cpu", model=cpu_model(), count=usable_cores(), nodes=nodes, world_size=world_size,
-                        interconnect="none")
+                        interconnect="none", inter_node=inter_node)
+
+
+def network_fabric(sysfs: str = "/sys/class/infiniband") -> str:
+    """What this host's nodes talk over: "ib" (an active InfiniBand port), "roce" (an active RDMA port on
+    Ethernet), else "tcp". Read from sysfs, as NCCL picks its transport."""
+    kinds = set()
+    for state_path in glob.glob(os.path.join(sysfs, "*", "ports", "*", "state")):
+        try:
+            with open(state_path) as f:
+                active = "ACTIVE" in f.read()
+            with open(os.path.join(os.path.dirname(state_path), "link_layer")) as f:
+                layer = f.read().strip().lower()
+        except OSError:
+            continue
+        if active:
+            kinds.add("roce" if layer == "ethernet" else "ib")
+    return "ib" if "ib" in kinds else "roce" if "roce" in kinds else "tcp"
 
 
 def cpu_model() -> str:

@@ -288,7 +288,7 @@ class GateSession:
     def __init__(self, settings: GateSettings, rootdir: str):
         self.settings, self.rootdir = settings, rootdir
         self.store = Store(settings.baselines_dir)
-        self._machines: dict[tuple[str, int], fingerprint.MachineClass] = {}
+        self._machines: dict[tuple[str, int, int, str], fingerprint.MachineClass] = {}
         self._environments: dict[str, dict[str, Any]] = {}
         # A job is re-run to confirm a breach once per session, whichever tests share its runs:
         # config hash -> [(the runs that breached, their confirmation runs)].
@@ -303,10 +303,11 @@ class GateSession:
         self._confirmations.setdefault(config_hash, []).append((runs, again))
         return again
 
-    def machine(self, device: str, world_size: int) -> fingerprint.MachineClass:
-        key = (device, world_size)
+    def machine(self, device: str, world_size: int, nodes: int = 1, inter_node: str = "none"
+                ) -> fingerprint.MachineClass:
+        key = (device, world_size, nodes, inter_node)
         if key not in self._machines:
-            self._machines[key] = fingerprint.machine_class(device, world_size)
+            self._machines[key] = fingerprint.machine_class(device, world_size, nodes, inter_node)
         return self._machines[key]
 
     def environment(self, device: str) -> dict[str, Any]:
@@ -333,9 +334,10 @@ class BaselineGate:
     """One test's baseline: read at fixture setup (a bad file fails the test before any job starts),
     checked whenever a job's runs finish, saved at the end with --distperf-save when the test passed."""
 
-    def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy):
+    def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
+                 nodes: int = 1, inter_node: str = "none"):
         self.session, self.nodeid, self.policy = session, nodeid, policy
-        self.machine = session.machine(device, world_size)
+        self.machine = session.machine(device, world_size, nodes, inter_node)
         self.environment = session.environment(device)
         self.path = session.store.path_for(self.machine.name, nodeid)
         self.baseline: BaselineFile | None = session.store.load(self.path, nodeid)  # BaselineError

@@ -192,7 +192,8 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
     ranks = []
     for k in run.ranks:
         ranks.append({
-            "rank": k.rank, "step_times": list(k.step_times), "step_median": statistics.median(k.step_times),
+            "rank": k.rank, "host": k.host, "node_rank": k.node_rank,
+            "step_times": list(k.step_times), "step_median": statistics.median(k.step_times),
             "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
             "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
             "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
@@ -205,6 +206,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
     load = run.host_other_load
     return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
+            "node_step_medians": run.node_step_medians,
             "host_other_load_cores": round(load[0], 2) if load else None}
 
 

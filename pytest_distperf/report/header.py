@@ -51,7 +51,18 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
     nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
     if device == "cuda" and nccl:
         stack.append(f"nccl {nccl}")
-    lines.append(f"distperf: machine class {machine_class(device, settings.world_size).name}; {', '.join(stack)}")
+    cluster = settings.cluster
+    if cluster.launcher == "local":
+        machine = machine_class(device, settings.world_size)
+    else:
+        from pytest_distperf.launch.base import make_launcher
+
+        machine = machine_class(device, settings.world_size, cluster.nodes,
+                                make_launcher(cluster, cluster.nodes).inter_node())
+        lines.append(f"distperf: launcher {cluster.launcher}, {cluster.nodes} node agent(s) a job"
+                     + (f" (agents {cluster.agents})" if cluster.launcher == "torchrun" else "")
+                     + (f"; job folders in {cluster.shared_dir}" if cluster.shared_dir else ""))
+    lines.append(f"distperf: machine class {machine.name}; {', '.join(stack)}")
     if gate is not None:
         mode = "save" if gate.settings.save else "compare"
         lines.append(f"distperf: baselines {gate.settings.baselines_dir} ({mode})")

@@ -1,0 +1,134 @@
+"""One node's agent: `python -m pytest_distperf.launch.node_agent JOB_DIR AGENT_INDEX`.
+
+Runs torch's own launcher, torchrun (`torch.distributed.run`), with the node plan the pytest
+process wrote into the shared job folder:
+
+    torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT
+             --rdzv-id JOB --max-restarts 0 ... -m pytest_distperf.rank.entry JOB_DIR
+
+in this process (as `python -m torch.distributed.run` does), so that what torchrun raises -- which
+rank failed, with which exit code or signal and traceback -- lands in `result-agent{i}.pkl` with
+this host's name, instead of only in a table on the agent's stderr. The exact torchrun command is
+printed first, to reproduce one node by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+
+from pytest_distperf.launch import jobfiles
+
+RANK_ENTRY = "pytest_distperf.rank.entry"
+MONITOR_INTERVAL_SECONDS = 0.1
+SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
+ENDPOINT_POLL_SECONDS = 0.1
+STACKS_POLL_SECONDS = 0.2
+
+
+def torchrun_args(plan: jobfiles.NodePlan, job_dir: str, agent: int, endpoint: str) -> list[str]:
+    """torchrun's command line for one node (without the leading `python -m torch.distributed.run`)."""
+    args = ["--nnodes", str(plan.nodes), "--nproc-per-node", str(plan.nproc_per_node),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", plan.rdzv_id,
+            "--rdzv-conf", f"join_timeout={plan.join_timeout}",
+            "--max-restarts", "0", "--monitor-interval", str(MONITOR_INTERVAL_SECONDS),
+            "--log-dir", jobfiles.agent_log_dir(job_dir, agent), "--redirects", "3"]
+    if plan.local_addr:
+        args += ["--local-addr", plan.local_addr]
+    if _torchrun_has_option("--shutdown-timeout"):  # torch before 2.5 has no such option (then 30 s)
+        args += ["--shutdown-timeout", str(SHUTDOWN_GRACE_SECONDS)]
+    return args + ["-m", RANK_ENTRY, job_dir]
+
+
+def _torchrun_has_option(flag: str) -> bool:
+    from torch.distributed.run import get_args_parser
+
+    return any(flag in action.option_strings for action in get_args_parser()._actions)
+
+
+def rendezvous_endpoint(plan: jobfiles.NodePlan, job_dir: str, agent: int) -> str:
+    """The plan's endpoint; without one agent 0 offers its own host and a free port, the others read it."""
+    if plan.rdzv_endpoint:
+        return plan.rdzv_endpoint
+    if agent == 0:
+        endpoint = f"{socket.gethostname()}:{free_port()}"
+        jobfiles.write_rdzv_endpoint(job_dir, endpoint)
+        return endpoint
+    deadline = time.monotonic() + plan.join_timeout
+    while time.monotonic() < deadline:
+        endpoint = jobfiles.read_rdzv_endpoint(job_dir)
+        if endpoint:
+            return endpoint
+        time.sleep(ENDPOINT_POLL_SECONDS)
+    raise TimeoutError(f"node agent 0 wrote no rendezvous endpoint into {job_dir} within {plan.join_timeout} s")
+
+
+def free_port(host: str = "") -> int:
+    """A port free now on this host; torchrun binds its store there a moment later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def main(job_dir: str, agent: int) -> int:
+    jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: torch elastic's handler then stops the ranks
+    host = socket.gethostname()
+    try:
+        plan = jobfiles.read_node_plan(job_dir)
+        endpoint = rendezvous_endpoint(plan, job_dir, agent)
+        args = torchrun_args(plan, job_dir, agent, endpoint)
+        print(f"node agent {agent} on {host}: {shlex.join([sys.executable, '-m', 'torch.distributed.run', *args])}",
+              flush=True)
+        os.environ["DISTPERF_AGENT_INDEX"] = str(agent)  # the ranks write it into their place files
+        threading.Thread(target=_dump_stacks_on_request, args=(job_dir, agent), daemon=True).start()
+        os.environ.pop("TORCHELASTIC_ERROR_FILE", None)  # each rank gets its own from torchrun
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import parse_args, run
+
+        from pytest_distperf.launch.agent import rank_failures
+
+        try:
+            run(parse_args(args))
+        except ChildFailedError as e:
+            failures = rank_failures(e, host)
+            jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(failures=failures, host=host))
+            return 1
+        mine = [p.rank for p in jobfiles.read_rank_places(job_dir).values() if p.agent == agent]
+        values = jobfiles.read_rank_values(job_dir, mine)
+        jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(values=values, host=host))
+        return 0
+    except BaseException as e:  # rendezvous failure, a lost store, SIGTERM from the launcher, ...
+        import traceback
+
+        jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(
+            agent_error="".join(traceback.format_exception(e)), host=host))
+        return 2
+
+
+def _dump_stacks_on_request(job_dir: str, agent: int) -> None:
+    """On a timeout the launcher, maybe on another host, asks through the job folder: this agent's ranks
+    then get SIGUSR1 and write their Python stacks to their stderr logs (faulthandler, worker.py)."""
+    while not jobfiles.stacks_requested(job_dir):
+        time.sleep(STACKS_POLL_SECONDS)
+    for place in jobfiles.read_rank_places(job_dir).values():
+        if place.agent == agent:
+            try:
+                os.kill(place.pid, signal.SIGUSR1)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def agent_index(text: str) -> int:
+    """An index, or `procid+K`: SLURM's task id plus K (agents started by one srun)."""
+    if text.startswith("procid+"):
+        return int(os.environ["SLURM_PROCID"]) + int(text[len("procid+"):])
+    return int(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], agent_index(sys.argv[2])))
