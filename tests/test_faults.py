@@ -39,6 +39,30 @@ def abort_rank_one():
         os.abort()
     dist.barrier()
 
+def segfault_rank_one():
+    if dist.get_rank() == 1:
+        import ctypes
+
+        ctypes.string_at(0)
+    dist.barrier()
+
+def abort_slowly_in_rank_one():
+    # A rank the kernel is slow to finish after a fatal signal (as while it writes a core dump): faulthandler
+    # writes its report, then the process lives on. Python's own handler, which faulthandler chains to, keeps
+    # it alive; the fatal report file is the one the worker opened (found among this process's descriptors).
+    if dist.get_rank() == 1:
+        import faulthandler
+        import glob
+
+        report = os.dup(next(int(os.path.basename(fd)) for fd in glob.glob("/proc/self/fd/*")
+                             if os.path.realpath(fd).endswith("fatal-rank1.log")))
+        faulthandler.disable()  # (closes the worker's file) re-enabled below over Python's handler, which it chains to
+        signal.signal(signal.SIGABRT, lambda *_: time.sleep(3600))
+        faulthandler.enable(report, all_threads=True)
+        os.kill(os.getpid(), signal.SIGABRT)
+        time.sleep(3600)
+    dist.barrier()
+
 def skip_in_rank_one():
     if dist.get_rank() == 1:
         pytest.skip("no widget on rank 1")
@@ -106,18 +130,26 @@ def run_fault(pytester, fn, timeout=120):
     return result, seconds
 
 
-@pytest.mark.parametrize("fn,lines,within", [
-    ("raise_in_rank_one", ["*rank 1 exited with code 1 (root cause)*", "*ValueError: injected failure*"], 30),
-    ("sigkill_rank_one", ["*rank 1 died of SIGKILL (root cause)*"], 30),
-    # os.abort() usually surfaces in ~3 s (benchmarks/faults.py), but one CI run took 120 s between the abort and
-    # torch elastic reporting it (cause not found yet): here only the outcome is held, well before the job timeout.
-    ("abort_rank_one", ["*rank 1 died of SIGABRT (root cause)*"], 280),
+@pytest.mark.parametrize("fn,lines", [
+    ("raise_in_rank_one", ["*rank 1 exited with code 1 (root cause)*", "*ValueError: injected failure*"]),
+    ("sigkill_rank_one", ["*rank 1 died of SIGKILL (root cause)*"]),
+    # A fatal signal shows the rank's Python stack (faulthandler), and no core dump delays the report.
+    ("abort_rank_one", ["*rank 1 died of SIGABRT (root cause)*", "*Fatal Python error: Aborted*",
+                        "*in abort_rank_one*"]),
+    ("segfault_rank_one", ["*rank 1 died of SIGSEGV (root cause)*", "*Fatal Python error: Segmentation fault*",
+                           "*in segfault_rank_one*"]),
+    # The kernel slow to finish a rank after its fatal signal: the launcher fails the job from the rank's report.
+    ("abort_slowly_in_rank_one", ["*rank 1 died of SIGABRT (root cause)*", "*its exit was not reported 10 s after*",
+                                  "*in abort_slowly_in_rank_one*"]),
 ])
-def test_a_dying_rank_fails_the_test_within_seconds(pytester, tag, fn, lines, within):
+def test_a_dying_rank_fails_the_test_within_seconds(pytester, tag, fn, lines):
     result, seconds = run_fault(pytester, fn, timeout=300)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(lines + ["*--- rank 0 stderr*", "*job folder (logs of every rank)*"])
-    assert seconds < within, f"fault took {seconds:.1f} s to surface"
+    out = result.stdout.str()
+    assert "During handling of the above exception" not in out  # one report per failure
+    assert out.count("(root cause)") == 1, out
+    assert seconds < 30, f"fault took {seconds:.1f} s to surface"
 
 
 def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):

@@ -22,6 +22,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.launch import jobfiles
 
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: elastic's handler then stops the ranks
+    jobfiles.no_core_dumps()  # inherited by the ranks, also a crash before rank_main runs
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

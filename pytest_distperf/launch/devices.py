@@ -10,6 +10,18 @@ from typing import Any, Iterator
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
+# What a CPU job's ranks get: no GPU, and every library told so. On a machine with GPUs each library
+# would otherwise pick CUDA by itself -- DeepSpeed's get_accelerator() chose CUDA on a 1-GPU box and
+# every rank but 0 died on set_device(1) -- and a comparison would put one side on the GPUs and the
+# other on the CPU. With no device visible, any CUDA use in the rank fails in torch itself.
+CPU_ONLY_ENVIRONMENT = {
+    "CUDA_VISIBLE_DEVICES": "",  # torch, NCCL, and everything built on them: no device
+    "DS_ACCELERATOR": "cpu",  # DeepSpeed's accelerator, else detected from torch.cuda
+    "ACCELERATE_USE_CPU": "true",  # Accelerate's AcceleratorState (cpu=True)
+    "LT_ACCELERATOR": "cpu",  # Lightning Fabric's connector: overrides Fabric(accelerator=...)
+    "PL_TRAINER_ACCELERATOR": "cpu",  # Lightning Trainer's default accelerator ("auto" would look for a GPU)
+}
+
 
 def usable_cores() -> int:
     """Cores this process may run on (affinity, e.g. a container's cpuset), not the host's total."""

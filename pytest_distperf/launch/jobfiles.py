@@ -4,6 +4,7 @@
     progress.txt        rank 0's current phase, read by the launcher for -v output
     outcome-rank{r}.json  a rank that stopped on pytest.skip / pytest.xfail
     failed-rank{r}.time   when a rank raised (to find the root cause among failed ranks)
+    fatal-rank{r}.log   a rank's Python stacks when it received a fatal signal (faulthandler; empty until then)
     rank{r}.pid / rank{r}.returned   a rank started / got to the end of its body
     result.pkl          what the agent got back from elastic_launch (values or failures)
     agent.log           the agent's own output
@@ -171,6 +172,55 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
         except OSError:
             pass
+
+
+def no_core_dumps() -> None:
+    """No core file for this process and its children: a crash is reported when the process is gone, and
+    the kernel writes the whole core first (seconds per GiB of the rank's memory to a disk; longer through
+    a crash handler such as apport or systemd-coredump). A core-file limit of 0 stops file dumps only;
+    the kernel skips piped dumps when the limit is exactly 1 (fs/coredump.c), and a 1-byte limit is
+    below any core's size. DISTPERF_CORE_DUMPS=1 keeps the limit as it is (to debug a native crash)."""
+    if os.environ.get("DISTPERF_CORE_DUMPS") == "1":
+        return
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        soft = 1 if hard == resource.RLIM_INFINITY or hard >= 1 else 0  # a soft limit cannot exceed the hard one
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def fatal_report_file(job_dir: str, rank: int) -> Any:
+    """Where this rank's faulthandler writes its stacks on a fatal signal (SIGSEGV, SIGABRT, ...); open for it."""
+    return open(os.path.join(job_dir, f"fatal-rank{rank}.log"), "w")
+
+
+def read_fatal_reports(job_dir: str) -> dict[int, str]:
+    """{rank: faulthandler's report} of the ranks that received a fatal signal."""
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "fatal-rank*.log")):
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text.strip():
+            out[int(os.path.basename(path)[len("fatal-rank"):-len(".log")])] = text
+    return out
+
+
+# faulthandler's first line names the signal ("Fatal Python error: Aborted").
+_FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                  "Illegal instruction": "SIGILL", "Floating-point exception": "SIGFPE",
+                  "Floating point exception": "SIGFPE"}
+
+
+def fatal_signal(report: str) -> str:
+    """The signal a faulthandler report names, e.g. "SIGABRT"; "a fatal signal" when it names none known."""
+    first = report.strip().splitlines()[0] if report.strip() else ""
+    return next((sig for text, sig in _FATAL_SIGNALS.items() if text in first), "a fatal signal")
 
 
 # -- jobs on several nodes (launch/torchrun.py, launch/slurm.py): every node writes into the same folder -----------

@@ -32,6 +32,14 @@ STACK_DUMP_SECONDS = 1.0
 # (its peers block until every rank has returned). After this grace, which lets the agent
 # report a crash first, the job fails.
 VANISHED_GRACE_SECONDS = 8.0
+# A rank that died of a fatal signal (its faulthandler report is in the job folder) but whose death the
+# agent has not reported after this long: the kernel is still busy with it -- writing a core dump, which
+# takes as long as the rank's memory takes to write or pipe to a crash handler -- and the job fails now.
+FATAL_REPORT_GRACE_SECONDS = 10.0
+# Every socket of a job on one machine binds loopback (rendezvous.py binds the stores). Without these,
+# gloo's device listens on the address the hostname resolves to -- a LAN address on many machines --
+# and so would TensorPipe (RPC) and NCCL's bootstrap.
+LOOPBACK_ENVIRONMENT = {"GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
 class RankFailed(JobError):
@@ -65,7 +73,12 @@ def threads_per_rank(local_ranks: int) -> int:
     return max(1, usable_cores() // max(1, local_ranks))
 
 
-def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None) -> dict[str, str]:
+def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
+                      loopback: bool = True) -> dict[str, str]:
+    """The environment of the agent and so of every rank. `loopback`: all ranks on this machine (a launcher
+    whose ranks span hosts passes False). A CPU job's ranks see no GPU (devices.CPU_ONLY_ENVIRONMENT)."""
+    from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
     env.update(overrides or {})
     path = [p for p in job.sys_path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -73,8 +86,10 @@ def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None) -> 
     env["PYTHONUNBUFFERED"] = "1"
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads_per_rank(job.world_size))
-    if job.device == "cuda":
-        env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # one machine: NCCL's bootstrap stays on loopback too
+    if loopback:
+        env.update(LOOPBACK_ENVIRONMENT)  # over a user's cluster settings: a local job never listens on the network
+    if job.device == "cpu":
+        env.update(CPU_ONLY_ENVIRONMENT)
     return env
 
 
@@ -92,6 +107,7 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
         try:
             last = None
             vanished_since: float | None = None
+            fatal_since: float | None = None
             while proc.poll() is None:
                 elapsed = time.monotonic() - start
                 if elapsed > timeout:
@@ -103,6 +119,12 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
                 if vanished_since and time.monotonic() - vanished_since > VANISHED_GRACE_SECONDS:
                     end_tree(proc)
                     raise JobError(_vanished_message(job, job_dir, vanished), job_dir)
+                fatal = jobfiles.read_fatal_reports(job_dir)
+                fatal_since = (fatal_since or time.monotonic()) if fatal else None
+                if fatal_since and time.monotonic() - fatal_since > FATAL_REPORT_GRACE_SECONDS:
+                    end_tree(proc)  # SIGKILL also ends a core dump in progress
+                    failures = _fatal_failures(fatal)
+                    raise RankFailed(_failure_message(job, job_dir, failures, late=True), failures, job_dir)
                 if on_progress:
                     text = jobfiles.read_progress(job_dir)
                     if text and text != last:
@@ -152,10 +174,15 @@ def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]
     return min(own, key=lambda f: (raised_at.get(f.rank, float(f.timestamp) + 1.0), f.rank))
 
 
-def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure]) -> str:
+def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
-    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)", "", root.message.rstrip(), ""]
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)"]
+    if late:
+        lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump being "
+                     f"written? -- so every rank was ended)")
+    stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None
+    lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]
     if others:
         lines.append("other ranks: " + ", ".join(
@@ -163,6 +190,17 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     lines.append(_stderr_tails(job, job_dir))
     lines.append(f"job folder (logs of every rank): {job_dir}")
     return "\n".join(lines)
+
+
+def _fatal_failures(reports: dict[int, str]) -> list[jobfiles.RankFailure]:
+    """RankFailures from the ranks' fatal-signal reports (faulthandler), for a death the agent did not report."""
+    now = int(time.time())
+    failures = []
+    for rank, text in sorted(reports.items()):
+        sig = jobfiles.fatal_signal(text)
+        failures.append(jobfiles.RankFailure(rank=rank, exitcode=-int(getattr(signal, sig, 0) or 0), signal=sig,
+                                             message=text, timestamp=now))
+    return failures
 
 
 def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:

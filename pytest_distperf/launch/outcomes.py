@@ -12,11 +12,14 @@ from pytest_distperf.launch.launcher import JobError, RankOutcome
 
 @contextlib.contextmanager
 def as_pytest_outcome() -> Iterator[None]:
+    """The test's outcome for a launcher error, reported once: raised outside the `except` and `from None`, so
+    pytest shows no "During handling of the above exception" chain repeating the same message."""
     try:
         yield
+        return
     except RankOutcome as e:
-        if e.outcome == "xfailed":
-            pytest.xfail(f"rank {e.rank}: {e.reason}")
-        pytest.skip(f"rank {e.rank}: {e.reason}")
+        text = f"rank {e.rank}: {e.reason}"
+        outcome: BaseException = pytest.xfail.Exception(text) if e.outcome == "xfailed" else pytest.skip.Exception(text)
     except JobError as e:
-        pytest.fail(str(e), pytrace=False)
+        outcome = pytest.fail.Exception(str(e), pytrace=False)
+    raise outcome from None

@@ -50,8 +50,12 @@ def rank_main(job_dir: str) -> Any:
     import torch.distributed as dist
 
     jobfiles.die_with_parent()
+    jobfiles.no_core_dumps()  # a crash is reported only once its core is written: none is
     # On timeout the launcher sends SIGUSR1 to every rank: each dumps its Python stacks to its stderr log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # On a fatal signal (SIGSEGV, SIGABRT, ...) the stacks go to a file the launcher watches: the failure shows
+    # them, and a death the agent is slow to report (the kernel still busy with the process) fails the job anyway.
+    faulthandler.enable(jobfiles.fatal_report_file(job_dir, int(os.environ["RANK"])), all_threads=True)
     job = jobfiles.read_job(job_dir)
     jobfiles.mark_started(job_dir, int(os.environ["RANK"]))
     for p in reversed(job.sys_path):
@@ -74,6 +78,9 @@ def rank_main(job_dir: str) -> Any:
             value = resolve_function(job.function)(*job.args, **job.kwargs)
         else:
             value = run_strategy(job, rank, local_rank, device, job_dir, progress)
+        if device.type == "cpu" and torch.cuda.is_initialized():
+            raise RuntimeError(f"rank {rank}: this CPU job initialised CUDA (something in the rank made a GPU visible "
+                               f"again and used it); a CPU job must not touch a GPU -- its numbers would mix devices")
     except BaseException as e:
         jobfiles.write_failure_time(job_dir, rank)
         if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
