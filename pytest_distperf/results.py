@@ -12,6 +12,7 @@ from pytest_distperf.spec import JobSpec
 
 if TYPE_CHECKING:
     from pytest_distperf.probes.results import ProbeResult
+    from pytest_distperf.rank.clocks import GpuWindow
     from pytest_distperf.rank.hostload import CpuWindow
 
 
@@ -37,6 +38,7 @@ class RankResult:
     # steps after the timing phase; empty when the strategy has no step_breakdown (pytest_distperf.rank.breakdown).
     step_breakdown: dict[str, float] = field(default_factory=dict)
     cpu_window: "CpuWindow | None" = None  # CPU readings over the timed loop (hostload.py); None off Linux
+    gpu_window: "GpuWindow | None" = None  # GPU clocks, throttling, power over the timed loop (clocks.py); CUDA only
     # Where it ran, on jobs of several nodes (set by rank/entry.py); None / 0 under the local launcher.
     host: str | None = None
     node_rank: int = 0

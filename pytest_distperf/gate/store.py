@@ -202,6 +202,8 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "step_breakdown": dict(k.step_breakdown),
             "extra": json.loads(json.dumps(k.extra, default=repr)),
             "probes": _probe_metrics(k),
+            # the GPU's clocks, throttle reasons, power and temperature over the timed steps (rank/clocks.py)
+            "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,
         })
     load = run.host_other_load
     return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,

@@ -138,6 +138,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     from pytest_distperf import strategies
 
     from pytest_distperf.rank import breakdown, prepare
+    from pytest_distperf.rank.clocks import ClockSampler
     from pytest_distperf.rank.hostload import CpuMeter
     from pytest_distperf.rank.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
                                         reset_host_peak)
@@ -170,13 +171,17 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     reset_host_peak()
     losses: list[Any] = []  # what step() returned: the loss tensor (or None from a user's step)
     cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
+    clocks = ClockSampler.for_device(device)  # GPU clocks, throttling, power (clocks.py); None on CPU
     window = timer.window(job.steps)
     cpu.start()  # outside the loop: the timed region holds only the step
+    if clocks:
+        clocks.start()
     for i in range(job.steps):
         if progress:
             progress.update(f"timed step {i + 1}/{job.steps}")
         losses.append(window.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b)))
     step_times = window.finish()  # on CUDA the window's one synchronisation
+    gpu_window = clocks.stop() if clocks else None
     cpu_window = cpu.stop()
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
@@ -213,6 +218,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         probes=probe_result,
         step_breakdown=step_breakdown,
         cpu_window=cpu_window,
+        gpu_window=gpu_window,
         extra={"launch": prepare.launch_facts(job, loaded.ctx, trainer)},
     )
     close = getattr(trainer, "close", None)
