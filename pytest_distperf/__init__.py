@@ -36,6 +36,7 @@ _PUBLIC = {
     "HostBusyWarning": "pytest_distperf.errors",
     "BaselineEnvironmentWarning": "pytest_distperf.errors",
     "DistPerfInconclusive": "pytest_distperf.errors",
+    "GpuClockWarning": "pytest_distperf.errors",
 }
 
 __all__ = ["__version__", *_PUBLIC]

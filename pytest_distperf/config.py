@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch.devices import DEVICE_CHOICES, resolve_device
+from pytest_distperf.launch.gpuclocks import parse_setting as parse_clock_setting
 
 DEFAULTS: dict[str, Any] = {
     "device": "auto",
@@ -22,6 +23,7 @@ DEFAULTS: dict[str, Any] = {
     "repeats": 3,
     "shape_cpu": "tiny",
     "shape_cuda": "1b",
+    "lock_gpu_clocks": None,  # --distperf-lock-gpu-clocks (launch/gpuclocks.py)
     # where ranks run (launch/base.py): one host, torchrun node agents, or SLURM jobs
     "launcher": "local",
     "nodes": 1,
@@ -69,6 +71,7 @@ class Settings:
     shape_cpu: str
     shape_cuda: str
     keep_jobs: bool = False
+    lock_gpu_clocks: str | int | None = None  # None | "default" | MHz | "external" (launch/gpuclocks.py)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
 
@@ -120,9 +123,10 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
     repeats, r_where = pick("repeats")
     shape_cpu, _ = pick("shape_cpu")
     shape_cuda, _ = pick("shape_cuda")
+    clocks = parse_clock_setting(*pick("lock_gpu_clocks"))
     return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
                     timeout=_positive(timeout, float, t_where), repeats=_positive(repeats, int, r_where),
-                    shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs,
+                    shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs, lock_gpu_clocks=clocks,
                     cluster=build_cluster(pick))
 
 LOCAL_AGENT_STARTS = ("local", "srun")

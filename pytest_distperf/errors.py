@@ -72,6 +72,10 @@ class HostBusyWarning(DistPerfWarning):
     """The machine was busy with other work while a job was timed."""
 
 
+class GpuClockWarning(DistPerfWarning):
+    """A timed window ran on throttled GPU clocks, on clocks that were not locked, or could not be read."""
+
+
 class BaselineEnvironmentWarning(DistPerfWarning):
     """Library/driver versions differ from those the baseline was recorded with."""
 

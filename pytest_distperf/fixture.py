@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_distperf import strategies
 
 from pytest_distperf.rank import hostload
+from pytest_distperf.launch.gpuclocks import ClockWarnings
 from pytest_distperf.gate.checks import Comparison, SideSummary
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.config import Settings, TestPlan
-from pytest_distperf.errors import UsageError
+from pytest_distperf.errors import GpuClockWarning, UsageError
 from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec
 from pytest_distperf.results import RunResult
@@ -74,6 +75,7 @@ class DistPerf:
         self._progress = progress
         self.records: list[dict[str, Any]] = []  # read by the plugin for reports
         self.gate = gate  # this test's baseline (regression.py); None without --distperf
+        self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
 
     @property
     def device(self) -> str:
@@ -187,6 +189,9 @@ class DistPerf:
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)
+        clocks = self._clock_warnings.check(job.describe(), result.ranks) if job.device == "cuda" else None
+        if clocks:
+            warnings.warn(GpuClockWarning(clocks), stacklevel=3)
         return result
 
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,

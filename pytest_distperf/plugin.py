@@ -69,6 +69,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini("distperf_" + name, text, default=None)
     group.addoption("--distperf-keep-jobs", action="store_true",
                     help="keep every job's folder (rank logs) instead of only those of failed jobs")
+    group.addoption("--distperf-lock-gpu-clocks", dest="distperf_lock_gpu_clocks", nargs="?", const="default",
+                    default=None, metavar="MHZ|external",
+                    help="lock the GPUs' clocks for the session (NVML, needs root; at the default applications clock, "
+                         "or =MHZ), unlocked when it ends; CUDA tests are skipped where that is refused. "
+                         "=external: they are locked outside pytest (nothing is locked, no warning that they are not)")
+    parser.addini("distperf_lock_gpu_clocks", "true, a clock in MHz, or external: as --distperf-lock-gpu-clocks",
+                  default=None)
     group.addoption("--distperf-save", action="store_true",
                     help="record baselines for the distperf tests that ran and passed; other entries stay as they are")
     group.addoption("--distperf-baselines", dest="distperf_baselines", default=None, metavar="DIR",
@@ -102,6 +109,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     cli = {name: config.getoption("distperf_" + name) for name in SETTING_HELP}
     ini = {name: config.getini("distperf_" + name) for name in SETTING_HELP}
+    cli["lock_gpu_clocks"] = config.getoption("distperf_lock_gpu_clocks")
+    ini["lock_gpu_clocks"] = config.getini("distperf_lock_gpu_clocks")
     try:
         settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
     except SettingsError as e:
@@ -160,6 +169,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kwargs.update(marker.kwargs)
         try:
             plan = plan_test(settings, kwargs, gpus, item.nodeid)
+            plan = session.with_clock_skip(plan)  # locked clocks asked for and refused (launch/gpuclocks.py)
             if session.gate is not None:
                 from pytest_distperf.gate import regression
 

@@ -19,6 +19,7 @@ from pytest_distperf.config import Settings, TestPlan
 
 if TYPE_CHECKING:
     from pytest_distperf.gate.regression import GateSession
+    from pytest_distperf.launch.gpuclocks import SessionClocks
     from pytest_distperf.report.files import ReportEntry
     from pytest_distperf.results import RunResult
 
@@ -49,12 +50,38 @@ class DistPerfSession:
         self.written: list[str] = []
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
+        self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:
         from pytest_distperf.report.header import header_lines
 
-        return header_lines(self.settings, self.gate, self.plans)
+        return header_lines(self.settings, self.gate, self.plans) + (
+            self.gpu_clocks.header_lines() if self.gpu_clocks else [])
+
+    # -- GPU clocks: locked for the session where asked, always unlocked (launch/gpuclocks.py) -------------
+    def start_gpu_clocks(self) -> None:
+        if not self.settings.enabled or self.settings.device == "cpu":
+            return
+        from pytest_distperf.errors import SettingsError
+        from pytest_distperf.launch.allocator import lock_dir
+        from pytest_distperf.launch.devices import visible_gpu_ids
+        from pytest_distperf.launch.gpuclocks import SessionClocks
+
+        self.gpu_clocks = SessionClocks(self.settings.lock_gpu_clocks, lock_dir(), controller=self.is_controller)
+        try:
+            self.gpu_clocks.start(visible_gpu_ids())
+        except SettingsError as e:
+            raise pytest.UsageError(f"distperf: {e}") from None
+
+    def with_clock_skip(self, plan: TestPlan) -> TestPlan:
+        """A CUDA test skips when locked clocks were asked for and refused (the reason says why)."""
+        reason = self.gpu_clocks.skip_reason() if self.gpu_clocks and plan.device == "cuda" else None
+        if not reason:
+            return plan
+        import dataclasses
+
+        return dataclasses.replace(plan, device=None, skip_reason=reason)
 
     # -- collecting what tests report (also from xdist workers) --------------------------------------------
     def collect(self, report: pytest.TestReport) -> None:
@@ -94,7 +121,8 @@ class DistPerfSession:
                             "baselines": gate.settings.baselines_dir if gate else None,
                             "save": bool(gate and gate.settings.save),
                             "require_baseline": bool(gate and gate.settings.policy.require_baseline),
-                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement)},
+                            "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement),
+                            "gpu_clocks": self.gpu_clocks.record() if self.gpu_clocks else None},
                 device=self.session_device(), html_path=self.config.getoption("distperf_html"),
                 pr_comment_path=self.config.getoption("distperf_pr_comment"),
                 html_url=self.config.getoption("distperf_html_url"),
@@ -126,3 +154,11 @@ class DistPerfSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         self.terminal_summary(terminalreporter)
+
+    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers: they inherit the lock state's path
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.start_gpu_clocks()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.gpu_clocks is not None:
+            self.gpu_clocks.restore()

@@ -1,0 +1,431 @@
+"""Locked GPU clocks for a session (`--distperf-lock-gpu-clocks[=MHZ|external]`), always given back.
+
+A GPU left to boost runs each job at whatever clock its temperature and power allow, which moves step times
+between runs; NVIDIA recommends locked clocks for benchmarking. The pytest process (the xdist controller)
+locks the graphics clock of every GPU the session may use through NVML (`nvmlDeviceSetGpuLockedClocks`; NVML
+only, never a CUDA context) at the GPU's default applications clock, or at the MHz given, and unlocks them
+(`nvmlDeviceResetGpuLockedClocks`) when the session ends: from `pytest_unconfigure` (also after Ctrl-C), from
+atexit, and from a SIGTERM/SIGHUP handler that unlocks and then dies of the signal as before. What was locked
+is written first to a state file in the lock folder (launch/allocator.lock_dir()); a session killed outright
+(SIGKILL, a crashed host process) leaves it behind, and the next distperf session that may use the GPUs
+unlocks them. A GPU another live session still holds locked is left locked. A lock set before the session
+(`nvidia-smi -lgc`) is not put back: say `external` where clocks are locked outside pytest, and distperf
+neither locks nor unlocks, nor warns that they are not locked.
+
+Where locking is refused (NVML_ERROR_NO_PERMISSION: it needs root; NVML_ERROR_NOT_SUPPORTED: pre-Volta, MIG
+or a virtual GPU) nothing stays locked, the header says why, and -- the option having been asked for -- CUDA
+tests are skipped with that reason rather than measured on clocks the user asked to have locked. Without the
+option each CUDA test is warned once that its clocks were not locked (rank/clocks.py).
+
+xdist workers learn the controller's state from the file named in DISTPERF_GPU_CLOCKS_STATE, which the
+controller sets before it starts them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import json
+import os
+import signal
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from pytest_distperf.errors import SettingsError
+
+STATE_PREFIX = "gpu-clocks-"
+STATE_ENV = "DISTPERF_GPU_CLOCKS_STATE"
+EXTERNAL = "external"
+DEFAULT = "default"  # the GPU's default applications clock (else its max graphics clock)
+SIGNALS = ("SIGTERM", "SIGHUP")
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+
+
+def parse_setting(value: Any, where: str) -> str | int | None:
+    """None (off), DEFAULT, EXTERNAL, or MHz from a command-line/ini value."""
+    if value is None or value is False:
+        return None
+    text = str(value).strip().lower()
+    if text in ("", "false", "0", "no", "off"):
+        return None
+    if text in ("true", "1", "yes", "on", DEFAULT):
+        return DEFAULT
+    if text == EXTERNAL:
+        return EXTERNAL
+    if text.isdigit():
+        return int(text)
+    hint = (" (argparse took a path as the option's value: write --distperf-lock-gpu-clocks=MHZ, or put the flag "
+            "after the paths)" if os.path.exists(str(value)) else "")
+    raise SettingsError(f"{where}: expected nothing (the default applications clock), a clock in MHz, 'external' "
+                        f"(clocks locked outside pytest) or false; got {value!r}{hint}")
+
+
+@dataclass
+class LockedGpu:
+    uuid: str
+    index: int  # NVML index
+    name: str
+    mhz: int
+
+
+@dataclass
+class ClockState:
+    """The state file of one session: what it locked (and must give back), or why it locked nothing."""
+
+    pid: int
+    started: str | None  # the process's start time (/proc), so a reused pid is not taken for the session
+    requested: str | int | None
+    locked: list[LockedGpu] = field(default_factory=list)
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ClockState":
+        return cls(pid=int(d["pid"]), started=d.get("started"), requested=d.get("requested"),
+                   locked=[LockedGpu(**g) for g in d.get("locked") or []], problem=d.get("problem"))
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of a process (field 22 of /proc/PID/stat), or None where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()[19]
+
+
+def is_alive(state: ClockState) -> bool:
+    """The session that wrote `state` still runs (same pid and, where /proc says, the same start time)."""
+    start = process_start(state.pid)
+    if start is None:
+        try:
+            os.kill(state.pid, 0)  # no /proc (not Linux): the pid alone
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return state.started is None
+    return state.started is None or start == state.started
+
+
+def read_states(folder: str) -> dict[str, ClockState]:
+    """Every session's state file in `folder`; an unreadable one is skipped (it is rewritten or removed by
+    its session)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, STATE_PREFIX + "*.json"))):
+        try:
+            with open(path) as f:
+                out[path] = ClockState.from_json(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[LockedGpu]]:
+    """(state files of dead sessions, their GPUs that no live session holds locked)."""
+    live = {g.uuid for s in states.values() if is_alive(s) for g in s.locked}
+    dead = [p for p, s in states.items() if not is_alive(s)]
+    reset: dict[str, LockedGpu] = {}
+    for p in dead:
+        for g in states[p].locked:
+            if g.uuid not in live:
+                reset[g.uuid] = g
+    return dead, list(reset.values())
+
+
+def locked_uuids(folder: str) -> set[str]:
+    """GPUs that a live distperf session holds locked now."""
+    return {g.uuid for s in read_states(folder).values() if is_alive(s) for g in s.locked}
+
+
+def match_visible(ids: list[str], uuids: list[str]) -> list[int | None]:
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES names (`ids`: indices or UUIDs, full or a unique prefix);
+    None where an entry names no single GPU (a MIG instance among them: its clocks are its parent's). Indices
+    are taken as NVML's (PCI order), which is CUDA's on a machine of one GPU model."""
+    out: list[int | None] = []
+    for v in ids:
+        if v.isdigit():
+            out.append(int(v) if int(v) < len(uuids) else None)
+            continue
+        hits = [i for i, u in enumerate(uuids) if u.startswith(v)]
+        out.append(hits[0] if len(hits) == 1 else None)
+    return out
+
+
+def nvml_problem(e: Exception) -> str:
+    code = getattr(e, "value", None)
+    if code == NVML_ERROR_NO_PERMISSION:
+        return "NVML: no permission to lock GPU clocks (it needs root)"
+    if code == NVML_ERROR_NOT_SUPPORTED:
+        return "NVML: locked clocks are not supported on this GPU (Volta or newer, not MIG or a virtual GPU)"
+    return f"NVML: {e}"
+
+
+def _default_mhz(nvml: Any, h: Any) -> int:
+    for read in (lambda: nvml.nvmlDeviceGetClock(h, nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT),
+                 lambda: nvml.nvmlDeviceGetDefaultApplicationsClock(h, nvml.NVML_CLOCK_GRAPHICS),
+                 lambda: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_GRAPHICS)):
+        try:
+            mhz = int(read())
+        except Exception:  # NVMLError, or a function this pynvml lacks
+            continue
+        if mhz > 0:
+            return mhz
+    raise SettingsError("--distperf-lock-gpu-clocks: NVML reports no default or maximum graphics clock for this "
+                        "GPU; give one: --distperf-lock-gpu-clocks=MHZ")
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class SessionClocks:
+    """The session's GPU clocks: lock (controller), report (header, skip reason, which GPUs are locked), unlock."""
+
+    def __init__(self, setting: str | int | None, folder: str, controller: bool = True):
+        self.setting = setting
+        self.folder = folder
+        self.controller = controller
+        self.state: ClockState | None = None
+        self.gpus_visible = 0
+        self.notes: list[str] = []  # what the header says besides the lock itself (stale locks given back)
+        self.path = os.path.join(folder, f"{STATE_PREFIX}{os.getpid()}.json")
+        self._restored = False
+        self._guard = threading.Lock()
+        self._previous: dict[int, Any] = {}
+
+    # -- what the session shows and decides ------------------------------------------------------------------
+    @property
+    def requested(self) -> bool:
+        return self.setting not in (None, EXTERNAL)
+
+    @property
+    def problem(self) -> str | None:
+        if self.requested and self.state is None and self.gpus_visible:
+            return "no lock state from the controlling pytest process"
+        return self.state.problem if self.state else None
+
+    def skip_reason(self) -> str | None:
+        """Why CUDA tests are skipped: locked clocks were asked for and could not be had."""
+        if self.requested and self.gpus_visible and self.problem:
+            return f"--distperf-lock-gpu-clocks: GPU clocks not locked ({self.problem})"
+        return None
+
+    def locked_uuids(self) -> set[str] | None:
+        """GPUs locked by distperf now (this session or another live one); None when locked outside pytest."""
+        return None if self.setting == EXTERNAL else locked_uuids(self.folder)
+
+    def header_lines(self) -> list[str]:
+        if not self.gpus_visible:
+            return ["distperf: GPU clocks: no GPU visible, nothing to lock"] if self.requested else []
+        if self.setting == EXTERNAL:
+            line = "GPU clocks: locked outside pytest (--distperf-lock-gpu-clocks=external); throttling is still read"
+        elif self.state and self.state.locked:
+            mhz = sorted({g.mhz for g in self.state.locked})
+            line = (f"GPU clocks: locked at {', '.join(map(str, mhz))} MHz on {len(self.state.locked)} GPU(s) "
+                    f"for this session (unlocked when it ends)")
+        elif self.requested:
+            line = f"GPU clocks: not locked ({self.problem}); CUDA tests are skipped"
+        else:
+            line = "GPU clocks: not locked (--distperf-lock-gpu-clocks locks them); CUDA tests warn"
+        return [f"distperf: {line}", *(f"distperf: {n}" for n in self.notes)]
+
+    def record(self) -> dict[str, Any]:
+        """For the JSON report: what was asked, what is locked, and why not."""
+        return {"requested": self.setting, "gpus_visible": self.gpus_visible,
+                "locked": [asdict(g) for g in self.state.locked] if self.state else [],
+                "problem": self.problem, "notes": list(self.notes)}
+
+    # -- the controller: lock, and always unlock ---------------------------------------------------------------
+    def start(self, gpu_ids: list[str], nvml_module: Callable[[], Any] | None = None) -> None:
+        """Give back what dead sessions left locked, then lock `gpu_ids` (CUDA_VISIBLE_DEVICES names) when asked."""
+        self.gpus_visible = len(gpu_ids)
+        if not self.controller:
+            self.state = self._controller_state()
+            return
+        if not gpu_ids:
+            return
+        nvml = (nvml_module or _pynvml)()
+        if nvml is None:
+            if self.requested:
+                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
+                                       problem="nvidia-ml-py is not installed: pip install nvidia-ml-py"))
+            return
+        try:
+            nvml.nvmlInit()
+        except Exception as e:
+            if self.requested:
+                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
+                                       problem=nvml_problem(e)))
+            return
+        try:
+            self._give_back_stale(nvml)
+            if self.requested:
+                self._lock(nvml, gpu_ids)
+        finally:
+            nvml.nvmlShutdown()
+
+    def _give_back_stale(self, nvml: Any) -> None:
+        dead, reset = stale_to_reset(read_states(self.folder))
+        failed = []
+        for g in reset:
+            try:
+                nvml.nvmlDeviceResetGpuLockedClocks(nvml.nvmlDeviceGetHandleByUUID(g.uuid))
+            except Exception as e:
+                failed.append(f"{g.uuid}: {nvml_problem(e)}")
+        if failed:
+            self.notes.append(f"could not unlock GPU clocks a killed session left locked ({'; '.join(failed)}); "
+                              f"`nvidia-smi -rgc` as root does")
+            return
+        for path in dead:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if reset:
+            self.notes.append(f"unlocked GPU clocks a killed session left locked: {', '.join(g.uuid for g in reset)}")
+
+    def _lock(self, nvml: Any, gpu_ids: list[str]) -> None:
+        count = int(nvml.nvmlDeviceGetCount())
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
+        state = ClockState(os.getpid(), process_start(os.getpid()), self.setting)
+        indices = match_visible(gpu_ids, uuids)
+        if None in indices:
+            state.problem = (f"CUDA_VISIBLE_DEVICES entries that name no single GPU: "
+                             f"{[v for v, i in zip(gpu_ids, indices) if i is None]}")
+            self._write(state)
+            return
+        targets = []
+        for i in dict.fromkeys(indices):  # in order, once each
+            h = handles[i]
+            mhz = _default_mhz(nvml, h) if self.setting == DEFAULT else int(self.setting)  # type: ignore[arg-type]
+            top = int(nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_GRAPHICS))
+            if top and mhz > top:
+                raise SettingsError(f"--distperf-lock-gpu-clocks={mhz}: above the maximum graphics clock of GPU {i} "
+                                    f"({_text(nvml.nvmlDeviceGetName(h))}: {top} MHz)")
+            targets.append(LockedGpu(uuid=uuids[i], index=i, name=_text(nvml.nvmlDeviceGetName(h)), mhz=mhz))
+        # Written before the first lock: a session killed in between still leaves word of what to give back.
+        state.locked = list(targets)
+        self._write(state)
+        self._install_restorers()
+        done = []
+        for g in targets:
+            try:
+                nvml.nvmlDeviceSetGpuLockedClocks(handles[g.index], g.mhz, g.mhz)
+            except Exception as e:
+                state.problem = f"{nvml_problem(e)} (GPU {g.index}, {g.name})"
+                break
+            done.append(g)
+        if state.problem:  # all or none: one side of a comparison must not run locked and the other not
+            left = []
+            for g in done:
+                try:
+                    nvml.nvmlDeviceResetGpuLockedClocks(handles[g.index])
+                except Exception:
+                    left.append(g)  # still listed: restore() or the next session gives it back
+            state.locked = left
+            self._write(state)
+
+    def restore(self) -> None:
+        """Unlock what this session locked, unless another live session holds it locked; then drop the state
+        file. Idempotent; safe from a signal handler (a second call while one runs does nothing)."""
+        if not self.controller or self._restored or not self._guard.acquire(blocking=False):
+            return
+        try:
+            if self.state is None or self._restored:
+                return
+            others = {g.uuid for p, s in read_states(self.folder).items() if p != self.path and is_alive(s)
+                      for g in s.locked}
+            mine = [g for g in self.state.locked if g.uuid not in others]
+            if mine:
+                nvml = _pynvml()
+                if nvml is None:
+                    return
+                nvml.nvmlInit()
+                try:
+                    for g in mine:
+                        nvml.nvmlDeviceResetGpuLockedClocks(nvml.nvmlDeviceGetHandleByUUID(g.uuid))
+                finally:
+                    nvml.nvmlShutdown()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            if os.environ.get(STATE_ENV) == self.path:
+                del os.environ[STATE_ENV]
+            self._restored = True
+        except Exception:  # left as it is: the state file stays, and the next session gives the clocks back
+            pass
+        finally:
+            self._guard.release()
+
+    def _write(self, state: ClockState) -> None:
+        from pytest_distperf.jsonio import write_json_atomic
+
+        self.state = state
+        write_json_atomic(self.path, state.to_json(), lock=False)
+        os.environ[STATE_ENV] = self.path  # xdist workers, started after this, read it
+
+    def _controller_state(self) -> ClockState | None:
+        path = os.environ.get(STATE_ENV)
+        if not path:
+            return None
+        states = read_states(os.path.dirname(path))
+        return states.get(path)
+
+    def _install_restorers(self) -> None:
+        atexit.register(self.restore)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name in SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.restore()
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        signal.signal(signum, signal.SIG_DFL)  # die of the signal, as without distperf
+        os.kill(os.getpid(), signum)
+
+
+def _pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+class ClockWarnings:
+    """One test's GPU clock warnings: throttling in any run, and clocks that were not locked once per test."""
+
+    def __init__(self, setting: str | int | None, folder: str | None = None):
+        self.setting = setting
+        self.folder = folder
+        self.told_unlocked = False
+
+    def check(self, label: str, ranks: list[Any]) -> str | None:
+        from pytest_distperf.launch.allocator import lock_dir
+        from pytest_distperf.rank.clocks import clock_warning
+
+        windows = [getattr(r, "gpu_window", None) for r in ranks]
+        if not any(windows):
+            return None
+        locked = None if self.setting == EXTERNAL else locked_uuids(self.folder or lock_dir())
+        text = clock_warning(label, windows, locked, report_unlocked=not self.told_unlocked)
+        if text and "clocks not locked" in text:
+            self.told_unlocked = True
+        return text
