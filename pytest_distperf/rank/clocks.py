@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-INTERVAL_S = 0.05
+INTERVAL_S = 0.1  # a sample takes the GIL a few times between its NVML calls: ten a second keep that rare
 
 # NVML's clock-event reason bits (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*).
 REASONS: dict[int, str] = {
@@ -199,7 +199,8 @@ def _nvml_handle(nvml: Any, device: Any) -> tuple[Any, str]:
         except nvml.NVMLError:
             continue
         try:
-            if nvml.nvmlDeviceIsMigDeviceHandle(handle):
+            is_mig = nvml.nvmlDeviceIsMigDeviceHandle(handle)  # a ctypes c_uint in pynvml
+            if int(getattr(is_mig, "value", is_mig)):
                 handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
         except (nvml.NVMLError, AttributeError):
             pass
@@ -234,12 +235,23 @@ class ClockSampler:
         self._t0 = 0.0
         self.power_limit_w: float | None = None
         if nvml is not None:
-            reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-            self._read_reasons = lambda: reasons(handle)
+            self._read_reasons = self._reasons_reader(nvml, handle)
             temperature = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
             self._read_temp = lambda: nvml.nvmlDeviceGetTemperature(handle, temperature)
             self.power_limit_w = _maybe(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
+
+    @staticmethod
+    def _reasons_reader(nvml: Any, handle: Any) -> Callable[[], int]:
+        """The clock-event reasons call: its current name where pynvml and the driver have it, else the older
+        (throttle) name of the same call."""
+        newer = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if newer is not None:
+            try:
+                newer(handle)
+                return lambda: newer(handle)
+            except Exception:  # NVMLError_FunctionNotFound on an older driver
+                pass
+        return lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
     @classmethod
     def for_device(cls, device: Any) -> "ClockSampler | None":
