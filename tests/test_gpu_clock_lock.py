@@ -5,17 +5,20 @@ bookkeeping around them is checked here against a stand-in that records the call
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from pytest_distperf import config
 from pytest_distperf.config import build_settings
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch import gpuclocks
+from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.gpuclocks import (ClockState, LockedGpu, SessionClocks, match_visible, parse_setting,
                                              process_start, read_states, stale_to_reset)
 
@@ -226,6 +229,7 @@ sys.path.insert(0, {os.getcwd()!r})
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from test_gpu_clock_lock import FakeNvml
 from pytest_distperf.launch import gpuclocks
+from pytest_distperf.launch.devices import visible_gpu_count
 nvml = FakeNvml()
 gpuclocks._pynvml = lambda: nvml
 clocks = gpuclocks.SessionClocks("default", {str(tmp_path)!r})
@@ -245,3 +249,39 @@ time.sleep(30)
     assert p.wait(timeout=20) == -15  # died of SIGTERM, as without distperf
     assert (tmp_path / "reset").read_text() == "0"
     assert not list(tmp_path.glob("gpu-clocks-*.json"))
+
+
+needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
+                               reason="needs a GPU and nvidia-ml-py: locks real GPU clocks through NVML")
+
+
+@needs_gpu
+def test_a_session_locks_the_gpu_clocks_or_skips_with_the_reason_and_leaves_nothing_locked(pytester, monkeypatch,
+                                                                                          tmp_path):
+    """With root: the header names the locked clock, the job's GPU ran at it (median sample) unless a throttle
+    reason says why not, and the session's state file is gone afterwards. Without: the CUDA test is skipped with NVML's reason."""
+    monkeypatch.setenv("DISTPERF_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(gpuclocks.STATE_ENV, raising=False)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.distperf(world_size=1, device="cuda")
+        def test_job(distperf):
+            run = distperf.run("ddp", shape="small", steps=20)
+            w = run.ranks[0].gpu_window
+            print("WINDOW", w.sm_mhz_median, sorted(w.reasons))
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-lock-gpu-clocks", "-s", "-rs")
+    header = [line for line in result.outlines if line.startswith("distperf: GPU clocks:")]
+    assert header, result.outlines[:10]
+    if "locked at" in header[0]:
+        result.assert_outcomes(passed=1)
+        mhz = int(header[0].split("locked at ")[1].split()[0].rstrip(","))
+        window = next(line for line in result.outlines if line.startswith("WINDOW")).split(maxsplit=2)
+        assert float(window[1]) == mhz or "sw_power_cap" in window[2] or "slowdown" in window[2], (header, window)
+    else:
+        assert "not locked (NVML:" in header[0] or "not locked (nvidia-ml-py" in header[0], header
+        result.assert_outcomes(skipped=1)
+        assert "--distperf-lock-gpu-clocks: GPU clocks not locked" in result.stdout.str()
+    assert not list(tmp_path.glob("gpu-clocks-*.json"))  # unlocked, state dropped
+    assert not torch.cuda.is_initialized()

@@ -3,11 +3,15 @@ what is warned about. The NVML reading itself runs on a GPU (the verification co
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import threading
 import time
 
+import pytest
 import torch
 
+from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.rank import clocks
 from pytest_distperf.rank.clocks import ClockSample, ClockSampler, GpuWindow, clock_warning, decode_reasons, summarise
 
@@ -113,3 +117,36 @@ def test_the_sampler_reads_at_both_ends_and_in_between_then_lets_go_of_nvml():
     assert w.samples >= 4 and w.uuid == "GPU-a" and w.power_limit_w is None and w.power_w_max == 650.0
     assert w.reasons == {"sw_power_cap": w.samples} and nvml.shutdowns == 1
     assert not [t for t in threading.enumerate() if t.name == "distperf-gpu-clocks"]
+
+
+needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
+                               reason="needs a GPU and nvidia-ml-py: reads a real CUDA job's GPU clocks through NVML")
+
+
+@needs_gpu
+def test_a_cuda_jobs_json_report_has_each_ranks_gpu_window(pytester):
+    """A real CUDA job (1 rank, ddp small): its rank read its GPU over the timed steps, the report has the window,
+    and the pytest process itself created no CUDA context."""
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.distperf(world_size=1, device="cuda")
+        def test_job(distperf):
+            distperf.run("ddp", shape="small", steps=20)
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-json", "report.json", "-W",
+                                "always::pytest_distperf.errors.GpuClockWarning", "-rw")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "report.json").read_text())
+    window = doc["tests"][0]["jobs"][0]["runs"][0]["ranks"][0]["gpu_window"]
+    assert window["unread"] is None, window
+    assert window["uuid"].startswith(("GPU-", "MIG-")) and window["gpu"]
+    assert window["samples"] >= 2 and window["seconds"] > 0
+    assert 0 < window["sm_mhz_min"] <= window["sm_mhz_max"] and window["mem_mhz_max"] > 0
+    assert window["power_w_max"] is None or window["power_w_max"] > 0
+    assert set(window["throttle_reasons"]) <= set(window["reasons"])
+    assert doc["invocation"]["gpu_clocks"]["gpus_visible"] >= 1
+    clocks_line = [line for line in result.outlines if line.startswith("distperf: GPU clocks:")]
+    assert clocks_line and "not locked" in clocks_line[0]
+    assert "GpuClockWarning" in result.stdout.str() and "clocks not locked" in result.stdout.str()
+    assert not torch.cuda.is_initialized()  # NVML only in the pytest process
