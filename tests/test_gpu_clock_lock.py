@@ -285,3 +285,22 @@ def test_a_session_locks_the_gpu_clocks_or_skips_with_the_reason_and_leaves_noth
         assert "--distperf-lock-gpu-clocks: GPU clocks not locked" in result.stdout.str()
     assert not list(tmp_path.glob("gpu-clocks-*.json"))  # unlocked, state dropped
     assert not torch.cuda.is_initialized()
+
+
+def test_the_signal_handlers_go_once_the_clocks_are_unlocked(tmp_path, monkeypatch):
+    import signal
+
+    monkeypatch.delenv(gpuclocks.STATE_ENV, raising=False)
+    nvml = FakeNvml()
+    monkeypatch.setattr(gpuclocks, "_pynvml", lambda: nvml)
+    seen: list[int] = []
+    before = signal.signal(signal.SIGHUP, lambda signum, frame: seen.append(signum))
+    try:
+        clocks = SessionClocks("default", str(tmp_path))
+        clocks.start(["0"])
+        assert signal.getsignal(signal.SIGHUP) == clocks._on_signal
+        os.kill(os.getpid(), signal.SIGHUP)  # unlocks, then hands the signal to the handler that was there
+        assert nvml.locked == {} and seen == [signal.SIGHUP]
+        assert signal.getsignal(signal.SIGHUP) != clocks._on_signal
+    finally:
+        signal.signal(signal.SIGHUP, before)

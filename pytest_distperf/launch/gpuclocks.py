@@ -360,6 +360,7 @@ class SessionClocks:
             if os.environ.get(STATE_ENV) == self.path:
                 del os.environ[STATE_ENV]
             self._restored = True
+            self._uninstall_restorers()
         except Exception:  # left as it is: the state file stays, and the next session gives the clocks back
             pass
         finally:
@@ -389,9 +390,20 @@ class SessionClocks:
                 continue
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
+    def _uninstall_restorers(self) -> None:
+        """Put back the handlers found, where ours are still in place (a later session in this process, such as
+        an in-process pytester run, starts clean)."""
+        atexit.unregister(self.restore)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, previous in self._previous.items():
+            if signal.getsignal(sig) == self._on_signal:
+                signal.signal(sig, previous)
+        self._previous.clear()
+
     def _on_signal(self, signum: int, frame: Any) -> None:
+        previous = self._previous.get(signum, signal.SIG_DFL)  # before restore() puts it back
         self.restore()
-        previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             previous(signum, frame)
             return
