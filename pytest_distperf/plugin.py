@@ -97,6 +97,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "or improved metric listed")
     group.addoption("--distperf-html-url", dest="distperf_html_url", default=None, metavar="URL",
                     help="where the HTML report will be, for the PR comment's link (default: $DISTPERF_HTML_URL)")
+    group.addoption("--distperf-history", dest="distperf_history", default=None, metavar="URL",
+                    help="append this session's results to a history database: a file, sqlite:///PATH or "
+                         "postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m pytest_distperf history URL` "
+                         "prints the trends and their change points)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -127,6 +131,13 @@ def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSessi
         path = config.getoption(opt)
         if path is not None and (path == "" or os.path.isdir(path)):
             raise pytest.UsageError(f"distperf: --{opt.replace('_', '-')}: expected a file path, got {path!r}")
+    if config.getoption("distperf_history") is not None:
+        from pytest_distperf.history import HistoryError, check_url
+
+        try:
+            check_url(config.getoption("distperf_history"))  # its form, before any job; opened at the end
+        except HistoryError as e:
+            raise pytest.UsageError(f"distperf: {e}") from None
     if not enabled:
         return None
     from pytest_distperf.gate import regression

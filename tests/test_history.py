@@ -374,6 +374,37 @@ def test_find_splits_on_plain_series():
         find_splits(steps, min_size=1)
 
 
+# -- the plugin's option -----------------------------------------------------------------------------------------
+PERF_TEST = """
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_ddp(distperf):
+    distperf.measure("ddp", repeats=2, steps=3, warmup=1)
+"""
+
+
+def test_distperf_history_records_a_real_session(pytester: pytest.Pytester):
+    """A real 2-rank CPU session with --distperf-history: its jobs land in the history at the end."""
+    pytester.makepyfile(test_perf=PERF_TEST)
+    db = pytester.path / "out" / "history.db"
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", f"--distperf-history={db}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*distperf: wrote history: session * (6 values) in sqlite:///*history.db"])
+    found = trends(str(db))
+    assert sorted(t.key.metric for t in found) == ["optimizer_state_bytes", "peak_memory", "step_time"]
+    assert all(t.key.test == "test_perf.py::test_ddp" and len(t.points) == 1 and len(t.points[0].runs) == 2
+               for t in found)
+
+
+def test_a_bad_distperf_history_url_stops_the_session_before_any_job(pytester: pytest.Pytester):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-history=mysql://u:pw@h/d")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*distperf: --distperf-history: unsupported database 'mysql'*"])
+    assert "pw@" not in result.stderr.str()
+
+
 # -- the command line --------------------------------------------------------------------------------------------
 def test_history_command_prints_the_trend_and_the_change_point(tmp_path):
     db = tmp_path / "history.db"
