@@ -162,9 +162,14 @@ def test_two_torchrun_agents_train_exactly_like_the_local_launcher(tmp_path, tag
     assert all(values[r].host for r in (0, 1))
 
 
-def test_torchrun_launcher_through_the_plugin(pytester, tag):
-    result, _, _ = run_inner(pytester, TORCHRUN, "where", arg=0)
+@pytest.mark.parametrize("agents", ["local", "exec {command}"])
+def test_torchrun_launcher_through_the_plugin(pytester, tag, agents):
+    """`exec {command}`: agent 1 started from a command template, as a user's engine (ssh, pdsh) would."""
+    shared = pytester.path / "shared"
+    result, _, _ = run_inner(pytester, [*TORCHRUN, "--distperf-agents", agents, "--distperf-shared-dir", str(shared)],
+                             "where", arg=0)
     result.assert_outcomes(passed=1)
+    assert shared.is_dir() and not list(shared.iterdir()), "a passed job's folder is removed from the shared folder"
     values = json.loads((pytester.path / "values.json").read_text())
     assert [v["rank"] for v in values] == [0, 1]
     assert {v["agent"] for v in values} == {0, 1}

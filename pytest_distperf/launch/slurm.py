@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import JobError, JobTimeout, UsageError
 from pytest_distperf.launch import jobfiles, nodes
-from pytest_distperf.launch.launcher import agent_environment, threads_per_rank
+from pytest_distperf.launch.devices import usable_cores
+from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec import JobSpec
 
@@ -55,7 +56,7 @@ def run_node_agent(job_dir: str, env: dict[str, str]) -> NodeTaskReport:
     environment = {**os.environ, **env}
     if "OMP_NUM_THREADS" not in environment:  # this node's cores (its CPU share in SLURM) over its ranks
         plan = jobfiles.read_node_plan(job_dir)
-        cores = threads_per_rank(1)
+        cores = usable_cores()
         if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
             cores = min(cores, int(os.environ["SLURM_CPUS_PER_TASK"]))
         environment["OMP_NUM_THREADS"] = str(max(1, cores // plan.nproc_per_node))
@@ -94,10 +95,11 @@ class SlurmLauncher:
         jobfiles.write_node_plan(job_dir, plan)
         executor = submitit.AutoExecutor(folder=os.path.join(job_dir, "slurm"), cluster="slurm")
         executor.update_parameters(**self._parameters(job, timeout))
+        # What the agents need on top of the environment sbatch exports: the job's import path. Not the
+        # one-host defaults (OMP threads for this host's cores, NCCL on loopback): run_node_agent sets threads
+        # from its own node.
         agent_env = {k: v for k, v in agent_environment(job, env).items()
-                     if k in ("PYTHONPATH", "PYTHONUNBUFFERED", "NCCL_SOCKET_IFNAME") or k in (env or {})}
-        if "OMP_NUM_THREADS" in os.environ:
-            agent_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+                     if k in ("PYTHONPATH", "PYTHONUNBUFFERED") or k in (env or {})}
         submitted = executor.submit(run_node_agent, job_dir, agent_env)
         slurm_id = str(submitted.job_id)
         where = f"SLURM job {slurm_id}, {self.nodes} node agents"

@@ -33,7 +33,6 @@ from pytest_distperf.launch.node_agent import free_port
 from pytest_distperf.spec import JobSpec
 
 NODE_AGENT = "pytest_distperf.launch.node_agent"
-AGENT_STARTS = ("local", "srun")  # or a command template with {command} (and {index})
 POLL_SECONDS = 0.05
 PEER_GRACE_SECONDS = 10.0  # after one agent failed, how long the others get to write their own result
 STACK_DUMP_SECONDS = 1.5  # the agents look for the request every 0.2 s
@@ -97,6 +96,8 @@ class TorchrunLauncher:
                                                            else plan.nproc_per_node))
         if loopback:
             base.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's pairs on loopback too, like the rendezvous
+        elif "NCCL_SOCKET_IFNAME" not in {**os.environ, **(env or {})}:
+            base.pop("NCCL_SOCKET_IFNAME", None)  # the one-host default (loopback) cannot reach other nodes
         return base
 
     def _watch(self, job: JobSpec, job_dir: str, agents: "_Agents", timeout: float,
