@@ -37,6 +37,12 @@ _PUBLIC = {
     "BaselineEnvironmentWarning": "pytest_distperf.errors",
     "DistPerfInconclusive": "pytest_distperf.errors",
     "GpuClockWarning": "pytest_distperf.errors",
+    # Your own model, step and strategy (issue 18)
+    "Workload": "pytest_distperf.workloads",
+    "phase": "pytest_distperf.phases",
+    "Strategy": "pytest_distperf.strategies.registry",
+    "WorkloadError": "pytest_distperf.errors",
+    "PhaseError": "pytest_distperf.errors",
 }
 
 __all__ = ["__version__", *_PUBLIC]
@@ -44,13 +50,16 @@ __all__ = ["__version__", *_PUBLIC]
 if TYPE_CHECKING:
     from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineError, DistPerfCheckFailed,
                                         DistPerfError, DistPerfInconclusive, DistPerfWarning, FileError,
-                                        HostBusyWarning, JobError, JobTimeout, ProbeError, SettingsError,
-                                        StrategyError, UsageError)
+                                        HostBusyWarning, JobError, JobTimeout, PhaseError, ProbeError, SettingsError,
+                                        StrategyError, UsageError, WorkloadError)
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.gate.checks import Comparison
     from pytest_distperf.gate.probe_checks import ProbeAssertions
     from pytest_distperf.results import RankResult, RunResult
+    from pytest_distperf.phases import phase
     from pytest_distperf.spec import FunctionRef, JobSpec
+    from pytest_distperf.strategies.registry import Strategy
+    from pytest_distperf.workloads import Workload
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,9 @@
 Two ways in:
 - `distperf.run("fsdp2")` / `distperf.compare(distperf.job("deepspeed", stage=3), distperf.job("fsdp2"))`:
   named strategies on the built-in workload;
+- `distperf.job("fsdp2", workload="pkg.mod:make_workload")`: a named strategy on the user's own model
+  (pytest_distperf.workloads); `distperf.step_job(make_step)` / `distperf.measure_function(make_step)`:
+  the user's own training step, measured like a strategy (rank/userstep.py);
 - `distperf.run_function(fn, *args)`: the user's module-level function in every rank
   (process group initialised, device set); returns the per-rank values.
 """
@@ -16,7 +19,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from pytest_distperf import strategies
+from pytest_distperf import strategies, userjobs
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.launch.gpuclocks import ClockWarnings
@@ -89,8 +92,14 @@ class DistPerf:
     def job(self, strategy: str, *, options: dict[str, Any] | None = None,
             shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
             steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
-            probes: Any = None, probe_steps: int = 3, **legacy_options: Any) -> JobSpec:
+            probes: Any = None, probe_steps: int = 3, workload: Any = None,
+            workload_kwargs: dict[str, Any] | None = None, launch: str = "controlled",
+            **legacy_options: Any) -> JobSpec:
         """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}.
+
+        `workload`: the user's workload factory instead, "module:function" or the module-level function,
+        called in every rank with `workload_kwargs` (pytest_distperf.workloads). `launch`: "controlled" or
+        "as_user", how the strategy's users start it (pytest_distperf.launch.profiles).
 
         `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
@@ -102,12 +111,29 @@ class DistPerf:
         probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
         if probe_steps < 1:
             raise ValueError(f"distperf.job(probe_steps=...) must be at least 1, got {probe_steps!r}")
-        strategies.validate(strategy, options)
+        with userjobs.naming(self.nodeid):
+            strategies.validate(strategy, options)
         reason = strategies.unsupported_reason(strategy, options, self.device)
         if reason:
             import pytest
 
             pytest.skip(reason)
+        with userjobs.naming(self.nodeid):
+            user: dict[str, Any] = userjobs.strategy_fields(strategy, options, launch, "distperf.job")
+            launcher = getattr(getattr(self.settings, "cluster", None), "launcher", "local")
+            if userjobs.starts_as_script(user["launch_profile"]) and launcher != "local":
+                raise UsageError(f"distperf.job({strategy!r}, launch='as_user') starts rank 0 as a script and lets "
+                                 f"{user['launch_profile']}'s own launcher start the rest, on this host only; the "
+                                 f"{launcher} launcher cannot (use launch='controlled')")
+            if workload is not None:
+                if shape is not None or shape_overrides:
+                    raise UsageError("distperf.job(shape=/shape_overrides=) describe the built-in workload; "
+                                     f"{workload!r} is not a workload factory's argument (use workload_kwargs)")
+                user["workload"] = userjobs.function_ref(workload, f"distperf.job(workload={workload!r})",
+                                                         "workload factory")
+                user["workload_kwargs"] = dict(workload_kwargs or {})
+            elif workload_kwargs:
+                raise UsageError("distperf.job(workload_kwargs=...) needs workload=... (the factory they go to)")
         if isinstance(shape, dict):
             shape = shape.get(self.device)
         name = shape or self.plan.default_shape(self.settings)
@@ -115,7 +141,32 @@ class DistPerf:
         return JobSpec(world_size=world_size or self.world_size, device=self.device, strategy=strategy,
                        options=options, shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps,
                        warmup_steps=warmup, seed=seed, sys_path=list(sys.path), progress=self._progress is not None,
-                       probes=probes, probe_steps=probe_steps)
+                       probes=probes, probe_steps=probe_steps, **user)
+
+    def step_job(self, make_step: Callable[..., Any] | str, *, args: tuple = (), kwargs: dict[str, Any] | None = None,
+                 steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
+                 probes: Any = None, probe_steps: int = 3, launch: str = "controlled") -> JobSpec:
+        """A job of the user's own step: `make_step(*args, **kwargs)` runs in every rank (process group up) and
+        returns `step()`, one whole training iteration. Measured like a strategy job: warm-up, timing, memory,
+        probes, the breakdown of the phases it marks (pytest_distperf.phase); run/measure/compare/probe take it."""
+        from pytest_distperf import probes as probe_names
+
+        with userjobs.naming(self.nodeid):
+            ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")
+            args, kwargs = userjobs.check_step_arguments(args, kwargs, "distperf.step_job")
+            probes = (probe_names.validate(probes, "distperf.step_job(probes=...)") if probes is not None
+                      else self.plan.probes)
+            if probe_steps < 1:
+                raise UsageError(f"distperf.step_job(probe_steps=...) must be at least 1, got {probe_steps!r}")
+            user = userjobs.launch_fields(launch, "torchrun", "distperf.step_job")  # a user's own loop: as torchrun
+        return JobSpec(world_size=world_size or self.world_size, device=self.device, step=ref, args=args,
+                       kwargs=kwargs, steps=steps, warmup_steps=warmup, seed=seed, sys_path=list(sys.path),
+                       progress=self._progress is not None, probes=probes, probe_steps=probe_steps, **user)
+
+    def measure_function(self, make_step: Callable[..., Any] | str, *, repeats: int | None = None,
+                         **job_kwargs: Any) -> list[RunResult]:
+        """`measure(step_job(make_step, ...))`: the user's step run `repeats` times and gated against its baseline."""
+        return self.measure(self.step_job(make_step, **job_kwargs), repeats=repeats)
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec) -> dict[int, Any]:

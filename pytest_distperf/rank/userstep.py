@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pytest_distperf import phase
+from pytest_distperf import phases
 from pytest_distperf.rank.breakdown import PhaseClock
 from pytest_distperf.rank.timing import StepTimer
 
@@ -44,7 +44,7 @@ class UserStep:
     def step_breakdown(self, *batch: Any) -> dict[str, float]:
         """One step with the user's marked phases timed; {} when the step marks none."""
         clock = PhaseClock(self._sync)
-        with phase.recording(clock):
+        with phases.recording(clock):
             clock.start()
             self._step()
             result = clock.stop()
