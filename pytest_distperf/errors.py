@@ -80,5 +80,9 @@ class BaselineEnvironmentWarning(DistPerfWarning):
     """Library/driver versions differ from those the baseline was recorded with."""
 
 
+class BaselineUnmatchedWarning(DistPerfWarning):
+    """A test has no baseline file, but its machine-class folder holds others (a renamed or moved test?)."""
+
+
 class DistPerfInconclusive(DistPerfWarning):
     """A verdict's interval straddles its limit after the repeats allowed; `--distperf-strict` fails it instead."""

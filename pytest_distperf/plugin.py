@@ -127,10 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSession | None":
     if config.getoption("distperf_save") and not enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
-    for opt in ("distperf_json", "distperf_benchmark_json", "distperf_html", "distperf_pr_comment"):
-        path = config.getoption(opt)
-        if path is not None and (path == "" or os.path.isdir(path)):
-            raise pytest.UsageError(f"distperf: --{opt.replace('_', '-')}: expected a file path, got {path!r}")
+    _check_report_paths(config, enabled)
     if config.getoption("distperf_history") is not None:
         from pytest_distperf.history import HistoryError, check_url
 
@@ -144,7 +141,7 @@ def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSessi
 
     try:
         gs = regression.gate_settings(
-            str(config.rootpath), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
+            _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
             config.getoption("distperf_fail_on_improvement"),
             {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()})
@@ -154,6 +151,34 @@ def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSessi
     except (SettingsError, BaselineError) as e:
         raise pytest.UsageError(f"distperf: {e}") from None
     return gate
+
+
+def _check_report_paths(config: pytest.Config, enabled: bool) -> None:
+    """Every report file the session will write, checked before any job: what is in the way is named."""
+    from pytest_distperf.outputs import REPORT_FILE_OPTIONS, OutputPathError, check_file
+
+    targets = [(flag, config.getoption(dest, None)) for dest, flag in REPORT_FILE_OPTIONS.items()
+               if enabled or dest.startswith("distperf_")]
+    if enabled and os.environ.get("GITHUB_STEP_SUMMARY"):
+        targets.append(("$GITHUB_STEP_SUMMARY", os.environ["GITHUB_STEP_SUMMARY"]))
+    for flag, path in targets:
+        if path is None:
+            continue
+        if path == "":
+            raise pytest.UsageError(f"distperf: {flag}: expected a file path, got ''")
+        try:
+            check_file(path, flag)
+        except OutputPathError as e:
+            raise pytest.UsageError(f"distperf: {e}") from None
+
+
+def _project_root(config: pytest.Config) -> str:
+    """Where the default and ini-relative baselines folder start: the rootdir when an ini file (or --rootdir)
+    fixed it; else the folder pytest was started in. Without an ini file pytest infers the rootdir from the
+    arguments, and a path-like option value taken for a test path moves it (pytest-dev/pytest#8846)."""
+    if config.inipath is not None or config.getoption("rootdir", None):
+        return str(config.rootpath)
+    return str(config.invocation_params.dir)
 
 
 def _is_distperf(item: pytest.Item) -> bool:
@@ -174,6 +199,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         return
     gpus = visible_gpu_count() if perf_items else 0
+    save_targets: set[str] = set()  # machine classes whose baselines --distperf-save will write
     for item in perf_items:
         kwargs: dict[str, Any] = {}
         for marker in reversed(list(item.iter_markers("distperf"))):  # module, class, then function: closest wins
@@ -189,6 +215,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"distperf: {e}") from None
         item.stash[plan_key] = plan
         session.plans.append(plan)
+        if plan.device is not None and session.gate is not None and session.gate.settings.save:
+            from pytest_distperf.launch.base import make_launcher
+
+            save_targets.add(session.gate.machine(plan.device, plan.world_size, plan.nodes,
+                                                  make_launcher(settings.cluster, plan.nodes).inter_node()).name)
         if plan.skip_reason:
             item.add_marker(pytest.mark.skip(reason=plan.skip_reason))
         elif plan.known_gap:
@@ -196,6 +227,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # raises=: only the failed check is the expected failure; a crash still fails the test.
             item.add_marker(pytest.mark.xfail(strict=True, raises=DistPerfCheckFailed,
                                               reason=f"known upstream gap on {plan.device}: {plan.known_gap}"))
+    if save_targets:
+        try:  # every folder --distperf-save will write, before the first job (not after an hour of them)
+            session.gate.store.check_writable(save_targets)  # type: ignore[union-attr]
+        except BaselineError as e:
+            raise pytest.UsageError(f"distperf: {e}") from None
 
 
 @pytest.fixture
@@ -222,7 +258,8 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
             gate = regression.BaselineGate(session.gate, request.node.nodeid, plan.device, plan.world_size, policy,
                                            nodes=plan.nodes,
-                                           inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node())
+                                           inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node(),
+                                           test_file=str(request.node.path))
         except BaselineError as e:
             problem = str(e)
         if problem:

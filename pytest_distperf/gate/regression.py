@@ -27,7 +27,7 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from pytest_distperf.errors import BaselineEnvironmentWarning
+from pytest_distperf.errors import BaselineEnvironmentWarning, BaselineUnmatchedWarning
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import (KNOWN_METRICS, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
@@ -335,12 +335,17 @@ class BaselineGate:
     checked whenever a job's runs finish, saved at the end with --distperf-save when the test passed."""
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
-                 nodes: int = 1, inter_node: str = "none"):
+                 nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
         self.session, self.nodeid, self.policy = session, nodeid, policy
         self.machine = session.machine(device, world_size, nodes, inter_node)
         self.environment = session.environment(device)
-        self.path = session.store.path_for(self.machine.name, nodeid)
-        self.baseline: BaselineFile | None = session.store.load(self.path, nodeid)  # BaselineError
+        # The file's key does not move with the rootdir (store.Store): the test file from the project root.
+        self.key = session.store.key_for(test_file, nodeid) if test_file else nodeid
+        self.path = session.store.path_for(self.machine.name, self.key)
+        self.baseline: BaselineFile | None = session.store.load(self.path, self.key)  # BaselineError
+        # No file, but the folder holds others: said when a job is decided (a test with no gated job stays quiet).
+        self.unmatched = None if self.baseline else session.store.unmatched_note(self.machine.name, self.key)
+        self.unmatched_said = False
         self.env_changes = (fingerprint.soft_differences(self.baseline.environment, self.environment)
                             if self.baseline else [])
         if self.env_changes:
@@ -374,6 +379,11 @@ class BaselineGate:
         entry = self.baseline.jobs.get(label) if self.baseline else None
         reason = (f"no baseline for this test on machine class {self.machine.name}" if self.baseline is None
                   else "this job is not in the baseline")
+        if self.unmatched:
+            reason = self.unmatched
+            if not self.unmatched_said:  # once per test; every verdict keeps the note
+                self.unmatched_said = True
+                warnings.warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"), stacklevel=2)
         verdicts = decide_job(self.nodeid, label, entry, config_hash, metrics_from_runs(runs), self.policy, reason)
         if not self.save_mode and any(is_breach(v, self.policy) for v in verdicts):
             again = decide_job(self.nodeid, label, entry, config_hash,
@@ -405,7 +415,7 @@ class BaselineGate:
         for label, (config_hash, config, runs) in self.measured.items():
             jobs[label] = JobEntry(label=label, config_hash=config_hash, config=config,
                                    metrics=metrics_from_runs(runs))
-        doc = BaselineFile(test=self.nodeid, machine_class=self.machine.name, machine=self.machine.to_dict(),
+        doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),
                            environment=self.environment, saved_at=now_iso(), jobs=jobs)
         return self.session.store.save(doc)
 

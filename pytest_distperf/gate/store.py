@@ -27,9 +27,8 @@ import math
 import os
 import re
 import statistics
-import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pytest_distperf import jsonio
 from pytest_distperf.errors import BaselineError, FileError
@@ -249,10 +248,40 @@ class _Check:
             raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
         return [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
 
+    def measurements(self, v: Any, where: str, kind: str, nonempty: bool = True) -> list[float]:
+        """Measured values: finite, never negative, and a time above zero (a 0 s step was never measured)."""
+        values = self.numbers(v, where, nonempty)
+        for i, x in enumerate(values):
+            if x < 0 or (kind == "time" and x == 0):
+                raise self.fail(f"{where}[{i}]", "a positive time" if kind == "time" else "a number >= 0", x)
+        return values
+
+    def summary(self, v: Any, where: str) -> None:
+        """The stored summary (written for readers of the file, recomputed from the runs when read): every
+        number in it finite and not negative, so a hand-edited or corrupted one is not passed over."""
+        if v is None:
+            return
+        for key, x in self.obj(v, where).items():
+            if x is not None:
+                self.measurements([x], f"{where}.{key}", "count")
+
     def choice(self, v: Any, where: str, allowed: tuple[str, ...]) -> str:
         if v not in allowed:
             raise self.fail(where, f"one of {list(allowed)}", v)
         return v
+
+
+def _non_finite(doc: Any, where: str = "the top level") -> str | None:
+    """Where in a parsed document a NaN or infinity sits (the first one), else None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        inner = f"[{key!r}]" if isinstance(doc, dict) else f"[{key}]"
+        found = _non_finite(value, inner if where == "the top level" else where + inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _short(v: Any) -> str:
@@ -283,6 +312,11 @@ def parse(doc: Any, path: str) -> BaselineFile:
     """Validate (and migrate) a parsed baseline document; BaselineError naming the file on any problem."""
     check = _Check(path)
     doc = check.obj(doc, "the top level")
+    where = _non_finite(doc)
+    if where is not None:  # JSON has no NaN or Infinity; Python's reader accepts them, so say so here
+        raise BaselineError(f"{path}: holds a non-finite number (NaN or Infinity) at {where}; distperf never "
+                            f"writes one: the file was edited or corrupted -- fix or delete it "
+                            f"(--distperf-save writes a new one)")
     version = doc.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise check.fail("schema_version", "an integer", version) if "schema_version" in doc else BaselineError(
@@ -305,16 +339,18 @@ def parse(doc: Any, path: str) -> BaselineFile:
         for name, m in check.obj(job.get("metrics"), f"{at}.metrics").items():
             mat = f"{at}.metrics[{name!r}]"
             m = check.obj(m, mat)
+            kind = check.choice(m.get("kind"), f"{mat}.kind", KINDS)
             samples = m.get("samples")
             if samples is not None:
                 if not isinstance(samples, list):
                     raise check.fail(f"{mat}.samples", "a list of lists of numbers or null", samples)
-                samples = [check.numbers(s, f"{mat}.samples[{i}]", nonempty=False) for i, s in enumerate(samples)]
+                samples = [check.measurements(s, f"{mat}.samples[{i}]", kind, nonempty=False)
+                           for i, s in enumerate(samples)]
+            check.summary(m.get("summary"), f"{mat}.summary")
             metrics[name] = MetricSeries(
                 unit=check.str_(m.get("unit"), f"{mat}.unit"),
                 direction=check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS),
-                kind=check.choice(m.get("kind"), f"{mat}.kind", KINDS),
-                runs=check.numbers(m.get("runs"), f"{mat}.runs"), samples=samples)
+                kind=kind, runs=check.measurements(m.get("runs"), f"{mat}.runs", kind), samples=samples)
         jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
                                config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics)
     return BaselineFile(test=check.str_(doc.get("test"), "test"),
@@ -341,39 +377,78 @@ def file_name_for(nodeid: str) -> str:
 
 
 class Store:
-    """Baseline files under one root folder, one sub-folder per machine class."""
+    """Baseline files under one root folder, one sub-folder per machine class.
+
+    A test's file is named after its key: the test file's path from the project root (the folder that
+    holds the baselines folder) and the test's name in it, e.g. `perf_tests/test_zero3.py::test_x`. Not
+    the node id: that is relative to the rootdir pytest infers, which a path-like option value moves
+    (pytest-dev/pytest#8846: `--distperf-baselines DIR`, space form, in a project without an ini file,
+    made the rootdir `/`), and a moved rootdir renamed every file: each test then read "new" and a
+    slowdown passed. In the usual layout (baselines/ next to the ini file) key and node id are the same.
+    """
 
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
 
-    def path_for(self, machine_class: str, nodeid: str) -> str:
-        return os.path.join(self.root, machine_class, file_name_for(nodeid))
+    @property
+    def project_root(self) -> str:
+        return os.path.dirname(self.root)
 
-    def load(self, path: str, nodeid: str) -> BaselineFile | None:
+    def key_for(self, test_file: str, nodeid: str) -> str:
+        """The key of the test `nodeid` defined in `test_file`."""
+        rel = os.path.relpath(os.path.abspath(test_file), self.project_root).replace(os.sep, "/")
+        _, sep, name = nodeid.partition("::")
+        return f"{rel}::{name}" if sep else rel
+
+    def path_for(self, machine_class: str, key: str) -> str:
+        return os.path.join(self.root, machine_class, file_name_for(key))
+
+    def load(self, path: str, key: str) -> BaselineFile | None:
         """The baseline in `path`, None when there is none. Never writes."""
         if not os.path.lexists(path):
             return None
         if not os.path.isfile(path):
             raise BaselineError(f"{path}: expected a baseline file, found something else (a folder?)")
         baseline = parse(read_json(path), path)
-        if baseline.test != nodeid:
-            raise BaselineError(f"{path}: holds the baseline of test {baseline.test!r}, not {nodeid!r}; the file was "
+        if baseline.test != key:
+            raise BaselineError(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file was "
                                 f"renamed or copied -- move it back or delete it")
         return baseline
+
+    def unmatched_note(self, machine_class: str, key: str) -> str | None:
+        """When this test has no file but its machine-class folder holds others: a note saying so, naming the
+        likely candidates (files of a test with the same name); None when the folder holds no other baseline."""
+        folder = os.path.join(self.root, machine_class)
+        own = file_name_for(key)
+        try:
+            others = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".") and n != own)
+        except OSError:
+            return None
+        if not others:
+            return None
+        name = key.rpartition("::")[2]
+        same_name = [n for n in others if n.endswith(f"--{file_name_for(name)}")]
+        shown = same_name or others
+        listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+        return (f"no baseline file {own} for this test (key {key!r}), but {folder} holds {len(others)} other "
+                f"baseline(s){' of a test with the same name' if same_name else ''}: {listed}. Was the test renamed "
+                f"or moved, or were the baselines saved from another project root? Rename the file (and its "
+                f"\"test\" field) or record it again with --distperf-save")
 
     def save(self, baseline: BaselineFile) -> str:
         path = self.path_for(baseline.machine_class, baseline.test)
         write_json_atomic(path, baseline.to_dict())
         return path
 
-    def check_writable(self) -> None:
-        """Fail early (before any job runs) when --distperf-save could not write here."""
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
-            raise BaselineError(f"baselines folder {self.root} is not a folder")
+    def check_writable(self, machine_classes: Iterable[str] = ()) -> None:
+        """Fail early (before any job runs) when --distperf-save could not write here: the baselines folder and
+        the folders of these machine classes, each a folder (or creatable as one) that files can be written in;
+        the message says what is in the way. Creates nothing."""
+        from pytest_distperf.outputs import OutputPathError, check_folder
+
         try:
-            os.makedirs(self.root, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".distperf-probe-", dir=self.root)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as e:
-            raise BaselineError(f"baselines folder {self.root} is not writable: {e.strerror or e}") from None
+            check_folder(self.root, "--distperf-save: baselines folder")
+            for name in sorted(set(machine_classes)):
+                check_folder(os.path.join(self.root, name), f"--distperf-save: baselines of machine class {name}")
+        except OutputPathError as e:
+            raise BaselineError(str(e)) from None

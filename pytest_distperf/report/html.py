@@ -34,18 +34,18 @@ from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVER
 # -- outcomes --------------------------------------------------------------------------------------------------
 # One visual family per outcome: a colour, a symbol and a background pattern (the CSS), so a verdict reads in
 # greyscale and for colour-blind readers too.
-OUTCOME_STYLE: dict[str, tuple[str, str]] = {  # outcome -> (css class, symbol)
-    "pass": ("v-pass", "✓"),
+OUTCOME_STYLE: dict[str, tuple[str, str]] = {  # outcome -> (css class, symbol), most urgent first
     "fail": ("v-fail", "✗"),
+    "error": ("v-fail", "✗"),
+    "xpass": ("v-fail", "!"),
     "inconclusive": ("v-inconclusive", "?"),
     "warn": ("v-inconclusive", "~"),
-    "xfail": ("v-xfail", "⊘"),
-    "xpass": ("v-fail", "!"),
     "improved": ("v-improved", "★"),
+    "xfail": ("v-xfail", "⊘"),
+    "pass": ("v-pass", "✓"),
     "new": ("v-neutral", "○"),
     "not comparable": ("v-neutral", "≠"),
     "skipped": ("v-neutral", "–"),
-    "error": ("v-fail", "✗"),
 }
 _OUTCOME_ALIASES = {"passed": "pass", "failed": "fail", "xfailed": "xfail", "xpassed": "xpass",
                     "undecided": "inconclusive", "unknown": "inconclusive", "regression": "fail"}
@@ -69,6 +69,11 @@ def test_outcome(test: Mapping[str, Any]) -> str:
     if any(test.get(k) is not None for k in ("xfail_reason", "wasxfail")) or test.get("xfail"):
         return "xpass" if raw == "passed" else "xfail"
     return _OUTCOME_ALIASES.get(raw, raw or "unknown")
+
+
+def _severity(item: tuple[str, Any]) -> int:
+    """Order of outcomes when counted: what needs a look first."""
+    return list(OUTCOME_STYLE).index(item[0]) if item[0] in OUTCOME_STYLE else len(OUTCOME_STYLE)
 
 
 def badge(outcome: str, text: str | None = None) -> str:
@@ -513,12 +518,12 @@ def _summary(doc: Mapping[str, Any]) -> str:
     for t in tests:
         o = test_outcome(t)
         counts[o] = counts.get(o, 0) + 1
-    rows_outcomes = " ".join(badge(o, f"{n} {o}") for o, n in sorted(counts.items()))
+    rows_outcomes = " ".join(badge(o, f"{n} {o}") for o, n in sorted(counts.items(), key=_severity))
     vcounts: dict[str, int] = {}
     for shared in shared_rows(verdict_rows(doc)):
         if shared.row.kind != "test":
             vcounts[shared.row.outcome] = vcounts.get(shared.row.outcome, 0) + 1
-    verdicts = " ".join(badge(o, f"{n} {o}") for o, n in sorted(vcounts.items())) or "none"
+    verdicts = " ".join(badge(o, f"{n} {o}") for o, n in sorted(vcounts.items(), key=_severity)) or "none"
     env = doc.get("environment") or {}
     classes = sorted({t.get("machine_class") for t in tests} - {None})
     items = [("tests", f"{len(tests)}: {rows_outcomes}"), ("checks and verdicts", verdicts),
@@ -679,7 +684,7 @@ def _comparisons(doc: Mapping[str, Any]) -> str:
                 fmt = (lambda v, u=c.get("unit", ""): fmt_unit(v, u))
                 name = c.get("name", "value")
             else:
-                fmt, name = (lambda v: f"{v:.3f}×"), "A/B"
+                fmt, name = (lambda v: f"{v:.3g}×"), "A/B"
             body += interval_chart(float(c["ratio"]), c.get("low"), c.get("high"), float(c["threshold"]),
                                    c.get("direction") or "at_most", f"{name} against its limit", "ratio", outcome,
                                    value_name=name, fmt=fmt, ref=None if probe_abs else 1.0)
