@@ -54,6 +54,13 @@ def kill_agent_one(stamp):
     dist.barrier()
 
 
+def raise_on_agent_one(_):
+    dist.barrier()
+    if os.environ["DISTPERF_AGENT_INDEX"] == "1":
+        raise ValueError("injected failure on node agent 1")
+    dist.barrier()
+
+
 def hang(_):
     dist.barrier()
     time.sleep(600)
@@ -195,6 +202,14 @@ def test_bad_cluster_options_are_usage_errors_naming_the_option(pytester, option
                                 "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{option}*{words}*"])
+
+
+def test_a_failing_rank_on_another_node_names_its_host_and_rank(pytester, tag):
+    result, _, seconds = run_inner(pytester, TORCHRUN, "raise_on_agent_one", arg=0)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rank 1 on host * (node *, agent 1) exited with code 1 (root cause)*",
+                                 "*ValueError: injected failure on node agent 1*",
+                                 "*--- rank 0 on *", "*--- node agent 0 on *"])
 
 
 def test_a_killed_torchrun_agent_fails_the_test_naming_it(pytester, tag):

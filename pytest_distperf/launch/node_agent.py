@@ -77,6 +77,7 @@ def free_port(host: str = "") -> int:
 
 def main(job_dir: str, agent: int) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: torch elastic's handler then stops the ranks
+    jobfiles.no_core_dumps()  # as the local agent: inherited by the ranks (a core delays every crash report)
     host = socket.gethostname()
     try:
         plan = jobfiles.read_node_plan(job_dir)

@@ -91,8 +91,9 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
     elif failures:
         root = root_cause(failures, jobfiles.read_failure_times(job_dir))
         how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
+        stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None  # faulthandler's
         lines = [f"distperf job {job.describe()} ({where}) failed: rank {root.rank} on host {root.host or '?'}"
-                 f"{_node(places.get(root.rank))} {how} (root cause)", "", root.message.rstrip()]
+                 f"{_node(places.get(root.rank))} {how} (root cause)", "", (stack or root.message).rstrip()]
         rest = [f for f in failures if f is not root]
         failures = [root] + rest
     elif errors:
