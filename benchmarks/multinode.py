@@ -1,14 +1,18 @@
 """Multi-node figures on one machine: the same tiny DDP job through the local launcher, two torchrun node
 agents on loopback, and a SLURM job of two node agents; then faults across "nodes".
 
-    python benchmarks/multinode.py [--runs 3] [--slurm-partition P] [--slurm-agents-per-node 2]
-                                   [--timeout-probe 20] [--json PATH]
+    python benchmarks/multinode.py [--device cpu|cuda] [--shape tiny] [--runs 3] [--slurm-partition P]
+                                   [--slurm-agents-per-node 2] [--timeout-probe 20] [--json PATH]
 
 Prints, per launcher: wall time from launch (SLURM: submission) to verdict, and whether the per-rank
 losses are identical to the local launcher's. Faults: a node agent SIGKILLed mid-job (time from the kill
 to the failed verdict, processes and SLURM jobs left behind), and a SLURM job past its timeout (time past
 the timeout to the verdict, SLURM jobs left). Without --slurm-partition (or DISTPERF_TEST_SLURM_PARTITION)
 the SLURM rows are left out. Start the one-host cluster with `eval "$(.ci/services/slurm.sh start)"`.
+
+--device cuda: 2 GPUs, one per node agent (the torchrun agents split CUDA_VISIBLE_DEVICES); with
+NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 set for every launcher, NCCL takes its
+network path over loopback, as between two nodes.
 """
 
 from __future__ import annotations
@@ -85,13 +89,17 @@ def left_after(tag: str, settle: float = 5.0) -> int:
     return len(tagged(tag))
 
 
+DEVICE = "cpu"
+SHAPE = "tiny"
+
+
 def ddp_job() -> JobSpec:
-    return JobSpec(world_size=2, device="cpu", strategy="ddp", shape="tiny", steps=5, warmup_steps=2,
+    return JobSpec(world_size=2, device=DEVICE, strategy="ddp", shape=SHAPE, steps=5, warmup_steps=2,
                    sys_path=[str(ROOT)])
 
 
 def fn_job(name: str, *args: object) -> JobSpec:
-    return JobSpec(world_size=2, device="cpu", function=FunctionRef(MODULE, name, __file__), args=args,
+    return JobSpec(world_size=2, device=DEVICE, function=FunctionRef(MODULE, name, __file__), args=args,
                    sys_path=[str(ROOT)])
 
 
@@ -99,7 +107,7 @@ def timed_runs(launcher, runs: int, base: str) -> tuple[list[float], list[list[f
     seconds, losses = [], []
     for _ in range(runs):
         start = time.monotonic()
-        values = launcher.launch(ddp_job(), timeout=300, base_dir=base)
+        values = launcher.launch(ddp_job(), timeout=600, base_dir=base)
         seconds.append(time.monotonic() - start)
         losses.append([values[r].losses for r in sorted(values)])
     return seconds, losses
@@ -135,12 +143,16 @@ def timeout_fault(launcher, base: str, timeout: float) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--shape", default="tiny", help="workload shape of the DDP job")
     p.add_argument("--runs", type=int, default=3, help="timed runs per launcher")
     p.add_argument("--slurm-partition", default=os.environ.get("DISTPERF_TEST_SLURM_PARTITION"))
     p.add_argument("--slurm-agents-per-node", type=int, default=2, help="2: two node agents on one SLURM node")
     p.add_argument("--timeout-probe", type=float, default=20.0, help="timeout of the SLURM timeout fault, s")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    global DEVICE, SHAPE
+    DEVICE, SHAPE = args.device, args.shape
 
     base = tempfile.mkdtemp(prefix="distperf-multinode-")
     launchers = {"local": LocalLauncher(), "torchrun x2 agents": TorchrunLauncher(nodes=2)}
@@ -149,15 +161,17 @@ def main(argv: list[str] | None = None) -> int:
                                                      agents_per_node=args.slurm_agents_per_node)
     figures: dict[str, dict[str, object]] = {}
     reference = None
+    print(f"{DEVICE} ddp {SHAPE} x2, 5 steps")
     print(f"{'launcher':<20} {'runs':>4} {'to verdict: median':>19} {'min':>7} {'max':>7}  losses vs local")
     for name, launcher in launchers.items():
         seconds, losses = timed_runs(launcher, args.runs, base)
         reference = reference or losses[0]
         same = all(run == reference for run in losses)
+        worst = max(abs(a - b) for run in losses for ra, rb in zip(run, reference) for a, b in zip(ra, rb))
         figures[name] = {"seconds": [round(s, 2) for s in seconds], "losses_identical_to_local": same,
-                         "losses": losses[0]}
+                         "max_abs_loss_difference": worst, "losses": losses[0]}
         print(f"{name:<20} {len(seconds):>4} {statistics.median(seconds):>17.1f} s {min(seconds):>5.1f} s "
-              f"{max(seconds):>5.1f} s  {'identical' if same else 'DIFFERENT'}")
+              f"{max(seconds):>5.1f} s  {'identical' if same else f'DIFFERENT (max |d| {worst:.3g})'}")
 
     print("\nfaults")
     for name, launcher in launchers.items():
