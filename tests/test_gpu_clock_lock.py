@@ -6,6 +6,7 @@ bookkeeping around them is checked here against a stand-in that records the call
 from __future__ import annotations
 
 import importlib.util
+from importlib.metadata import entry_points
 import json
 import os
 import subprocess
@@ -251,6 +252,9 @@ time.sleep(30)
     assert not list(tmp_path.glob("gpu-clocks-*.json"))
 
 
+# Where the package is on the path but not installed (no pytest11 entry point), the inner runs load it by name.
+PLUGIN = ([] if any(ep.name == "distperf" for ep in entry_points(group="pytest11"))
+          else ["-p", "pytest_distperf.plugin"])
 needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
                                reason="needs a GPU and nvidia-ml-py: locks real GPU clocks through NVML")
 
@@ -259,7 +263,8 @@ needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_s
 def test_a_session_locks_the_gpu_clocks_or_skips_with_the_reason_and_leaves_nothing_locked(pytester, monkeypatch,
                                                                                           tmp_path):
     """With root: the header names the locked clock, the job's GPU ran at it (median sample) unless a throttle
-    reason says why not, and the session's state file is gone afterwards. Without: the CUDA test is skipped with NVML's reason."""
+    reason says why not, and the session's state file is gone afterwards. Without: the CUDA test is skipped with
+    NVML's reason."""
     monkeypatch.setenv("DISTPERF_LOCK_DIR", str(tmp_path))
     monkeypatch.delenv(gpuclocks.STATE_ENV, raising=False)
     pytester.makepyfile("""
@@ -271,7 +276,8 @@ def test_a_session_locks_the_gpu_clocks_or_skips_with_the_reason_and_leaves_noth
             w = run.ranks[0].gpu_window
             print("WINDOW", w.sm_mhz_median, sorted(w.reasons))
     """)
-    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-lock-gpu-clocks", "-s", "-rs")
+    result = pytester.runpytest(*PLUGIN, "--distperf", "-p", "no:cacheprovider", "--distperf-lock-gpu-clocks", "-s",
+                                "-rs")
     header = [line for line in result.outlines if line.startswith("distperf: GPU clocks:")]
     assert header, result.outlines[:10]
     if "locked at" in header[0]:

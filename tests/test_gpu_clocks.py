@@ -4,6 +4,7 @@ what is warned about. The NVML reading itself runs on a GPU (the verification co
 from __future__ import annotations
 
 import importlib.util
+from importlib.metadata import entry_points
 import json
 import threading
 import time
@@ -119,6 +120,9 @@ def test_the_sampler_reads_at_both_ends_and_in_between_then_lets_go_of_nvml():
     assert not [t for t in threading.enumerate() if t.name == "distperf-gpu-clocks"]
 
 
+# Where the package is on the path but not installed (no pytest11 entry point), the inner runs load it by name.
+PLUGIN = ([] if any(ep.name == "distperf" for ep in entry_points(group="pytest11"))
+          else ["-p", "pytest_distperf.plugin"])
 needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
                                reason="needs a GPU and nvidia-ml-py: reads a real CUDA job's GPU clocks through NVML")
 
@@ -134,7 +138,7 @@ def test_a_cuda_jobs_json_report_has_each_ranks_gpu_window(pytester):
         def test_job(distperf):
             distperf.run("ddp", shape="small", steps=20)
     """)
-    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-json", "report.json", "-W",
+    result = pytester.runpytest(*PLUGIN, "--distperf", "-p", "no:cacheprovider", "--distperf-json", "report.json", "-W",
                                 "always::pytest_distperf.errors.GpuClockWarning", "-rw")
     result.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "report.json").read_text())
