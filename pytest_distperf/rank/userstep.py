@@ -6,7 +6,7 @@ callable `step` attribute and, optionally, `torch_optimizer()` (optimizer-state 
 placement probe read it), `close()` (called after the last step while the process group is up)
 and `tokens_per_step` (tokens per rank per step, for tok/s). `step()` may return the loss.
 
-The worker runs it like any strategy: warm-up, timed steps bracketed by device synchronisation,
+The worker runs it like any strategy: warm-up, timed steps (rank/timing.py),
 memory peaks, then the probe phase and the breakdown phase. Phases the user marks with
 `pytest_distperf.phase("...")` are timed in the breakdown phase only.
 """

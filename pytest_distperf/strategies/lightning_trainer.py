@@ -9,7 +9,8 @@ comes back round to the gate for the next batch, so one timed step is one full i
 of the Trainer's loop -- the per-batch sigterm broadcast, the data fetch, hooks, the
 closure with forward and backward, the optimizer step, the bookkeeping after
 `on_train_batch_end` -- which is what a user's it/s counts, and it begins and ends with
-the device synchronisation of the one step timer. The alternative, a callback that times
+the marks of the one step timer (CUDA events on the default stream, which the fit thread's
+work is queued on too). The alternative, a callback that times
 batch start to batch end and hands the times back, would time a different span than the
 other strategies (it misses the loop's work between batches) and could not use the
 worker's timer. Setup (strategy wrapping, optimizer creation) happens before the first
