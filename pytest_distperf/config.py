@@ -24,6 +24,10 @@ DEFAULTS: dict[str, Any] = {
     "shape_cpu": "tiny",
     "shape_cuda": "1b",
     "lock_gpu_clocks": None,  # --distperf-lock-gpu-clocks (launch/gpuclocks.py)
+    # adaptive repeats (measure/decision.py): interleaved pairs (or runs) at most, and wall-clock seconds per test
+    "max_repeats": 12,
+    "test_budget": 600.0,
+    "strict": False,  # an INCONCLUSIVE verdict fails the test
     # where ranks run (launch/base.py): one host, torchrun node agents, or SLURM jobs
     "launcher": "local",
     "nodes": 1,
@@ -37,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "slurm_cpus_per_task": None,
     "slurm_agents_per_node": 1,
 }
-MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes",
+MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in regression.policy_for
                "time_threshold", "time_k", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.probes)
@@ -72,6 +76,9 @@ class Settings:
     shape_cuda: str
     keep_jobs: bool = False
     lock_gpu_clocks: str | int | None = None  # None | "default" | MHz | "external" (launch/gpuclocks.py)
+    max_repeats: int = 12  # pairs (or runs) a verdict may grow to while INCONCLUSIVE
+    test_budget: float = 600.0  # wall-clock seconds per test after which no further pair is started
+    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
 
@@ -84,6 +91,8 @@ class TestPlan:
     skip_reason: str | None = None
     probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
     known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
+    max_repeats: int = 12  # adaptive repeats: see Settings
+    test_budget: float = 600.0
     nodes: int = 1  # node agents the test's jobs run on (world_size ranks over them)
 
     def default_shape(self, settings: Settings) -> str:
@@ -98,6 +107,26 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     if v <= 0:
         raise SettingsError(f"{where}: expected a positive number, got {value!r}")
     return v
+
+
+def _max_repeats(value: Any, where: str) -> int:
+    from pytest_distperf.measure.decision import MAX_LOOKS
+
+    n = _positive(value, int, where)
+    if not 2 <= n <= MAX_LOOKS:
+        raise SettingsError(f"{where}: expected a number of pairs from 2 to {MAX_LOOKS}, got {value!r}")
+    return n
+
+
+def _flag(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise SettingsError(f"{where}: expected true or false, got {value!r}")
 
 
 def _device(value: Any, where: str) -> str:
@@ -124,10 +153,16 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
     shape_cpu, _ = pick("shape_cpu")
     shape_cuda, _ = pick("shape_cuda")
     clocks = parse_clock_setting(*pick("lock_gpu_clocks"))
+    max_repeats, m_where = pick("max_repeats")
+    test_budget, b_where = pick("test_budget")
+    strict, s_where = pick("strict")
+    adaptive = dict(max_repeats=_max_repeats(max_repeats, m_where), test_budget=_positive(test_budget, float, b_where),
+                    strict=_flag(strict, s_where))
     return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
                     timeout=_positive(timeout, float, t_where), repeats=_positive(repeats, int, r_where),
                     shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs, lock_gpu_clocks=clocks,
-                    cluster=build_cluster(pick))
+                    cluster=build_cluster(pick), **adaptive)
+
 
 LOCAL_AGENT_STARTS = ("local", "srun")
 _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^:\s\[\]]+):(\d+)$")
@@ -204,6 +239,10 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     ws = _positive(marker_kwargs.get("world_size", settings.world_size), int, f"{where}: distperf(world_size=...)")
     timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
     repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
+    max_repeats = _max_repeats(marker_kwargs.get("max_repeats", settings.max_repeats),
+                               f"{where}: distperf(max_repeats=...)")
+    test_budget = _positive(marker_kwargs.get("test_budget", settings.test_budget), float,
+                            f"{where}: distperf(test_budget=...)")
     nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
@@ -226,4 +265,5 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
         raise SettingsError(f"{where}: distperf(known_gap=...) must map 'cpu'/'cuda' to a non-empty reason "
                             f"(the upstream issue and the measured value), got {gaps!r}")
     return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason,
-                    probes=probes, known_gap=gaps.get(device) if device else None, nodes=nodes)
+                    probes=probes, known_gap=gaps.get(device) if device else None, nodes=nodes,
+                    max_repeats=max_repeats, test_budget=test_budget)

@@ -23,15 +23,16 @@ from pytest_distperf import strategies, userjobs
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.launch.gpuclocks import ClockWarnings
-from pytest_distperf.gate.checks import Comparison, SideSummary
+from pytest_distperf.gate.checks import Adaptive, Check, Comparison, SideSummary
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.config import Settings, TestPlan
-from pytest_distperf.errors import GpuClockWarning, UsageError
+from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, UsageError
 from pytest_distperf.probes.results import probe_record
 from pytest_distperf.spec import FunctionRef, JobSpec
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.stats import summarize
+from pytest_distperf.measure.decision import Budget, Clock
+from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.rank.workload import resolve_shape
 
 ProgressSink = Callable[[str], None]
@@ -79,6 +80,13 @@ class DistPerf:
         self.records: list[dict[str, Any]] = []  # read by the plugin for reports
         self.gate = gate  # this test's baseline (regression.py); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
+        # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
+        # wall clock runs from here.
+        self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget)
+        self.clock = Clock()
+        if gate is not None:
+            gate.budget = self.budget
+        self._run_records: dict[int, int] = {}  # id of a job's run list -> its "run" record in self.records
 
     @property
     def device(self) -> str:
@@ -218,19 +226,28 @@ class DistPerf:
         return contextlib.nullcontext({})
 
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
+        """One run of a job. Gated against its baseline on that run alone (one run has no run-to-run variation:
+        a time verdict needs measure() or compare())."""
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        result = self._run(job)
-        self._record_run(job.describe(), [result])
-        self._gate(job, [result])
-        return result
+        runs = [self._run(job)]
+        self._record_run(job.describe(), runs)
+        self._gate(job, runs)
+        return runs[0]
 
     def measure(self, strategy: str | JobSpec, *, repeats: int | None = None, **kwargs: Any) -> list[RunResult]:
         """Run one job `repeats` times (the test's repeats by default): the run-level repeats a baseline
-        verdict needs to tell a regression from run-to-run drift."""
+        verdict needs to tell a regression from run-to-run drift. While its baseline verdict is INCONCLUSIVE
+        the job runs again, up to the test's budget (max_repeats, test_budget); the list holds every run."""
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
+        label = job.describe()
         runs = [self._run(job) for _ in range(repeats or self.plan.repeats)]
-        self._record_run(job.describe(), runs)
-        self._gate(job, runs)
+        self._record_run(label, runs)
+
+        def one_more() -> None:
+            runs.append(self._run(job))
+            self._record_run(label, runs)
+
+        self._gate(job, runs, one_more)
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
@@ -258,29 +275,45 @@ class DistPerf:
         return [values[r] for r in sorted(values)]
 
     def compare(self, a: JobSpec, b: JobSpec, *, repeats: int | None = None, shared: bool = False) -> Comparison:
-        """Run A and B `repeats` times each, interleaved A B A B ..., and return their Comparison.
+        """Run A and B in `repeats` interleaved pairs (A B, then B A, ...) and return their Comparison. A check
+        that is INCONCLUSIVE on them runs more pairs, up to the test's budget (max_repeats, test_budget).
 
-        `shared=True`: tests of this session that compare the same two jobs share one set of runs."""
+        `shared=True`: tests of this session that compare the same two jobs share one set of runs; a test that
+        needs more pairs extends that set once for every later test."""
         repeats = repeats or self.plan.repeats
-        key = (a.config_hash(), b.config_hash(), repeats)
+        key = (a.config_hash(), b.config_hash())
         if shared and key in self.cache.comparisons:
             runs_a, runs_b, _ = self.cache.comparisons[key]
         else:
             runs_a, runs_b = [], []
-            for i in range(repeats):
-                if self._progress and repeats > 1:
-                    self._progress(f"repeat {i + 1}/{repeats}: {a.describe()} vs {b.describe()}")
-                runs_a.append(self._run(a))
-                runs_b.append(self._run(b))
             if shared:
                 self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
-            self._record_run(a.describe(), runs_a)
-            self._record_run(b.describe(), runs_b)
+        label_a, label_b = a.describe(), b.describe()
+
+        def one_more_pair() -> None:
+            i = len(runs_a)
+            if self._progress:
+                self._progress(f"pair {i + 1}: {label_a} vs {label_b}")
+            if i % 2 == 0:  # A B, then B A: what drifts within a pair hits both orders alike
+                runs_a.append(self._run(a))
+                runs_b.append(self._run(b))
+            else:
+                runs_b.append(self._run(b))
+                runs_a.append(self._run(a))
+            self._record_run(label_a, runs_a)
+            self._record_run(label_b, runs_b)
+
+        while len(runs_a) < repeats:
+            one_more_pair()
+        self._record_run(label_a, runs_a)
+        self._record_run(label_b, runs_b)
         # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
-        self._gate(a, runs_a)
-        self._gate(b, runs_b)
-        return Comparison(SideSummary(a.describe(), runs_a), SideSummary(b.describe(), runs_b),
-                          on_check=self._record_check)
+        self._gate(a, runs_a, one_more_pair)
+        self._gate(b, runs_b, one_more_pair)
+        adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock, progress=self._progress,
+                            on_inconclusive=self._inconclusive)
+        return Comparison(SideSummary(label_a, runs_a), SideSummary(label_b, runs_b), on_check=self._record_check,
+                          adaptive=adaptive)
 
     def probe(self, job: JobSpec, *, shared: bool = False) -> RunResult:
         """Run a job that has probes. `shared=True`: once per session, tests checking different probes of one
@@ -315,33 +348,35 @@ class DistPerf:
 
     # -- records for reports -----------------------------------------------------------------------------------
     def _record_run(self, label: str, runs: list[RunResult]) -> None:
-        steps = [t for r in runs for t in r.step_times]
-        s = summarize(steps)
-        medians = sorted(summarize(r.step_times).median for r in runs)
-        median = medians[len(medians) // 2]
-        self.records.append({
-            "kind": "run", "label": label, "device": runs[0].spec.device, "runs": len(runs),
-            "steps": len(runs[0].step_times), "step_median": median, "step_p10": s.p10, "step_p90": s.p90,
-            "step_iqr": s.iqr, "tokens_per_s": runs[0].tokens_per_step / median,
-            "peak_memory": max(r.peak_memory for r in runs),
-            "cuda_peak_reserved": max((r.ranks[0].cuda_peak_reserved or 0) for r in runs) or None,
-            "optimizer_bytes_per_param": runs[0].optimizer_bytes_per_param,
-            "config_hash": runs[0].spec.config_hash(),
-        })
+        """The job's figures (measure/figures.py) as every report shows them; a run list that grew (adaptive
+        repeats) replaces its record."""
+        record = {"kind": "run", **job_figures(label, runs).to_json()}
+        if id(runs) in self._run_records:
+            self.records[self._run_records[id(runs)]] = record
+            return
+        self._run_records[id(runs)] = len(self.records)
+        self.records.append(record)
         if runs[0].spec.probes:
             self.records.append(probe_record(label, runs))
 
     def _record_check(self, check: Any) -> None:
         self.records.append({"kind": "check", **check.to_dict()})
 
-    def _gate(self, job: JobSpec, runs: list[RunResult]) -> None:
-        """Verdicts of a finished job against this test's baseline; a breach re-runs the job once to confirm."""
-        if self.gate is None:
-            return
+    def _inconclusive(self, check: Check, message: str) -> None:
+        """A check still INCONCLUSIVE after its budget: a warning; a failure with --distperf-strict; in a known-gap
+        test a skip (only a FAIL satisfies the gap's strict xfail, and an undecided check neither confirms nor
+        refutes it)."""
+        import pytest
 
-        def rerun() -> list[RunResult]:
-            if self._progress:
-                self._progress(f"baseline breach: re-running {job.describe()} x{len(runs)} to confirm")
-            return [self._run(job) for _ in runs]
+        warnings.warn(DistPerfInconclusive(message), stacklevel=4)
+        if self.settings.strict:
+            pytest.fail(f"{message}\n  (--distperf-strict: an inconclusive verdict fails the test)", pytrace=False)
+        if self.plan.known_gap:
+            pytest.skip(f"inconclusive: {message.splitlines()[0]}; the known gap ({self.plan.known_gap}) was neither "
+                        f"confirmed nor refuted")
 
-        self.records += self.gate.check(job, runs, rerun)
+    def _gate(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None) -> None:
+        """Tell this test's baseline about a job's runs; while a time or memory verdict is INCONCLUSIVE (or, with
+        --distperf-save, until the budget's runs are recorded) `extend` adds runs. Decided when the test ends."""
+        if self.gate is not None:
+            self.gate.check(job, runs, extend, self.clock, self._progress)

@@ -53,6 +53,8 @@ SETTING_HELP = {
     "slurm_gpus_per_node": "slurm: GPUs per node",
     "slurm_cpus_per_task": "slurm: CPUs per node agent (task)",
     "slurm_agents_per_node": "slurm: node agents (tasks) per SLURM node; >1 acts several nodes out on one host",
+    "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
+    "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
 }
 # Options that pick the machine class or the jobs: repeated in the "accept this change" command.
 CLUSTER_OPTIONS = ("launcher", "nodes", "rdzv_endpoint", "agents", "shared_dir", "slurm_partition", "slurm_account",
@@ -85,6 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail tests with no baseline for this machine class ('new') or a changed config (for CI)")
     group.addoption("--distperf-fail-on-improvement", action="store_true",
                     help="fail when a metric improved beyond its threshold (keeps baselines fresh)")
+    group.addoption("--distperf-strict", action="store_true", default=None, dest="distperf_strict",
+                    help="an inconclusive verdict (its interval holds the limit after the repeats allowed) fails the "
+                         "test instead of warning")
+    parser.addini("distperf_strict", "true: an inconclusive verdict fails the test (as --distperf-strict)",
+                  default=None)
     group.addoption("--distperf-json", dest="distperf_json", default=None, metavar="PATH",
                     help="write a JSON report: job configs, environment, per-rank metrics, checks, verdicts")
     group.addoption("--distperf-benchmark-json", dest="distperf_benchmark_json", default=None, metavar="PATH",
@@ -105,8 +112,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "distperf(world_size=N, nodes=N, device='auto|cpu|cuda', timeout=S, repeats=N, time_threshold=0.05, "
-                   "time_k=3, memory_threshold=0.02, memory_floor=BYTES, baseline_metrics=(...), "
+        "markers", "distperf(world_size=N, nodes=N, device='auto|cpu|cuda', timeout=S, repeats=N, max_repeats=N, "
+                   "test_budget=S, time_threshold=0.05, memory_threshold=0.02, memory_floor=BYTES, "
+                   "baseline_metrics=(...), "
                    "probes=('comms', 'overlap', 'placement')): "
                    "a distributed performance test, run with --distperf")
     for name, text in TOPIC_MARKERS.items():
@@ -115,16 +123,17 @@ def pytest_configure(config: pytest.Config) -> None:
     ini = {name: config.getini("distperf_" + name) for name in SETTING_HELP}
     cli["lock_gpu_clocks"] = config.getoption("distperf_lock_gpu_clocks")
     ini["lock_gpu_clocks"] = config.getini("distperf_lock_gpu_clocks")
+    cli["strict"], ini["strict"] = config.getoption("distperf_strict"), config.getini("distperf_strict")
     try:
         settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
-    session = DistPerfSession(config, settings, _gate_session(config, settings.enabled))
+    session = DistPerfSession(config, settings, _gate_session(config, settings.enabled, settings.strict))
     config.stash[session_key] = session
     config.pluginmanager.register(session, "distperf-session")
 
 
-def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSession | None":
+def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) -> "regression.GateSession | None":
     if config.getoption("distperf_save") and not enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
     _check_report_paths(config, enabled)
@@ -144,7 +153,7 @@ def _gate_session(config: pytest.Config, enabled: bool) -> "regression.GateSessi
             _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
             config.getoption("distperf_fail_on_improvement"),
-            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()})
+            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, strict)
         gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
             gate.store.check_writable()  # before any job runs, not after an hour of them
@@ -294,7 +303,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if rep.when == "setup" and rep.failed and _is_distperf(item):
         rep.distperf_detail = {}  # failed before running (e.g. a bad baseline file): still in the reports
     if dp is not None and rep.when == "call" and dp.gate is not None:
-        _land_baseline(rep, dp.gate.finish(test_passed=rep.passed))
+        landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with
+        dp.records = [r for r in dp.records if r["kind"] != "baseline"] + landing.records
+        _land_baseline(rep, landing)
     if dp is None or rep.when != "call" or not dp.records:
         return
     # An attribute of the report travels with it to the xdist controller; it is not a JUnit property.
@@ -303,7 +314,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         if r["kind"] == "check":
             prefix = f"distperf.{r['name']}"
             rep.user_properties += [(f"{prefix}.ratio", f"{r['ratio']:.4f}"), (f"{prefix}.threshold", r["threshold"]),
-                                    (f"{prefix}.passed", r["passed"])]
+                                    (f"{prefix}.passed", r["passed"]), (f"{prefix}.outcome", r["outcome"])]
+        elif r["kind"] == "run":  # the job's figures (measure/figures.py), as every report shows them
+            rep.user_properties += [(f"distperf.step_time[{r['label']}]", f"{r['step_time']:.6g}"),
+                                    (f"distperf.peak_memory[{r['label']}]", f"{r['peak_memory']:.0f}")]
     # The report holds a copy of item.user_properties, and junitxml writes <property> from the teardown report
     # (built from the item, like record_property does): put them on the item too.
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 class RunCache:
     """Runs measured earlier in this session, so tests that share a job share its runs."""
 
-    comparisons: dict[tuple[str, str, int], tuple[list["RunResult"], list["RunResult"], str]] = field(
+    # (A's config hash, B's) -> both sides' runs (lists that adaptive repeats extend) and the test that began them
+    comparisons: dict[tuple[str, str], tuple[list["RunResult"], list["RunResult"], str]] = field(
         default_factory=dict)
     probe_runs: dict[str, "RunResult | BaseException"] = field(default_factory=dict)  # config hash -> run or skip
     # config hash -> (test that ran it, its error): a job that failed is not launched again for the next test

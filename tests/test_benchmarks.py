@@ -10,8 +10,8 @@ from benchmarks import detection_power
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
 
-JOB_ARGS = ["--device", "cpu", "--strategy", "ddp", "--shape", "tiny", "--steps", "2", "--pool", "2",
-            "--repeats", "1", "--trials", "5", "--knobs", "0.1,0.2", "--sizes", "0.05,0.10"]
+JOB_ARGS = ["--device", "cpu", "--strategy", "ddp", "--shape", "tiny", "--steps", "2", "--stored", "2", "--rounds",
+            "2", "--repeats", "2", "--trials", "5", "--knobs", "0.1,0.2", "--sizes", "0.05,0.10"]
 
 
 @pytest.fixture
@@ -31,16 +31,30 @@ def fake_runs(monkeypatch):
 def test_resume_fills_only_the_missing_runs(tmp_path, fake_runs):
     out = tmp_path / "dp.json"
     detection_power.main([*JOB_ARGS, "--json", str(out)])
-    assert len(fake_runs) == 2 + 2 * 3  # baseline pool, then A/A, +5 %, +10 % round-robin
+    # the stored block, then rounds of ref, A/A, +5 %, +10 %, the order rotating by one each round
+    assert fake_runs == [0.0, 0.0] + [0.0, 0.0, 0.1, 0.2] + [0.0, 0.1, 0.2, 0.0]
     data = json.loads(out.read_text())["data"]
-    data["baseline_pool"].pop()  # as if cut short: one baseline run and half a round missing
-    data["pools"]["+10%"].pop()
+    data["stored"].pop()  # as if cut short: one stored run and part of the last round missing
+    del data["rounds"][1]["+10%"]
     (tmp_path / "cut.json").write_text(json.dumps({"data": data, "partial": True}))
     fake_runs.clear()
     detection_power.main([*JOB_ARGS, "--resume", str(tmp_path / "cut.json"), "--json", str(out)])
     assert fake_runs == [0.0, 0.2]
     final = json.loads(out.read_text())["data"]
-    assert [len(p) for p in [final["baseline_pool"], *final["pools"].values()]] == [2, 2, 2, 2]
+    assert len(final["stored"]) == 2 and [sorted(r) for r in final["rounds"]] == [["+10%", "+5%", "A/A", "ref"]] * 2
+
+
+def test_older_pool_files_are_re_analysed(tmp_path, capsys):
+    steps = [[0.1, 0.1]] * 3
+    old = {"data": {"job": {"device": "cpu", "world_size": 2, "strategy": "ddp", "shape": "tiny", "steps": 2,
+                            "warmup": 3}, "slope": None, "baseline_pool": steps,
+                    "conditions": [{"name": "A/A", "size": 0.0, "extra_work": 0.0},
+                                   {"name": "+5%", "size": 0.05, "extra_work": 0.1}],
+                    "pools": {"A/A": steps, "+5%": [[0.2, 0.2]] * 3}}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    detection_power.main(["--from-json", str(tmp_path / "old.json"), "--trials", "5", "--floors", "0"])
+    out = capsys.readouterr().out
+    assert "paired +5%" in out and "gate   A/A" in out and "gate   +5%" in out
 
 
 def test_resume_refuses_another_job(tmp_path, fake_runs):

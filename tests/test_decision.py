@@ -114,6 +114,7 @@ def test_three_outcomes_at_the_boundaries():
     assert d.decide(e, 1.1).outcome == PASS  # within: hi <= limit
     assert d.decide(d.exact(1.1000001), 1.1).outcome == FAIL  # beyond: lo > limit
     assert d.decide(e, 1.1, "at_least").outcome == PASS and d.decide(e, 1.2, "at_least").outcome == FAIL
+    assert d.decide(d.exact(0.0), 0.0, "above").outcome == FAIL and d.decide(d.exact(1e-9), 0.0, "above").outcome == PASS
     # an interval that holds the limit
     est = d.paired([1.0, 1.3, 1.1, 0.9], [1.0, 1.0, 1.0, 1.0])
     assert est.lo < 1.05 < est.hi
@@ -146,7 +147,7 @@ def test_budget_stops_give_inconclusive():
     v = d.until_decided(lambda: d.decide(d.paired(a, b, Design(max_pairs=5)), 1.08), add, Budget(max_pairs=5),
                         progress=messages.append)
     assert v.outcome == INCONCLUSIVE and v.stopped == "max 5 pairs" and len(a) == 5
-    assert messages[0].startswith("inconclusive after 3 pairs (") and messages[0].endswith("vs 1.08), running pair 4")
+    assert messages[0].startswith("inconclusive after 3 pairs (1.") and messages[0].endswith("vs 1.08), running pair 4")
     # wall clock: each pair "takes" 100 s on a fake clock; a 250 s budget allows two of them
     now = [0.0]
 

@@ -188,8 +188,9 @@ def test_failing_step_time_check_says_where_the_time_goes():
 
 
 def test_no_breakdown_lines_when_a_side_has_none_or_the_check_passes():
-    with_b = SideSummary("A", [_run(2.0, dict(forward=1.0, backward=0.5, optimizer=0.4, other=0.1, total=2.0))])
-    without = SideSummary("B", [_run(1.0, None)])
+    phases = dict(forward=1.0, backward=0.5, optimizer=0.4, other=0.1, total=2.0)
+    with_b = SideSummary("A", [_run(2.0, phases), _run(2.0, phases)])  # two pairs: one has no interval
+    without = SideSummary("B", [_run(1.0, None), _run(1.0, None)])
     with pytest.raises(DistPerfCheckFailed) as info:
         Comparison(with_b, without).assert_step_time_within(1.1)
     assert "where the time goes" not in str(info.value)

@@ -62,3 +62,20 @@ def test_marker_overrides_settings_and_rejects_unknown_keys():
         plan_test(settings(), {"ranks": 2}, gpus=0, where="t.py::x")
     with pytest.raises(SettingsError, match="distperf\\(device=...\\)"):
         plan_test(settings(), {"device": "gpu"}, gpus=0, where="t.py::x")
+
+
+def test_adaptive_repeats_and_strict_from_option_ini_and_marker():
+    s = build_settings(True, {}, {})
+    assert (s.max_repeats, s.test_budget, s.strict) == (12, 600.0, False)
+    s = build_settings(True, {"max_repeats": "6", "strict": True}, {"max_repeats": "20", "test_budget": "120",
+                                                                    "strict": "false"})
+    assert (s.max_repeats, s.test_budget, s.strict) == (6, 120.0, True)
+    assert build_settings(True, {"strict": None}, {"strict": "true"}).strict
+    plan = plan_test(s, {"max_repeats": 4, "test_budget": 30}, gpus=0, where="t.py::x")
+    assert (plan.max_repeats, plan.test_budget) == (4, 30.0)
+    with pytest.raises(SettingsError, match="--distperf-max-repeats: expected a number of pairs from 2 to 64"):
+        build_settings(True, {"max_repeats": "100"}, {})
+    with pytest.raises(SettingsError, match="ini option distperf_strict: expected true or false"):
+        build_settings(True, {}, {"strict": "maybe"})
+    with pytest.raises(SettingsError, match=r"t.py::x: distperf\(max_repeats=...\)"):
+        plan_test(s, {"max_repeats": 1}, gpus=0, where="t.py::x")

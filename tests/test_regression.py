@@ -14,7 +14,7 @@ import pytest
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import JobEntry, MetricSeries
 from pytest_distperf.config import SettingsError
-from pytest_distperf.gate.regression import Policy, confirm, decide_job, decide_metric, is_failing, policy_for
+from pytest_distperf.gate.regression import Policy, decide_job, decide_metric, is_failing, policy_for
 
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
 MiB = 1 << 20
@@ -33,60 +33,68 @@ def decide_time(base: list[float], cur: list[float], policy: Policy = Policy()):
     return decide_metric("t", "job", "step_time", time_series(base), time_series(cur), policy)
 
 
-# -- time -------------------------------------------------------------------------------------------------------
-def test_a_significant_slowdown_above_the_threshold_fails():
-    v = decide_time([100, 101, 99], [110, 111, 109])
-    assert v.status == "fail" and v.significant
+# -- time: the decision core's unpaired interval against the 5 % floor ---------------------------------------------
+def test_a_slowdown_whose_interval_clears_the_floor_fails():
+    v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
+    assert v.status == "fail" and v.level == 0.98
     assert v.delta == pytest.approx(0.10, abs=0.002) and v.low > 0.05 and v.threshold == pytest.approx(0.05)
 
 
-def test_size_without_significance_only_warns():
+def test_an_interval_that_holds_the_floor_is_inconclusive():
     v = decide_time([100, 100.5, 99.5], [80, 140, 110])  # +8 % on average, runs all over the place
-    assert v.delta > 0.05 and not v.significant and v.status == "warn"
+    assert v.delta > 0.05 and v.low < 0.05 < v.high and v.status == "inconclusive"
+    assert "holds the limit" in v.note
 
 
-def test_between_half_the_threshold_and_the_threshold_warns():
-    v = decide_time([100, 100.2, 99.8], [103.5, 103.6, 103.4])
-    assert v.significant and v.status == "warn" and "T/2" in v.note
+def test_a_small_change_whose_interval_stays_below_the_floor_passes():
+    assert decide_time([100, 100.1, 99.9] * 2, [101, 101.1, 100.9] * 2).status == "pass"
+    # the floor is the smallest slowdown worth failing for, however quiet the machine: +3.5 % never fails at 5 %
+    assert decide_time([100, 100.2, 99.8] * 2, [103.5, 103.6, 103.4] * 2).status == "pass"
 
 
-def test_a_small_significant_change_passes():
-    assert decide_time([100, 100.1, 99.9], [101, 101.1, 100.9]).status == "pass"
+def test_the_floor_is_per_test_not_a_multiple_of_the_noise():
+    quiet = [100, 100.2, 99.8] * 2
+    assert decide_time(quiet, [103.5, 103.6, 103.4] * 2, Policy(time_threshold=0.01)).status == "fail"
+    noisy = [100, 104, 96] * 2  # ~4 % run-to-run: a wider interval, not a higher limit
+    v = decide_time(noisy, [125, 126, 124] * 2)
+    assert v.status == "fail" and v.threshold == pytest.approx(0.05)
 
 
-def test_the_threshold_grows_with_the_baselines_run_to_run_variation():
-    noisy = [100, 104, 96]  # ~4 % run-to-run: T = 3 x 4 % = 12 %
-    v = decide_time(noisy, [110, 110.5, 109.5])
-    assert v.threshold == pytest.approx(0.12, abs=0.005) and v.status == "warn"
-    assert decide_time(noisy, [125, 126, 124]).status == "fail"
-    assert decide_time(noisy, [110, 110.5, 109.5], Policy(time_k=1.0)).status == "fail"
-
-
-def test_one_run_per_side_can_never_fail():
+def test_one_run_per_side_has_no_interval():
     v = decide_time([100], [150])
-    assert v.status == "warn" and v.significant is None and "repeats" in v.note
+    assert v.status == "inconclusive" and v.low is None and v.high is None and "too few runs" in v.note
 
 
-def test_significance_is_over_runs_not_steps():
-    # Each run's steps are tight, but the runs drift: only 3 run-level values per side enter the test.
+def test_decisions_are_over_runs_not_steps():
+    # Each run's steps are tight, but the runs drift: only 3 run-level values per side enter the decision.
     base = MetricSeries("s", "lower", "time", [0.100, 0.106, 0.094], samples=[[0.1] * 50, [0.106] * 50, [0.094] * 50])
     cur = MetricSeries("s", "lower", "time", [0.106, 0.110, 0.102], samples=[[0.106] * 50, [0.11] * 50, [0.102] * 50])
     v = decide_metric("t", "j", "step_time", base, cur, Policy())
     assert v.baseline_runs == 3 and v.current_runs == 3 and v.status != "fail"
 
 
+def test_the_figures_are_geometric_means_and_delta_is_their_ratio():
+    v = decide_time([100, 121], [110, 110])
+    assert v.baseline == pytest.approx(0.110) and v.current == pytest.approx(0.110) and v.delta == pytest.approx(0.0)
+
+
 def test_an_improvement_is_reported_and_fails_only_on_request():
-    v = decide_time([100, 101, 99], [80, 80.5, 79.5])
+    v = decide_time([100, 101, 99] * 2, [80, 80.5, 79.5] * 2)
     assert v.status == "improved" and "refresh the baseline" in v.note
     assert not is_failing(v, Policy())
     assert is_failing(v, Policy(fail_on_improvement=True))
 
 
+def test_inconclusive_fails_only_when_strict():
+    v = decide_time([100, 100.5, 99.5], [80, 140, 110])
+    assert not is_failing(v, Policy()) and is_failing(v, Policy(strict=True))
+
+
 def test_higher_is_better_metrics_flip_the_direction():
-    base = MetricSeries("tok/s", "higher", "time", [1000, 1010, 990])
-    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [800, 805, 795]),
+    base = MetricSeries("tok/s", "higher", "time", [1000, 1010, 990] * 2)
+    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [800, 805, 795] * 2),
                          Policy()).status == "fail"
-    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [1300, 1305, 1295]),
+    assert decide_metric("t", "j", "tokens", base, MetricSeries("tok/s", "higher", "time", [1300, 1305, 1295] * 2),
                          Policy()).status == "improved"
 
 
@@ -95,25 +103,29 @@ def mem(values: list[float]) -> MetricSeries:
     return MetricSeries("bytes", "lower", "memory", values)
 
 
-def test_memory_fails_above_max_of_2_percent_and_64_mib():
+def test_memory_is_decided_on_its_interval_against_max_of_2_percent_and_64_mib():
     small = 1024 * MiB  # 2 % = 20 MiB < 64 MiB floor
-    assert decide_metric("t", "j", "m", mem([small]), mem([small + 60 * MiB]), Policy()).status == "warn"
-    assert decide_metric("t", "j", "m", mem([small]), mem([small + 20 * MiB]), Policy()).status == "pass"
-    assert decide_metric("t", "j", "m", mem([small]), mem([small + 70 * MiB]), Policy()).status == "fail"
+    # CUDA peak allocated is the same bytes every run: the interval is the value
+    assert decide_metric("t", "j", "m", mem([small] * 2), mem([small + 60 * MiB]), Policy()).status == "pass"
+    assert decide_metric("t", "j", "m", mem([small] * 2), mem([small + 70 * MiB]), Policy()).status == "fail"
     big = 40 * 1024 * MiB  # 2 % = 819 MiB
-    assert decide_metric("t", "j", "m", mem([big]), mem([big + 500 * MiB]), Policy()).status == "warn"
-    assert decide_metric("t", "j", "m", mem([big]), mem([big + 900 * MiB]), Policy()).status == "fail"
-    assert decide_metric("t", "j", "m", mem([big]), mem([big - 900 * MiB]), Policy()).status == "improved"
+    assert decide_metric("t", "j", "m", mem([big] * 2), mem([big + 500 * MiB]), Policy()).status == "pass"
+    assert decide_metric("t", "j", "m", mem([big] * 2), mem([big + 900 * MiB]), Policy()).status == "fail"
+    assert decide_metric("t", "j", "m", mem([big] * 2), mem([big - 900 * MiB]), Policy()).status == "improved"
+    # host RSS growth varies run to run: an interval that holds the limit is inconclusive
+    noisy = [100 * MiB, 180 * MiB, 140 * MiB]
+    assert decide_metric("t", "j", "m", mem(noisy), mem([210 * MiB, 150 * MiB, 180 * MiB]),
+                         Policy()).status == "inconclusive"
 
 
 def test_counts_are_exact():
-    c = lambda n: MetricSeries("calls", "lower", "count", [n, n])  # noqa: E731
-    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(48), Policy()).status == "pass"
-    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(49), Policy()).status == "fail"
-    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48), c(47), Policy()).status == "improved"
+    c = lambda *n: MetricSeries("calls", "lower", "count", list(n))  # noqa: E731
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48, 48), c(48, 48), Policy()).status == "pass"
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48, 48), c(48, 49), Policy()).status == "fail"
+    assert decide_metric("t", "j", "comms.all_gather.calls_per_step", c(48, 48), c(47), Policy()).status == "improved"
 
 
-# -- new, not comparable, confirmation, overrides ---------------------------------------------------------------
+# -- new, not comparable, overrides -----------------------------------------------------------------------------
 def test_missing_baseline_is_new_and_fails_only_when_required():
     current = {"step_time": time_series([100, 101])}
     [v] = decide_job("t", "job", None, "h", current, Policy(), "no baseline for this test")
@@ -131,19 +143,21 @@ def test_a_changed_config_is_not_comparable_rather_than_a_regression():
     assert not is_failing(v, Policy()) and is_failing(v, Policy(require_baseline=True))
 
 
-def test_a_breach_stands_only_when_the_re_run_breaches_again():
-    first = [decide_time([100, 101, 99], [120, 121, 119])]
-    confirmed = confirm(first, [decide_time([100, 101, 99], [118, 119, 117])], Policy())
-    assert confirmed[0].status == "fail" and confirmed[0].confirmed and confirmed[0].rerun
-    not_confirmed = confirm(first, [decide_time([100, 101, 99], [100.5, 101, 100])], Policy())
-    assert not_confirmed[0].status == "warn" and not not_confirmed[0].confirmed and "not confirmed" in \
-        not_confirmed[0].note
+def test_verdict_records_round_trip():
+    from pytest_distperf.gate.regression import Verdict
+
+    v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
+    assert Verdict.from_record(v.to_record(Policy())) == v
+    with pytest.raises(ValueError, match="status"):
+        Verdict.from_record({**v.to_record(Policy()), "status": "warn"})
 
 
 def test_marker_overrides_are_validated_and_applied():
-    p = policy_for(Policy(), {"time_threshold": 0.1, "time_k": 2, "memory_floor": 128 * MiB,
-                              "baseline_metrics": ["step_time"]}, "t.py::test_x")
-    assert (p.time_threshold, p.time_k, p.memory_floor, p.metrics) == (0.1, 2.0, 128 * MiB, ("step_time",))
+    p = policy_for(Policy(), {"time_threshold": 0.1, "memory_floor": 128 * MiB, "baseline_metrics": ["step_time"]},
+                   "t.py::test_x")
+    assert (p.time_threshold, p.memory_floor, p.metrics) == (0.1, 128 * MiB, ("step_time",))
+    with pytest.raises(SettingsError, match=r"distperf\(time_k=...\) was removed: .* time_threshold is the floor"):
+        policy_for(Policy(), {"time_k": 2}, "t.py::test_x")
     with pytest.raises(SettingsError, match=r"t.py::test_x: distperf\(time_threshold=-1\)"):
         policy_for(Policy(), {"time_threshold": -1}, "t.py::test_x")
     with pytest.raises(SettingsError, match="unknown metric"):
@@ -273,36 +287,51 @@ def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
     return session, BaselineGate(session, "t.py::test_x", "cpu", 2, policy)
 
 
-def test_the_gate_saves_confirms_once_per_session_and_warns_on_version_changes(tmp_path):
-    from pytest_distperf.gate.regression import BaselineEnvironmentWarning, BaselineGate
+def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_version_changes(tmp_path):
+    from pytest_distperf.errors import DistPerfInconclusive
+    from pytest_distperf.gate.regression import BaselineEnvironmentWarning
+    from pytest_distperf.measure.decision import Budget
     from pytest_distperf.spec import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
     _, gate = make_gate(tmp_path, save=True)
-    gate.check(job, [fake_run(job, ms) for ms in (100, 101, 99)], rerun=lambda: pytest.fail("no re-run when saving"))
+    gate.budget = Budget(max_pairs=6)
+    runs = [fake_run(job, ms) for ms in (100, 101, 99)]
+    more = iter([102, 98, 100.5])
+    gate.check(job, runs, extend=lambda: runs.append(fake_run(job, next(more))))
+    assert len(runs) == 6  # recorded up to the budget: the stored runs bound what later verdicts can resolve
     landing = gate.finish(test_passed=True)
     assert not landing.failed and landing.detail["saved"] == gate.path
 
-    session, gate = make_gate(tmp_path, save=False)
-    reruns = []
-
-    def rerun():
-        reruns.append(1)
-        return [fake_run(job, ms) for ms in (131, 130, 129)]
-
-    slow = [fake_run(job, ms) for ms in (130, 131, 129)]
-    records = gate.check(job, slow, rerun)
-    assert {r["metric"]: r["status"] for r in records}["step_time"] == "fail" and reruns == [1]
-    landing = gate.finish(test_passed=True)
-    assert landing.failed and "step_time FAIL" in landing.message and "confirmed by a re-run" in landing.message
-    assert "pytest --distperf --distperf-save t.py::test_x" in landing.message
-    other = BaselineGate(session, "t.py::test_x", "cpu", 2, Policy())  # another test sharing the same runs
-    other.check(job, slow, rerun)
-    assert reruns == [1]  # confirmed once per session
-
+    # decided at the first look: no run is added
     _, gate = make_gate(tmp_path, save=False)
-    gate.check(job, [fake_run(job, ms) for ms in (130, 131, 129)], lambda: [fake_run(job, ms) for ms in (100, 99, 101)])
-    assert not gate.finish(test_passed=True).failed  # a breach the re-run does not confirm only warns
+    slow = [fake_run(job, ms) for ms in (130, 131, 129)]
+    gate.check(job, slow, extend=lambda: pytest.fail("a decided verdict runs nothing more"))
+    landing = gate.finish(test_passed=True)
+    assert {r["metric"]: r["status"] for r in landing.records}["step_time"] == "fail"
+    assert landing.failed and "step_time FAIL" in landing.message and "98% interval" in landing.message
+    assert "pytest --distperf --distperf-save t.py::test_x" in landing.message
+
+    # undecided: the job runs again until its interval clears the floor
+    _, gate = make_gate(tmp_path, save=False)
+    cur = [fake_run(job, ms) for ms in (103, 97, 106)]
+    gate.check(job, cur, extend=lambda: cur.append(fake_run(job, 100.2)))
+    landing = gate.finish(test_passed=True)
+    assert len(cur) > 3 and {r["metric"]: r["status"] for r in landing.records}["step_time"] == "pass"
+
+    # still undecided when the budget runs out: a warning, a failure only when strict
+    _, gate = make_gate(tmp_path, save=False)
+    gate.budget = Budget(max_pairs=4)
+    cur = [fake_run(job, ms) for ms in (104, 96, 110)]
+    gate.check(job, cur, extend=lambda: cur.append(fake_run(job, 112)))
+    with pytest.warns(DistPerfInconclusive, match=r"step_time INCONCLUSIVE"):
+        landing = gate.finish(test_passed=True)
+    assert not landing.failed and len(cur) == 4
+    assert {r["metric"]: r["stopped"] for r in landing.records}["step_time"] == "max 4 pairs"
+    _, strict = make_gate(tmp_path, save=False, policy=Policy(strict=True))
+    strict.check(job, cur)
+    landing = strict.finish(test_passed=True)
+    assert landing.failed and "--distperf-strict" in landing.message
 
     path = tmp_path / "baselines" / gate.machine.name / "t--test_x.json"
     doc = json.loads(path.read_text())

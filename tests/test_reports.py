@@ -112,16 +112,19 @@ def test_report_paths_are_checked_before_running(pytester: pytest.Pytester):
 def test_markdown_and_benchmark_export_read_records_only():
     from pytest_distperf.report.files import ReportEntry, benchmark_json, markdown_summary
 
-    verdict = {"kind": "baseline", "job": "j", "metric": "step_time", "unit": "s", "baseline": 0.1, "current": 0.12,
-               "delta": 0.2, "low": 0.15, "high": 0.25, "status": "fail", "fails": True}
+    verdict = {"kind": "baseline", "job": "j", "metric": "step_time", "metric_kind": "time", "unit": "s",
+               "baseline": 0.1, "current": 0.12, "delta": 0.2, "low": 0.15, "high": 0.25, "level": 0.98,
+               "status": "fail", "fails": True}
     run = {"step_times": [0.1, 0.3], "peak_memory": 5, "tokens_per_step": 10}
+    figures = {"step_time": 0.2, "run_cv": None, "peak_memory": 5.0}
     entry = ReportEntry("t.py::test_a", "failed", 1.0, [verdict], {"machine_class": "m", "jobs": [
-        {"label": "j", "config_hash": "h", "config": {}, "runs": [run]}]}, "boom")
+        {"label": "j", "config_hash": "h", "config": {}, "figures": figures, "runs": [run]}]}, "boom")
     md = markdown_summary([entry])
     assert "| test_a | j | step_time | 100.0 ms | 120.0 ms | +20.0% | [+15.0%, +25.0%] | ✗ |" in md
     stats = benchmark_json([entry, entry], {"host": "h"})["benchmarks"]
     assert len(stats) == 1  # the same runs shared by two tests are exported once
     assert stats[0]["stats"]["median"] == pytest.approx(0.2) and stats[0]["extra_info"]["baseline_status"] == "fail"
+    assert stats[0]["extra_info"]["step_time"] == 0.2  # the job's figure, as every other report shows it
 
 
 def test_session_environment_without_entries_is_read_for_the_session_device(monkeypatch: pytest.MonkeyPatch):

@@ -1,26 +1,37 @@
 """Ratio checks between two strategies: "A within k x of B" for step time and memory.
 
-A Comparison holds the runs of both sides (interleaved A B A B ... when repeated) and
-turns them into Checks: plain records with the numbers, the threshold and the verdict,
-which the assertion message, the terminal table and JUnit properties all read.
+A Comparison holds the runs of both sides (interleaved A B, then B A, ...) and turns them into Checks:
+plain records with the numbers, the interval, the limit and the outcome, which the assertion message, the
+terminal table, the reports and JUnit properties all read. Every outcome comes from the decision core
+(measure/decision.py): PASS when the interval of A/B lies within the limit, FAIL when beyond it,
+INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for another interleaved pair
+(`Adaptive.extend`, which grows the runs every test sharing this comparison sees) until decided or out of
+budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a DistPerfInconclusive warning, or
+a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import asdict, dataclass
+import itertools
+import warnings
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from pytest_distperf.errors import DistPerfCheckFailed
+from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
+from pytest_distperf.measure import decision
+from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
+from pytest_distperf.measure.figures import job_figures, memory_kind, run_peak_memory, run_step_time
+from pytest_distperf.measure.stats import max_relative_difference
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank import breakdown
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.stats import RatioEstimate, max_relative_difference, paired_ratio, summarize
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 
 @dataclass
 class Check:
-    name: str  # "step_time", "peak_memory", "loss_match"
+    """One decided check. ratio/low/high: A/B and its interval (None: unbounded; exact checks have none)."""
+
+    name: str  # "step_time", "peak_memory", "loss_match", probe checks' names
     a: str
     b: str
     a_value: float
@@ -29,75 +40,147 @@ class Check:
     low: float | None
     high: float | None
     threshold: float
-    passed: bool
-    unit: str  # "s", "bytes", "rel"
+    outcome: str  # pass | fail | inconclusive (decision.OUTCOMES)
+    unit: str  # "s", "bytes", "rel", "count", "frac"
+    level: float | None = None  # of the interval (decision.Design.confidence)
+    method: str = "exact"  # decision.METHODS
+    pairs: int = 1  # interleaved pairs the interval is over
+    pair_cv: float | None = None  # sd of the pairs' log ratios
+    run_cv_a: float | None = None  # run-to-run: sd of each side's log run values
+    run_cv_b: float | None = None
+    stopped: str = ""  # why no more pairs were run
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASS
+
+    @classmethod
+    def from_verdict(cls, name: str, a: str, b: str, a_value: float, b_value: float, unit: str,
+                     v: decision.Verdict, **extra: Any) -> "Check":
+        e = v.estimate
+        return cls(name=name, a=a, b=b, a_value=a_value, b_value=b_value, ratio=e.ratio,
+                   low=None if e.method == "exact" else e.lo, high=None if e.method == "exact" else e.hi,
+                   threshold=v.limit, outcome=v.outcome, unit=unit, level=e.level, method=e.method, pairs=e.n_pairs,
+                   pair_cv=e.pair_cv, run_cv_a=e.run_cv, run_cv_b=e.run_cv_reference, stopped=v.stopped,
+                   reason=v.reason, **extra)
+
+    def interval_text(self) -> str:
+        if self.method == "exact":
+            return "exact"
+        return f"[{decision.fmt_ratio(self.low, 3, '0')}, {decision.fmt_ratio(self.high, 3, 'inf')}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "passed": self.passed}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Check":
+        if d.get("outcome") not in decision.OUTCOMES:
+            raise ValueError(f"check {d.get('name')!r}: outcome must be one of {decision.OUTCOMES}, "
+                             f"got {d.get('outcome')!r}")
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Adaptive:
+    """How a comparison may grow while a check is INCONCLUSIVE, and what an INCONCLUSIVE that stays does."""
+
+    extend: Callable[[], None] | None = None  # run one more interleaved pair onto both sides' (shared) runs
+    budget: Budget = field(default_factory=Budget)
+    clock: Clock = field(default_factory=Clock)
+    progress: Callable[[str], None] | None = None
+    on_inconclusive: Callable[[Check, str], None] | None = None  # default: a DistPerfInconclusive warning
+
+
+def warn_inconclusive(check: Check, message: str) -> None:
+    warnings.warn(DistPerfInconclusive(message), stacklevel=4)
 
 
 @dataclass
 class SideSummary:
+    """One side's runs (the list is shared and may grow) and the figures every report uses (measure/figures)."""
+
     label: str
     runs: list[RunResult]
 
     @property
-    def run_step_medians(self) -> list[float]:
-        return [summarize(r.step_times).median for r in self.runs]
+    def run_step_times(self) -> list[float]:
+        return [run_step_time(r) for r in self.runs]
 
     @property
-    def pooled_steps(self) -> list[float]:
-        return [t for r in self.runs for t in r.step_times]
+    def run_peak_memories(self) -> list[float]:
+        return [run_peak_memory(r) for r in self.runs]
 
     @property
-    def step_median(self) -> float:
-        return statistics.median(self.run_step_medians)
+    def figures(self):  # -> figures.JobFigures
+        return job_figures(self.label, self.runs)
 
     @property
-    def peak_memories(self) -> list[int]:
-        return [r.peak_memory for r in self.runs]
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.runs[0].tokens_per_step / self.step_median
+    def step_time(self) -> float:
+        return self.figures.step_time
 
     def step_line(self) -> str:
-        s = summarize(self.pooled_steps)
-        return (f"{self.label}: median {fmt_seconds(self.step_median)} (p10 {fmt_seconds(s.p10)}, "
-                f"p90 {fmt_seconds(s.p90)}, IQR {fmt_seconds(s.iqr)}) over {len(self.runs)} run(s) x "
-                f"{len(self.runs[0].step_times)} steps")
+        f = self.figures
+        cv = f" (run-to-run {f.run_cv:.1%})" if f.run_cv is not None else ""
+        return (f"{self.label}: step time {fmt_seconds(f.step_time)}{cv}, steps p10 {fmt_seconds(f.step_p10)} - "
+                f"p90 {fmt_seconds(f.step_p90)}, over {f.runs} run(s) x {f.steps} steps")
 
     def memory_line(self) -> str:
-        mems = self.peak_memories
-        kind = "CUDA peak allocated" if self.runs[0].spec.device == "cuda" else "host RSS growth during training"
-        return (f"{self.label}: {kind} median {fmt_bytes(statistics.median(mems))} "
-                f"(min {fmt_bytes(min(mems))}, max {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
+        mems = self.run_peak_memories
+        return (f"{self.label}: {memory_kind(self.runs[0].spec.device)} {fmt_bytes(self.figures.peak_memory)} "
+                f"(runs {fmt_bytes(min(mems))} - {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
 
 
 class Comparison:
-    def __init__(self, a: SideSummary, b: SideSummary, on_check: Callable[[Check], None] | None = None):
+    def __init__(self, a: SideSummary, b: SideSummary, on_check: Callable[[Check], None] | None = None,
+                 adaptive: Adaptive | None = None):
         if len(a.runs) != len(b.runs) or not a.runs:
             raise ValueError("a comparison needs the same, non-zero number of runs on both sides")
         self.a, self.b = a, b
         self.checks: list[Check] = []
         self._on_check = on_check
+        self.adaptive = adaptive or Adaptive()
+
+    @property
+    def design(self) -> Design:
+        return Design(max_pairs=max(2, self.adaptive.budget.max_pairs))
 
     def _add(self, check: Check) -> None:
         self.checks.append(check)
         if self._on_check:
             self._on_check(check)
 
-    @property
-    def step_time_ratio(self) -> RatioEstimate:
-        return paired_ratio(self.a.run_step_medians, self.b.run_step_medians)
+    def _decide(self, values: Callable[[SideSummary], list[float]], limit: float, what: str) -> decision.Verdict:
+        """The core's verdict on A/B over the interleaved pairs, adding pairs while INCONCLUSIVE."""
+
+        def look() -> decision.Verdict:
+            return decision.decide(decision.paired(values(self.a), values(self.b), self.design), limit)
+
+        def add_pair() -> None:
+            assert self.adaptive.extend is not None
+            self.adaptive.extend()
+
+        if self.adaptive.extend is None:  # a comparison over fixed runs: one look
+            v = look()
+            return decision.Verdict(v.outcome, v.limit, v.direction, v.estimate, v.reason,
+                                    "decided" if v.outcome != INCONCLUSIVE else "fixed runs")
+        sink = self.adaptive.progress
+        return decision.until_decided(look, add_pair, self.adaptive.budget, self.adaptive.clock,
+                                      (lambda text: sink(f"{what}: {text}")) if sink else None)
 
     @property
-    def memory_ratio(self) -> RatioEstimate:
-        return paired_ratio([max(m, 1) for m in self.a.peak_memories], [max(m, 1) for m in self.b.peak_memories])
+    def step_time_ratio(self) -> decision.Estimate:
+        return decision.paired(self.a.run_step_times, self.b.run_step_times, self.design)
+
+    @property
+    def memory_ratio(self) -> decision.Estimate:
+        return decision.paired(self.a.run_peak_memories, self.b.run_peak_memories, self.design)
 
     @property
     def loss_difference(self) -> float:
-        return max_relative_difference(self.a.runs[0].losses, self.b.runs[0].losses)
+        """The largest relative difference between any run of A and any run of B, at any step."""
+        return max(max_relative_difference(x.losses, y.losses) for x, y in itertools.product(self.a.runs, self.b.runs))
 
     def _config_notes(self) -> str:
         a, b = self.a.runs[0], self.b.runs[0]
@@ -107,47 +190,61 @@ class Comparison:
             line += " -- the sides keep different optimizer precision: a config mismatch, not only a speed gap"
         return line
 
-    def _ratio_check(self, name: str, k: float, est: RatioEstimate, a_value: float, b_value: float,
-                     unit: str, lines: tuple[str, str], what: str) -> Check:
+    def _ratio_check(self, name: str, k: float, values: Callable[[SideSummary], list[float]],
+                     value: Callable[[SideSummary], float], unit: str, line: Callable[[SideSummary], str],
+                     what: str) -> Check:
         __tracebackhide__ = True  # pytest shows the message, not this frame
-        check = Check(name=name, a=self.a.label, b=self.b.label, a_value=a_value, b_value=b_value,
-                      ratio=est.ratio, low=est.low, high=est.high, threshold=k, passed=est.ratio <= k, unit=unit)
+        v = self._decide(values, k, what)
+        check = Check.from_verdict(name, self.a.label, self.b.label, value(self.a), value(self.b), unit, v)
         self._add(check)
-        if not check.passed:
+        noise = (f"  pair-to-pair variation {check.pair_cv:.1%}" if check.pair_cv is not None else "  ") + (
+            f", run-to-run {check.run_cv_a:.1%} (A) / {check.run_cv_b:.1%} (B)"
+            if check.run_cv_a is not None and check.run_cv_b is not None else "")
+        interval = (f"  ratio A/B {check.ratio:.3f}, {check.level:.0%} interval {check.interval_text()} over "
+                    f"{check.pairs} interleaved pair(s) ({v.stopped}); limit {k:.2f}")
+        if v.outcome == FAIL:
             raise DistPerfCheckFailed("\n".join([
-                f"{what} of {self.a.label} is {est.ratio:.3f}x {self.b.label}'s, above the {k:.2f}x limit",
-                f"  A {lines[0]}",
-                f"  B {lines[1]}",
-                f"  ratio A/B {est.ratio:.3f}, 95% interval {est.interval_text()} over {est.pairs} interleaved "
-                f"pair(s); threshold {k:.2f}",
-                f"  {self._config_notes()}",
+                f"{what} of {self.a.label} is {check.ratio:.3f}x {self.b.label}'s, above the {k:.2f}x limit "
+                f"(the whole interval is)",
+                f"  A {line(self.a)}", f"  B {line(self.b)}", interval, noise.rstrip(), f"  {self._config_notes()}",
                 *(breakdown.message_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
             ]), check)
+        if v.outcome == INCONCLUSIVE:
+            message = "\n".join([
+                f"{what} of {self.a.label} vs {self.b.label}: inconclusive, {check.ratio:.3f}x with the "
+                f"{check.level:.0%} interval {check.interval_text()} holding the {k:.2f}x limit after "
+                f"{check.pairs} interleaved pair(s) ({v.stopped})",
+                f"  A {line(self.a)}", f"  B {line(self.b)}", noise.rstrip()])
+            (self.adaptive.on_inconclusive or warn_inconclusive)(check, message)
         return check
 
     def assert_step_time_within(self, k: float) -> Check:
-        """Fail unless A's median step time is at most k x B's."""
+        """Fail unless A's step time is at most k x B's: decided on the interval of the pair ratios."""
         __tracebackhide__ = True
-        return self._ratio_check("step_time", k, self.step_time_ratio, self.a.step_median, self.b.step_median,
-                                 "s", (self.a.step_line(), self.b.step_line()), "median step time")
+        return self._ratio_check("step_time", k, lambda s: s.run_step_times, lambda s: s.step_time, "s",
+                                 SideSummary.step_line, "step time")
 
     def assert_memory_within(self, k: float) -> Check:
         """Fail unless A's peak memory is at most k x B's (CUDA peak allocated; host RSS growth on CPU)."""
         __tracebackhide__ = True
-        return self._ratio_check("peak_memory", k, self.memory_ratio, statistics.median(self.a.peak_memories),
-                                 statistics.median(self.b.peak_memories), "bytes",
-                                 (self.a.memory_line(), self.b.memory_line()), "peak memory")
+        return self._ratio_check("peak_memory", k, lambda s: s.run_peak_memories, lambda s: s.figures.peak_memory,
+                                 "bytes", SideSummary.memory_line, "peak memory")
 
     def assert_losses_match(self, rtol: float) -> Check:
-        """Same seed, same batches: the loss curves of A and B agree within rtol at every step."""
+        """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at
+        every step (exact: no interval)."""
         __tracebackhide__ = True
-        diff = self.loss_difference
-        la, lb = self.a.runs[0].losses, self.b.runs[0].losses
-        check = Check(name="loss_match", a=self.a.label, b=self.b.label, a_value=la[-1], b_value=lb[-1],
-                      ratio=diff, low=None, high=None, threshold=rtol, passed=diff <= rtol, unit="rel")
+        pairs = list(itertools.product(range(len(self.a.runs)), range(len(self.b.runs))))
+        diffs = [max_relative_difference(self.a.runs[i].losses, self.b.runs[j].losses) for i, j in pairs]
+        worst = max(range(len(pairs)), key=lambda n: diffs[n])
+        i, j = pairs[worst]
+        la, lb = self.a.runs[i].losses, self.b.runs[j].losses
+        v = decision.decide(decision.exact(diffs[worst]), rtol)
+        check = Check.from_verdict("loss_match", self.a.label, self.b.label, la[-1], lb[-1], "rel", v)
         self._add(check)
-        if not check.passed:
+        if v.outcome == FAIL:
             raise DistPerfCheckFailed(
-                f"losses of {self.a.label} and {self.b.label} differ by {diff:.2e} (relative), above {rtol:.1e}\n"
+                f"losses of {self.a.label} and {self.b.label} differ by {diffs[worst]:.2e} (relative), above "
+                f"{rtol:.1e} (worst of {len(pairs)} run pair(s): A run {i + 1}, B run {j + 1})\n"
                 f"  A: {[round(x, 5) for x in la]}\n  B: {[round(x, 5) for x in lb]}", check)
         return check

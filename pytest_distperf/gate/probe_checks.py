@@ -1,4 +1,4 @@
-"""Assertions over probe results, producing the same Check records as compare.py.
+"""Assertions over probe results, producing the same Check records as gate/checks.py.
 
     checks = distperf.probe_checks(zero3_run, fsdp2_run)
     checks.assert_collectives_within("all_gather", 1.5)      # A's all-gathers per step <= 1.5 x B's
@@ -7,7 +7,9 @@
 Every number is the worst rank's (most collectives, least overlap, most kernels ...), over
 every run given. A check whose probe has nothing to measure on this device (copies, kernels,
 overlap on CPU) skips the test with the reason. A failing check's message ends with the
-paths of the probe phase's Chrome traces, to open in Perfetto.
+paths of the probe phase's Chrome traces, to open in Perfetto. Counts and sizes per step are exact
+(the probes' per-step medians), so each is decided by the decision core as an exact estimate:
+PASS or FAIL, never INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -15,26 +17,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_distperf.gate.checks import Check, DistPerfCheckFailed
+from pytest_distperf.errors import DistPerfCheckFailed
+from pytest_distperf.gate.checks import Check
+from pytest_distperf.measure import decision
+from pytest_distperf.measure.decision import FAIL
 from pytest_distperf.probes.results import ProbeResult
 from pytest_distperf.results import RunResult
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 PERFETTO = "https://ui.perfetto.dev"
-# direction -> (symbol, verdict)
-DIRECTIONS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
-    "at_most": ("<=", lambda v, t: v <= t),
-    "at_least": (">=", lambda v, t: v >= t),
-    "above": (">", lambda v, t: v > t),
-}
 
 
 @dataclass
 class ProbeCheck(Check):
-    """A Check whose verdict is `ratio <direction> threshold`; absolute checks put the measured
-    value in `ratio` and the limit in `b_value` (b = "limit")."""
+    """A Check whose verdict is `ratio <direction> threshold` (decision.DIRECTIONS); absolute checks put the
+    measured value in `ratio` and the limit in `b_value` (b = "limit")."""
 
     direction: str = "at_most"
+
+
+def decided(name: str, a: str, b: str, a_value: float, b_value: float, value: float, limit: float, unit: str,
+            direction: str = "at_most") -> ProbeCheck:
+    """An exact value (a count, a ratio of counts, a fraction) against its limit, through the decision core."""
+    v = decision.decide(decision.exact(value), limit, direction)
+    return ProbeCheck.from_verdict(name, a, b, a_value, b_value, unit, v, direction=direction)
 
 
 def _skip(reason: str) -> None:
@@ -85,7 +91,7 @@ class ProbeAssertions:
         self.checks.append(check)
         if self._on_check:
             self._on_check(check)
-        if not check.passed:
+        if check.outcome == FAIL:
             traces = self.a.traces() + (self.b.traces() if self.b else [])
             if traces:
                 lines += [f"  Chrome trace of the probe phase (open in {PERFETTO}):"] + [f"    {t}" for t in traces]
@@ -95,9 +101,7 @@ class ProbeAssertions:
         return check
 
     def _absolute(self, name: str, value: float, limit: float, unit: str, direction: str) -> ProbeCheck:
-        ok = DIRECTIONS[direction][1](value, limit)
-        return ProbeCheck(name=name, a=self.a.label, b="limit", a_value=value, b_value=limit, ratio=value, low=None,
-                          high=None, threshold=limit, passed=ok, unit=unit, direction=direction)
+        return decided(name, self.a.label, "limit", value, limit, value, limit, unit, direction)
 
     def _other(self) -> ProbeSide:
         if self.b is None:
@@ -127,8 +131,7 @@ class ProbeAssertions:
         b = self._other()
         va, vb = self.collectives_per_step(self.a, kind), self.collectives_per_step(b, kind)
         ratio = va / vb if vb else (1.0 if va == 0 else float("inf"))
-        check = ProbeCheck(name=f"{kind}_per_step", a=self.a.label, b=b.label, a_value=va, b_value=vb, ratio=ratio,
-                           low=None, high=None, threshold=k, passed=ratio <= k, unit="count")
+        check = decided(f"{kind}_per_step", self.a.label, b.label, va, vb, ratio, k, "count")
         return self._finish(check, [
             f"{kind} calls per step of {self.a.label} are {ratio:.3f}x {b.label}'s, above the {k:.2f}x limit",
             f"  A {self._comm_line(self.a, kind)}", f"  B {self._comm_line(b, kind)}"])
@@ -226,9 +229,7 @@ class ProbeAssertions:
         placements = self._copies()
         worst = max(p.copy(kind).bytes_per_step for p in placements)
         ratio = worst / expected_bytes if expected_bytes > 0 else float("inf")
-        check = ProbeCheck(name=f"{kind}_bytes_per_step", a=self.a.label, b="expected", a_value=worst,
-                           b_value=expected_bytes, ratio=ratio, low=None, high=None, threshold=k, passed=ratio <= k,
-                           unit="bytes")
+        check = decided(f"{kind}_bytes_per_step", self.a.label, "expected", worst, expected_bytes, ratio, k, "bytes")
         return self._finish(check, [
             f"{self.a.label}: {kind} copies move {fmt_bytes(worst)} per step, {ratio:.3f}x the expected "
             f"{fmt_bytes(expected_bytes)}, above the {k:.2f}x limit",

@@ -1,20 +1,24 @@
 """The regression verdict against a stored baseline, per metric, and the per-test gate that applies it.
 
-Decision rules (per metric; "worse" follows the metric's direction):
-- time: a regression only when candidate/baseline - 1 exceeds T = max(5 %, k x the baseline's
-  run-to-run variation) AND the difference is significant over run-level repeats (a pooled
-  t-interval on the log of the per-run medians; never over the steps of one run, which drift
-  together). Between T/2 and T, or above T without significance: a warning.
-- memory: fails when it grows by more than max(2 %, 64 MiB).
-- counts: exact.
-- an improvement beyond the threshold reads "improved -- refresh the baseline" and fails only with
-  --distperf-fail-on-improvement.
+Every time and memory verdict comes from the decision core (measure/decision.py): the candidate's runs
+against the stored runs, unpaired (the stored runs are fixed; only the candidate grows), with the core's
+98 % repeated interval of current/baseline. Per metric ("worse" follows the metric's direction):
+- time: FAIL when the whole interval lies beyond 1 + T, T the smallest slowdown worth failing for
+  (`time_threshold`, default 5 %, per test through the marker): T is a floor the interval must clear,
+  not a multiple of the noise. PASS when the interval lies within 1 + T; INCONCLUSIVE while it holds it.
+- memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline).
+- counts (collectives, optimizer state bytes): exact.
+- an improvement (the whole interval beyond 1 / (1 + T) on the better side) reads "improved -- refresh the
+  baseline" and fails only with --distperf-fail-on-improvement.
 - no baseline (file, job or metric): "new" -- a failure only with --distperf-require-baseline; a job
   whose configuration hash changed: "not comparable", never "regression".
-A breach is confirmed by one automatic re-run of the job before the test fails.
+While a time or memory verdict is INCONCLUSIVE the gate runs the job again (adaptive repeats, up to the
+test's budget); what stays INCONCLUSIVE warns (DistPerfInconclusive), or fails with --distperf-strict.
 
-The decision functions are pure; BaselineGate (one per test) holds the baseline file, calls them when a
-job's runs finish, re-runs on a breach and lands the outcome (or the saved file) at the end.
+The decision functions are pure; BaselineGate (one per test) holds the baseline file, extends a job's
+runs while undecided, decides on all the runs when the test ends and lands the outcome (or the saved
+file, for which it records each job up to the budget's runs: the stored runs bound what later verdicts
+can resolve).
 """
 
 from __future__ import annotations
@@ -22,30 +26,35 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import statistics
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from pytest_distperf.errors import BaselineEnvironmentWarning, BaselineUnmatchedWarning
+from pytest_distperf.errors import BaselineEnvironmentWarning, BaselineUnmatchedWarning, DistPerfInconclusive
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import (KNOWN_METRICS, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
 from pytest_distperf.config import SettingsError
+from pytest_distperf.measure import decision
+from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock, Design
+from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.stats import t95
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
+
+# Marker keys of earlier versions and what replaced them.
+REMOVED_MARKER_KEYS = {"time_k": "the gate no longer scales its threshold with the noise: it decides on a 98 % "
+                                 "interval, and time_threshold is the floor that interval must clear"}
 
 
 @dataclass(frozen=True)
 class Policy:
-    time_threshold: float = 0.05  # the 5 % floor of T
-    time_k: float = 3.0  # T = max(time_threshold, time_k x baseline run-to-run variation)
+    time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
     memory_threshold: float = 0.02
     memory_floor: int = 64 << 20  # bytes
     fail_on_improvement: bool = False
     require_baseline: bool = False
+    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     metrics: tuple[str, ...] | None = None  # gated metrics; None: all
 
     def gates(self, metric: str) -> bool:
@@ -61,11 +70,12 @@ def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Polic
             raise SettingsError(f"{where}: distperf({key}={value!r}): expected a number in [{low:g}, {high:g}]")
         return float(value)
 
+    for key, why in REMOVED_MARKER_KEYS.items():
+        if key in marker_kwargs:
+            raise SettingsError(f"{where}: distperf({key}=...) was removed: {why}")
     changes: dict[str, Any] = {}
     if "time_threshold" in marker_kwargs:
         changes["time_threshold"] = number("time_threshold", 0.0, 10.0)
-    if "time_k" in marker_kwargs:
-        changes["time_k"] = number("time_k", 0.0, 100.0)
     if "memory_threshold" in marker_kwargs:
         changes["memory_threshold"] = number("memory_threshold", 0.0, 10.0)
     if "memory_floor" in marker_kwargs:
@@ -83,118 +93,117 @@ def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Polic
     return replace(base, **changes)
 
 
+STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
+
+
 @dataclass
 class Verdict:
+    """One metric of one job against its baseline: a record for messages, reports and JUnit (to/from JSON)."""
+
     test: str
     job: str
     metric: str
     metric_kind: str  # time | memory | count
     unit: str
-    direction: str
-    status: str  # pass | warn | fail | improved | new | not comparable
-    baseline: float | None = None  # central value (median of the baseline's runs)
+    direction: str  # lower | higher is better
+    status: str  # STATUSES
+    baseline: float | None = None  # the job's figure over the stored runs (measure/figures: geometric mean)
     current: float | None = None
-    baseline_spread: float | None = None  # standard deviation of the run values
-    current_spread: float | None = None
+    baseline_cv: float | None = None  # run-to-run: sd of the log run values
+    current_cv: float | None = None
     baseline_runs: int = 0
     current_runs: int = 0
-    delta: float | None = None  # candidate/baseline - 1 (time: ratio of geometric means of run medians)
-    low: float | None = None  # 95 % interval of delta (time)
+    delta: float | None = None  # current/baseline - 1 (the ratio of the geometric means)
+    low: float | None = None  # the interval of delta (None: unbounded or exact)
     high: float | None = None
-    threshold: float | None = None  # relative threshold applied
+    level: float | None = None  # of the interval
+    threshold: float | None = None  # the relative limit the interval must clear
     threshold_text: str = ""
-    significant: bool | None = None
-    rerun: bool = False  # a confirmation re-run was made
-    confirmed: bool = False  # ... and it breached again
+    stopped: str = ""  # why the candidate got no more runs
     note: str = ""
 
     def to_record(self, policy: Policy, enforced: bool = True) -> dict[str, Any]:
         """A plain record for reports; `fails`: whether this verdict fails the test (never while saving)."""
         return {"kind": "baseline", **asdict(self), "fails": enforced and is_failing(self, policy)}
 
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> "Verdict":
+        if d.get("status") not in STATUSES:
+            raise ValueError(f"baseline verdict: status must be one of {STATUSES}, got {d.get('status')!r}")
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
 
 # -- the pure decision ------------------------------------------------------------------------------------------
 def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | None, current: MetricSeries,
-                  policy: Policy) -> Verdict:
+                  policy: Policy, design: Design = Design()) -> Verdict:
     v = Verdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
-                direction=current.direction, status="new", current=current.center, current_spread=current.spread,
+                direction=current.direction, status="new", current=current.center, current_cv=current.variation,
                 current_runs=len(current.runs))
     if baseline is None:
         v.note = "no baseline value for this metric"
         return v
-    v.baseline, v.baseline_spread, v.baseline_runs = baseline.center, baseline.spread, len(baseline.runs)
+    v.baseline, v.baseline_cv, v.baseline_runs = baseline.center, baseline.variation, len(baseline.runs)
     if baseline.center:
         v.delta = current.center / baseline.center - 1
-    sign = 1.0 if current.direction == "lower" else -1.0
-    if current.kind == "time":
-        _decide_time(v, baseline, current, policy, sign)
-    elif current.kind == "memory":
-        _decide_memory(v, baseline, current, policy, sign)
+    if current.kind == "count":
+        _decide_count(v, baseline, current)
+    elif any(x <= 0 for x in (*baseline.runs, *current.runs)) and current.kind == "time":
+        v.status, v.note = "inconclusive", "non-positive times cannot be compared"
     else:
-        _decide_count(v, baseline, current, sign)
+        if current.kind == "time":
+            t = policy.time_threshold
+            v.threshold_text = f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
+        else:
+            floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
+            t = max(policy.memory_threshold, floor)
+            v.threshold_text = (f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = "
+                                f"+{fmt_bytes(t * baseline.center)}")
+        _decide_interval(v, baseline, current, t, design)
     return v
 
 
-def _decide_time(v: Verdict, b: MetricSeries, c: MetricSeries, policy: Policy, sign: float) -> None:
-    if any(x <= 0 for x in (*b.runs, *c.runs)):
-        v.status, v.note = "warn", "non-positive times cannot be compared"
-        return
-    lb, lc = [math.log(x) for x in b.runs], [math.log(x) for x in c.runs]
-    diff = statistics.fmean(lc) - statistics.fmean(lb)
-    v.delta = math.exp(diff) - 1
-    variation = b.variation or 0.0
-    t = max(policy.time_threshold, policy.time_k * variation)
-    v.threshold = t
-    v.threshold_text = (f"max({policy.time_threshold:.0%}, {policy.time_k:g} x {variation:.1%} run-to-run) = {t:.1%}"
-                        if b.variation is not None else f"{t:.1%} (baseline has one run: no run-to-run variation)")
-    df = len(lb) + len(lc) - 2
-    half = None
-    if df >= 1:
-        ss = sum((x - statistics.fmean(lb)) ** 2 for x in lb) + sum((x - statistics.fmean(lc)) ** 2 for x in lc)
-        half = t95(df) * math.sqrt(ss / df) * math.sqrt(1 / len(lb) + 1 / len(lc))
-        v.low, v.high = math.exp(diff - half) - 1, math.exp(diff + half) - 1
-    worse = sign * diff  # > 0: worse, in log units
-    r = math.exp(worse) - 1  # relative change in the "worse" direction
-    sig_worse = half is not None and worse - half > 0
-    sig_better = half is not None and worse + half < 0
-    v.significant = (sig_worse or sig_better) if half is not None else None
-    runs = f"{len(lb)} baseline vs {len(lc)} current run(s)"
-    if r > t and sig_worse:
-        v.status, v.note = "fail", f"slower by more than T and significant over {runs}"
-    elif r < -t and sig_better:
-        v.status, v.note = "improved", f"faster by more than T ({runs}): refresh the baseline"
-    elif r > t:
-        v.status = "warn"
-        v.note = (f"above T but not significant over {runs}" if half is not None
-                  else "above T, but one run per side cannot show significance: use repeats")
-    elif r > t / 2:
-        v.status, v.note = "warn", "between T/2 and T"
+def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
+    """The estimate as 'worse by this factor': current/baseline when lower is better, its inverse otherwise."""
+    if direction == "lower":
+        return est
+    return replace(est, ratio=1.0 / est.ratio, lo=None if est.hi is None else 1.0 / est.hi,
+                   hi=None if not est.lo else 1.0 / est.lo)
+
+
+def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design) -> None:
+    """Time and memory: the core's unpaired interval of current/baseline against 1 + t (and 1/(1 + t))."""
+    est = decision.unpaired([max(x, 1.0e-300) for x in c.runs], [max(x, 1.0e-300) for x in b.runs], design)
+    v.delta, v.level, v.threshold = est.ratio - 1, est.level, t
+    v.low = None if est.lo is None else est.lo - 1
+    v.high = None if est.hi is None else est.hi - 1
+    worse = _worse(est, c.direction)
+    runs = f"{len(c.runs)} current against {len(b.runs)} stored run(s)"
+    verdict = decision.decide(worse, 1.0 + t)
+    if verdict.outcome == FAIL:
+        v.status, v.note = "fail", f"worse by more than the limit over the whole interval ({runs})"
+    elif verdict.outcome == INCONCLUSIVE:
+        v.status = "inconclusive"
+        v.note = (f"the interval holds the limit ({runs})" if not worse.unbounded
+                  else f"too few runs for an interval ({runs}): a side with one run has no variation")
+    elif decision.decide(worse, 1.0 / (1.0 + t), "at_least").outcome == FAIL:
+        v.status, v.note = "improved", f"better by more than the limit over the whole interval ({runs}): refresh the baseline"
     else:
         v.status = "pass"
 
 
-def _decide_memory(v: Verdict, b: MetricSeries, c: MetricSeries, policy: Policy, sign: float) -> None:
-    limit = max(policy.memory_threshold * abs(b.center), float(policy.memory_floor))
-    worse = sign * (c.center - b.center)
-    v.threshold = limit / b.center if b.center else None
-    v.threshold_text = f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = {fmt_bytes(limit)}"
-    if worse > limit:
-        v.status, v.note = "fail", f"grew by {fmt_bytes(worse)}, more than {fmt_bytes(limit)}"
-    elif worse < -limit:
-        v.status, v.note = "improved", f"shrank by {fmt_bytes(-worse)}: refresh the baseline"
-    elif worse > limit / 2:
-        v.status, v.note = "warn", "grew by more than half the limit"
-    else:
-        v.status = "pass"
-
-
-def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries, sign: float) -> None:
+def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries) -> None:
+    """Exact: the worst of the current runs against the stored value."""
     v.threshold, v.threshold_text = 0.0, "exact"
-    worse = sign * (c.center - b.center)
+    sign = 1.0 if c.direction == "lower" else -1.0
+    worst = max(c.runs, key=lambda x: sign * x)
+    worse = sign * (worst - b.center)
+    v.current = worst
+    v.delta = worst / b.center - 1 if b.center else None
     if worse > 0:
         v.status, v.note = "fail", "differs from the baseline (counts must match exactly)"
     elif worse < 0:
-        v.status, v.note = "improved", "lower than the baseline: refresh the baseline"
+        v.status, v.note = "improved", "better than the baseline: refresh the baseline"
     else:
         v.status = "pass"
     if len(set(c.runs)) > 1:
@@ -202,51 +211,62 @@ def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries, sign: float) -> 
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
-               policy: Policy, missing_reason: str) -> list[Verdict]:
+               policy: Policy, missing_reason: str, design: Design = Design()) -> list[Verdict]:
     out = []
     for name, series in current.items():
         if not policy.gates(name):
             continue
         if entry is None:
-            v = decide_metric(test, label, name, None, series, policy)
+            v = decide_metric(test, label, name, None, series, policy, design)
             v.note = missing_reason
         elif entry.config_hash != config_hash:
-            v = decide_metric(test, label, name, None, series, policy)
+            v = decide_metric(test, label, name, None, series, policy, design)
             v.status = "not comparable"
             v.note = f"the job's configuration changed (hash {entry.config_hash} -> {config_hash})"
         else:
-            v = decide_metric(test, label, name, entry.metrics.get(name), series, policy)
+            v = decide_metric(test, label, name, entry.metrics.get(name), series, policy, design)
         out.append(v)
     return out
 
 
-def is_breach(v: Verdict, policy: Policy) -> bool:
-    """A verdict that would fail the test and is confirmed by a re-run first."""
-    return v.status == "fail" or (v.status == "improved" and policy.fail_on_improvement)
+def is_pending(v: Verdict) -> bool:
+    """A verdict more runs of the candidate could decide."""
+    return v.status == "inconclusive" and v.metric_kind in ("time", "memory")
 
 
 def is_failing(v: Verdict, policy: Policy) -> bool:
-    return is_breach(v, policy) or (v.status in ("new", "not comparable") and policy.require_baseline)
+    return (v.status == "fail" or (v.status == "improved" and policy.fail_on_improvement)
+            or (v.status in ("new", "not comparable") and policy.require_baseline)
+            or (v.status == "inconclusive" and policy.strict))
 
 
-def confirm(first: list[Verdict], second: list[Verdict], policy: Policy) -> list[Verdict]:
-    """Combine a job's verdicts with those of its confirmation re-run: a breach stands only if the re-run
-    breaches the same way; otherwise it is downgraded to a warning."""
-    again = {v.metric: v for v in second}
-    out = []
-    for v in first:
-        w = again.get(v.metric)
-        if not is_breach(v, policy) or w is None:
-            out.append(v)
-            continue
-        first_delta = _pct(v.delta)
-        if is_breach(w, policy) and w.status == v.status:
-            out.append(replace(w, rerun=True, confirmed=True,
-                               note=f"{w.note}; confirmed by a re-run (first run set: {first_delta})"))
-        else:
-            out.append(replace(w, status="warn", rerun=True, confirmed=False,
-                               note=f"{v.status} at {first_delta} not confirmed by a re-run ({_pct(w.delta)})"))
-    return out
+def until_decided(verdicts: Callable[[], list[Verdict]], runs: Callable[[], int],
+                  extend: Callable[[], None] | None, budget: Budget, clock: Clock, save_mode: bool = False,
+                  progress: Callable[[str], None] | None = None, label: str = "") -> str:
+    """The gate's stopping rule for one job: while a time or memory verdict is INCONCLUSIVE (with --distperf-save:
+    until the budget's runs are recorded), `extend` adds a run (or a pair) and the job is decided again, up to
+    the budget. Returns why it stopped."""
+    while True:
+        current = verdicts()
+        n = runs()
+        wanted = (n < budget.max_pairs) if save_mode else any(is_pending(v) for v in current)
+        if not wanted:
+            return "decided" if not save_mode else f"{n} runs recorded"
+        if extend is None:
+            return "fixed runs"
+        why = decision.stop_reason(n, budget, clock)
+        if why:
+            return why
+        if progress:
+            if save_mode:
+                progress(f"baseline: recording {label}, run {n + 1} of {budget.max_pairs}")
+            else:
+                v = next(v for v in current if is_pending(v))
+                progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({_pct(v.delta)} "
+                         f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running run {n + 1}")
+        started = clock.now()
+        extend()
+        clock.pair_seconds.append(clock.now() - started)
 
 
 # -- session settings and the per-test gate ---------------------------------------------------------------------
@@ -259,7 +279,8 @@ class GateSettings:
 
 
 def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
-                  require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any]) -> GateSettings:
+                  require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
+                  strict: bool = False) -> GateSettings:
     """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
     command). SettingsError naming the option when the baselines folder is unusable."""
     if baselines_cli not in (None, ""):
@@ -278,30 +299,19 @@ def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | 
         if value not in (None, ""):
             args += [flag, str(value)]
     return GateSettings(baselines_dir=path, save=save,
-                        policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline),
+                        policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
+                                      strict=strict),
                         accept_args=tuple(args))
 
 
 class GateSession:
-    """Per-process state shared by the tests' gates: the store, fingerprints, confirmation re-runs."""
+    """Per-process state shared by the tests' gates: the store and the fingerprints."""
 
     def __init__(self, settings: GateSettings, rootdir: str):
         self.settings, self.rootdir = settings, rootdir
         self.store = Store(settings.baselines_dir)
         self._machines: dict[tuple[str, int, int, str], fingerprint.MachineClass] = {}
         self._environments: dict[str, dict[str, Any]] = {}
-        # A job is re-run to confirm a breach once per session, whichever tests share its runs:
-        # config hash -> [(the runs that breached, their confirmation runs)].
-        self._confirmations: dict[str, list[tuple[list[RunResult], list[RunResult]]]] = {}
-
-    def confirmation(self, config_hash: str, runs: list[RunResult],
-                     rerun: Callable[[], list[RunResult]]) -> list[RunResult]:
-        for original, again in self._confirmations.get(config_hash, []):
-            if len(original) == len(runs) and all(a is b for a, b in zip(original, runs)):
-                return again
-        again = rerun()
-        self._confirmations.setdefault(config_hash, []).append((runs, again))
-        return again
 
     def machine(self, device: str, world_size: int, nodes: int = 1, inter_node: str = "none"
                 ) -> fingerprint.MachineClass:
@@ -322,17 +332,43 @@ class GateSession:
 
 @dataclass
 class Landing:
-    """What the test's report gets: failure or not, the message, JUnit properties, details for reports."""
+    """What the test's report gets: failure or not, the message, JUnit properties, details for reports and
+    the final verdict records (decided on all the runs the test's jobs had when it ended)."""
 
     failed: bool
     message: str | None
     properties: list[tuple[str, str]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Measured:
+    """One job of the test as the baseline keys it, and every run list it was measured in (lists may grow:
+    runs shared with other tests, extended while a verdict is undecided)."""
+
+    key: str  # the label, plus the injection knobs when the job carries any (never shares a series)
+    label: str  # the label an injected job falls back to in the baseline
+    config_hash: str
+    config: dict[str, Any]
+    sources: list[list[RunResult]] = field(default_factory=list)
+
+    @property
+    def runs(self) -> list[RunResult]:
+        seen: set[int] = set()
+        out = []
+        for source in self.sources:
+            for r in source:
+                if id(r) not in seen:
+                    seen.add(id(r))
+                    out.append(r)
+        return out
 
 
 class BaselineGate:
-    """One test's baseline: read at fixture setup (a bad file fails the test before any job starts),
-    checked whenever a job's runs finish, saved at the end with --distperf-save when the test passed."""
+    """One test's baseline: read at fixture setup (a bad file fails the test before any job starts), told
+    about each job's runs as they finish (and extending them while a verdict is undecided, up to `budget`),
+    decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
                  nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
@@ -352,31 +388,40 @@ class BaselineGate:
             warnings.warn(BaselineEnvironmentWarning(
                 f"{os.path.relpath(self.path, session.rootdir)}: recorded with other versions than this run: "
                 f"{', '.join(self.env_changes)}"), stacklevel=2)
-        self.measured: dict[str, tuple[str, dict[str, Any], list[RunResult]]] = {}
+        self.measured: dict[str, Measured] = {}
         self.verdicts: list[Verdict] = []
+        self.stopped: dict[str, str] = {}  # job key -> why it got no more runs
+        self.budget = Budget()  # adaptive repeats: the test's (the fixture sets it)
 
     @property
     def save_mode(self) -> bool:
         return self.session.settings.save
 
-    def _label(self, label: str, config_hash: str) -> str:
-        """The same label twice in a test with another configuration gets '#2', '#3' ... (stable by order)."""
-        n, key = 1, label
-        while key in self.measured and self.measured[key][0] != config_hash:
-            n += 1
-            key = f"{label} #{n}"
-        return key
+    @property
+    def design(self) -> Design:
+        return Design(max_pairs=max(2, self.budget.max_pairs))
 
-    def check(self, job: JobSpec, runs: list[RunResult], rerun: Callable[[], list[RunResult]]) -> list[dict[str, Any]]:
-        """Verdicts of one job's runs against the baseline (records for reports); on a breach the job is
-        re-run once (`rerun`) and the breach must hold again."""
-        label, config_hash, config = job_identity(job)
-        label = self._label(label, config_hash)
-        if label in self.measured:  # the same job again in this test: its runs add up
-            seen = {id(r) for r in self.measured[label][2]}
-            runs = self.measured[label][2] + [r for r in runs if id(r) not in seen]
-        self.measured[label] = (config_hash, config, runs)
-        entry = self.baseline.jobs.get(label) if self.baseline else None
+    def _key(self, job: JobSpec) -> Measured:
+        """The job's entry: the same label with another configuration gets '#2', '#3' ... (stable by order); a
+        job with injected work is keyed apart from the clean one (' +extra_work=0.4')."""
+        label, config_hash, config, injection = job_identity(job)
+        n, base = 1, label
+        while base in self.measured and self.measured[base].config_hash != config_hash:
+            n += 1
+            base = f"{label} #{n}"
+        key = base + injection
+        if key not in self.measured:
+            self.measured[key] = Measured(key=key, label=base, config_hash=config_hash, config=config)
+        return self.measured[key]
+
+    def _entry(self, m: Measured) -> JobEntry | None:
+        """The job's stored entry; a job with injected work falls back to its clean job's (a slowdown reads as a
+        regression of the same job, as a code change would)."""
+        if self.baseline is None:
+            return None
+        return self.baseline.jobs.get(m.key) or self.baseline.jobs.get(m.label)
+
+    def _decide(self, m: Measured) -> list[Verdict]:
         reason = (f"no baseline for this test on machine class {self.machine.name}" if self.baseline is None
                   else "this job is not in the baseline")
         if self.unmatched:
@@ -384,37 +429,54 @@ class BaselineGate:
             if not self.unmatched_said:  # once per test; every verdict keeps the note
                 self.unmatched_said = True
                 warnings.warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"), stacklevel=2)
-        verdicts = decide_job(self.nodeid, label, entry, config_hash, metrics_from_runs(runs), self.policy, reason)
-        if not self.save_mode and any(is_breach(v, self.policy) for v in verdicts):
-            again = decide_job(self.nodeid, label, entry, config_hash,
-                               metrics_from_runs(self.session.confirmation(config_hash, runs, rerun)), self.policy,
-                               reason)
-            verdicts = confirm(verdicts, again, self.policy)
-        self.verdicts = [v for v in self.verdicts if v.job != label] + verdicts
-        return [v.to_record(self.policy, enforced=not self.save_mode) for v in verdicts]
+        out = decide_job(self.nodeid, m.key, self._entry(m), m.config_hash, metrics_from_runs(m.runs), self.policy,
+                         reason, self.design)
+        for v in out:
+            v.stopped = self.stopped.get(m.key, "")
+        return out
+
+    def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
+              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[Verdict]:
+        """A job's runs finished (`runs` may be a shared list that grows). While a time or memory verdict is
+        INCONCLUSIVE, `extend` adds a run (or an interleaved pair) to it, up to the budget; with
+        --distperf-save it adds runs up to the budget's count instead (the stored runs bound later verdicts).
+        Returns the verdicts as they stand; the test's are decided again on all runs in finish()."""
+        m = self._key(job)
+        if not any(source is runs for source in m.sources):
+            m.sources.append(runs)
+        self.stopped[m.key] = until_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
+                                            clock or Clock(), self.save_mode, progress, m.key)
+        return self._decide(m)
 
     def finish(self, test_passed: bool) -> Landing:
-        """Save (with --distperf-save, when the test passed) or decide whether the verdicts fail the test."""
+        """Decide every job on all its runs; save (with --distperf-save, when the test passed) or decide
+        whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
+        self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
         detail = self._detail()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", _property_text(v)) for v in self.verdicts]
+        records = [v.to_record(self.policy, enforced=not self.save_mode) for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.measured:
                 detail["saved"] = None
-                return Landing(False, None, props, detail)
+                return Landing(False, None, props, detail, records)
             try:
                 detail["saved"] = self._save()
             except BaselineError as e:
-                return Landing(True, f"distperf --distperf-save: {e}", props, detail)
+                return Landing(True, f"distperf --distperf-save: {e}", props, detail, records)
             props.append(("distperf.baseline.saved", detail["saved"]))
-            return Landing(False, None, props, detail)
+            return Landing(False, None, props, detail, records)
+        for v in self.verdicts:
+            if v.status == "inconclusive" and not self.policy.strict:
+                warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}"),
+                              stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
-        return Landing(bool(failing), self._message(failing) if failing else None, props, detail)
+        return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
 
     def _save(self) -> str:
         jobs = {}
-        for label, (config_hash, config, runs) in self.measured.items():
-            jobs[label] = JobEntry(label=label, config_hash=config_hash, config=config,
-                                   metrics=metrics_from_runs(runs))
+        for m in self.measured.values():
+            jobs[m.key] = JobEntry(label=m.key, config_hash=m.config_hash, config=m.config,
+                                   metrics=metrics_from_runs(m.runs))
         doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),
                            environment=self.environment, saved_at=now_iso(), jobs=jobs)
         return self.session.store.save(doc)
@@ -425,8 +487,9 @@ class BaselineGate:
             "baseline_file": self.path, "baseline_saved_at": self.baseline.saved_at if self.baseline else None,
             "baseline_environment": self.baseline.environment if self.baseline else None,
             "environment_changes": self.env_changes,
-            "jobs": [{"label": label, "config_hash": h, "config": config, "runs": [run_to_dict(r) for r in runs]}
-                     for label, (h, config, runs) in self.measured.items()],
+            "jobs": [{"label": m.key, "config_hash": m.config_hash, "config": m.config,
+                      "figures": job_figures(m.key, m.runs).to_json(), "runs": [run_to_dict(r) for r in m.runs]}
+                     for m in self.measured.values() if m.runs],
         }
 
     def _message(self, failing: list[Verdict]) -> str:
@@ -463,7 +526,7 @@ def _pct(x: float | None) -> str:
 
 
 fmt_pct = _pct
-STATUS_MARK = {"pass": "✓", "warn": "~", "fail": "✗", "improved": "✓ improved", "new": "new",
+STATUS_MARK = {"pass": "✓", "inconclusive": "~ inconclusive", "fail": "✗", "improved": "✓ improved", "new": "new",
                "not comparable": "≠ config"}
 
 
@@ -476,30 +539,39 @@ def status_mark(record: dict[str, Any]) -> str:
 
 
 def fmt_interval(record: dict[str, Any]) -> str:
-    if record.get("low") is None:
+    """'[+7.9%, +11.7%]' of a verdict record's delta; unbounded ends read -100% / +inf; '-' when exact or none."""
+    low, high = record.get("low"), record.get("high")
+    if record.get("metric_kind") == "count" or (low is None and high is None and record.get("level") is None):
         return "-"
-    return f"[{record['low']:+.1%}, {record['high']:+.1%}]"
+    lo = "-100%" if low is None else f"{low:+.1%}"
+    hi = "+inf" if high is None else f"{high:+.1%}"
+    return f"[{lo}, {hi}]"
 
 
-def _with_spread(value: float | None, spread: float | None, runs: int, unit: str) -> str:
+def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str) -> str:
     text = fmt_value(value, unit)
-    if spread is not None:
-        text += f" ± {fmt_value(spread, unit)}"
-    return f"{text} (median of {runs} run{'s' if runs != 1 else ''})"
+    if kind == "count":
+        return f"{text} ({'worst of ' if runs > 1 else ''}{runs} run{'s' if runs != 1 else ''})"
+    spread = f", run-to-run {cv:.1%}" if cv is not None else ""
+    return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
 
 
 def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
     """The lines of a failure message for one verdict."""
     head = f"{v.job}: {v.metric} {v.status.upper()}"
+    current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind)
     if v.status in ("new", "not comparable"):
         why = " (--distperf-require-baseline)" if policy.require_baseline else ""
-        return [f"{head}: {v.note}{why}; current {_with_spread(v.current, v.current_spread, v.current_runs, v.unit)}"]
-    interval = f", 95% interval {_pct(v.low)} .. {_pct(v.high)}" if v.low is not None else ""
-    lines = [f"{head}: {_pct(v.delta)} vs baseline{interval}; threshold {v.threshold_text}",
-             f"  baseline {_with_spread(v.baseline, v.baseline_spread, v.baseline_runs, v.unit)}",
-             f"  current  {_with_spread(v.current, v.current_spread, v.current_runs, v.unit)}"]
+        return [f"{head}: {v.note}{why}; current {current}"]
+    record = asdict(v)
+    interval = f", {v.level:.0%} interval {fmt_interval(record)}" if v.level is not None else ""
+    lines = [f"{head}: {_pct(v.delta)} vs baseline{interval}; limit {v.threshold_text}",
+             f"  baseline {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
+             f"  current  {current}"]
     if v.note:
-        lines.append(f"  {v.note}")
+        lines.append(f"  {v.note}" + (f"; {v.stopped}" if v.stopped and v.stopped != "decided" else ""))
+    if v.status == "inconclusive" and policy.strict:
+        lines.append("  (an inconclusive verdict fails because of --distperf-strict)")
     if v.status == "improved":
         lines.append("  (an improvement fails only because --distperf-fail-on-improvement was given)")
     return lines

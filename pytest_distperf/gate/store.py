@@ -1,10 +1,12 @@
 """The baseline store: one JSON file per test under `<baselines>/<machine-class>/`.
 
-A file holds, for each job the test measured (keyed by the job's label), the hash of the job's
-configuration and, per metric, its unit, direction and kind, one summary value per run (the
-run-level repeats the regression decision works on) and the raw step samples of each run.
+A file holds, for each job the test measured (keyed by the job's label, plus its injection knobs
+when it carries any: ' +extra_work=0.4'), the hash of the job's configuration and, per metric, its
+unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
+measure/figures.py defines each) and the raw step samples of each run. Collective counts and bytes
+per step are per rank (the rank with the most).
 
-    {"schema_version": 2, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
+    {"schema_version": 3, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
      "machine": {...}, "environment": {...}, "saved_at": "...",
      "jobs": {"deepspeed[stage=3] tiny x2 cpu": {"config_hash": "...", "config": {...},
               "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
@@ -35,12 +37,13 @@ from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.jsonio import LOCK_NAME
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
+from pytest_distperf.measure.figures import geometric_mean, run_peak_memory, run_step_time
 from pytest_distperf.measure.stats import relative_spread
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-# name -> (unit, direction, kind). kind picks the decision rule: time (threshold + significance over
-# run-level repeats), memory (relative and absolute floor), count (exact).
+# name -> (unit, direction, kind). kind picks the decision rule (gate/regression.py): time and memory on the
+# decision core's interval against a floor, count exact.
 KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
     "step_time": ("s", "lower", "time"),
     "peak_memory": ("bytes", "lower", "memory"),
@@ -75,12 +78,13 @@ class MetricSeries:
     unit: str
     direction: str  # "lower" or "higher" is better
     kind: str  # "time" | "memory" | "count"
-    runs: list[float]  # one value per run: median step time, peak bytes, a count
+    runs: list[float]  # one value per run (measure/figures.py): step time, peak bytes, a count
     samples: list[list[float]] | None = None  # raw per-step values of each run (time metrics)
 
     @property
     def center(self) -> float:
-        return statistics.median(self.runs)
+        """The job's figure: the geometric mean of the runs (measure/figures.py); a count's median."""
+        return statistics.median(self.runs) if self.kind == "count" else geometric_mean(self.runs)
 
     @property
     def variation(self) -> float | None:
@@ -95,7 +99,7 @@ class MetricSeries:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"unit": self.unit, "direction": self.direction, "kind": self.kind,
                              "runs": list(self.runs), "samples": self.samples,
-                             "summary": {"n": len(self.runs), "median": self.center, "min": min(self.runs),
+                             "summary": {"n": len(self.runs), "center": self.center, "min": min(self.runs),
                                          "max": max(self.runs), "variation": self.variation}}
         return d
 
@@ -132,24 +136,28 @@ def now_iso() -> str:
 
 
 # -- from runs --------------------------------------------------------------------------------------------------
-def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any]]:
-    """(label, config hash, config) of a job as the baseline keys it (injection knobs left out)."""
+def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any], str]:
+    """(label, config hash, config, injection) of a job as the baseline keys it: the hash and config leave the
+    injection knobs out; `injection` names them (' +extra_work=0.4', '' for none), so an injected job and
+    the clean one never share a series."""
     config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
-    return job.describe(), job.config_hash(INJECTION_FIELDS), config
+    knobs = sorted((k, v) for k, v in job.shape_overrides.items() if k in INJECTION_FIELDS and v)
+    return (job.describe(), job.config_hash(INJECTION_FIELDS), config,
+            "".join(f" +{k}={v:g}" if isinstance(v, (int, float)) else f" +{k}={v}" for k, v in knobs))
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
-    """The gated metrics of a job's runs: step time, peak memory, optimizer state bytes and, when the job ran
-    the comms probe, collective calls and bytes per step by kind (summed over ranks; compared exactly)."""
+    """The gated metrics of a job's runs (one value per run, as measure/figures.py defines it): step time, peak
+    memory, optimizer state bytes (summed over ranks) and, when the job ran the comms probe, collective calls
+    and bytes per step by kind (per rank, the rank with the most; compared exactly)."""
 
     def series(name: str, values: list[float], samples: list[list[float]] | None = None) -> MetricSeries:
         unit, direction, kind = metric_traits(name)
         return MetricSeries(unit=unit, direction=direction, kind=kind, runs=values, samples=samples)
 
     out = {
-        "step_time": series("step_time", [statistics.median(r.step_times) for r in runs],
-                            [list(r.step_times) for r in runs]),
-        "peak_memory": series("peak_memory", [float(r.peak_memory) for r in runs]),
+        "step_time": series("step_time", [run_step_time(r) for r in runs], [list(r.step_times) for r in runs]),
+        "peak_memory": series("peak_memory", [run_peak_memory(r) for r in runs]),
         "optimizer_state_bytes": series("optimizer_state_bytes",
                                         [float(sum(k.optimizer_state_bytes for k in r.ranks)) for r in runs]),
     }
@@ -170,7 +178,8 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 
 
 def _comms_counts(run: RunResult) -> dict[str, int]:
-    """comms.<kind>.calls_per_step / .bytes_per_step summed over ranks (the probes' per-step medians).
+    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most (the probes' per-step
+    medians), as the probe checks and the probe table read them.
 
     Bytes of a kind are left out where any rank had calls of unknown size (CollectiveStats.unsized):
     an exact baseline must not hold the bytes of part of the calls."""
@@ -179,10 +188,10 @@ def _comms_counts(run: RunResult) -> dict[str, int]:
     out: dict[str, int] = {}
     for comms in records:
         for kind, s in comms.by_kind.items():
-            out[f"comms.{kind}.calls_per_step"] = out.get(f"comms.{kind}.calls_per_step", 0) + int(s.per_step)
+            out[f"comms.{kind}.calls_per_step"] = max(out.get(f"comms.{kind}.calls_per_step", 0), int(s.per_step))
             if kind not in unsized:
-                out[f"comms.{kind}.bytes_per_step"] = (out.get(f"comms.{kind}.bytes_per_step", 0)
-                                                       + int(s.bytes_per_step))
+                out[f"comms.{kind}.bytes_per_step"] = max(out.get(f"comms.{kind}.bytes_per_step", 0),
+                                                          int(s.bytes_per_step))
     return out
 
 
@@ -305,7 +314,19 @@ def _migrate_v1(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
             "jobs": jobs}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any], _Check], dict[str, Any]]] = {1: _migrate_v1}
+def _migrate_v2(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
+    """Schema 2 held comms.* counts summed over ranks; schema 3 holds them per rank (the rank with the most). A
+    sum cannot be split back into the busiest rank's share, so those metrics are left out (they read "new"
+    until the file is saved again); everything else is unchanged."""
+    jobs = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        job = check.obj(job, f"jobs[{label!r}]")
+        metrics = check.obj(job.get("metrics"), f"jobs[{label!r}].metrics")
+        jobs[label] = {**job, "metrics": {k: m for k, m in metrics.items() if not k.startswith("comms.")}}
+    return {**doc, "schema_version": 3, "jobs": jobs}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any], _Check], dict[str, Any]]] = {1: _migrate_v1, 2: _migrate_v2}
 
 
 def parse(doc: Any, path: str) -> BaselineFile:

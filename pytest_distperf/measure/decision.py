@@ -62,9 +62,12 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+from pytest_distperf.measure.stats import relative_spread
+
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
-DIRECTIONS = ("at_most", "at_least")
+OUTCOME_MARK = {PASS: "✓ pass", FAIL: "✗ FAIL", INCONCLUSIVE: "~ inconclusive"}  # how every report shows them
+DIRECTIONS = ("at_most", "at_least", "above")  # the good side of the limit: <=, >=, >
 METHODS = ("paired", "unpaired", "exact")
 DEFAULT_CONFIDENCE = 0.98  # simultaneous, two-sided: a wrong FAIL (or a wrong PASS) at most 1 %
 DEFAULT_MAX_PAIRS = 12
@@ -267,6 +270,12 @@ def nominal_level(method: str, n: int, n_max: int, alpha: float, n_reference: in
 
 
 # -- records --------------------------------------------------------------------------------------------------
+def fmt_ratio(x: float | None, digits: int = 3, unbounded: str = "inf") -> str:
+    """A ratio or an interval end: fixed digits, or two significant ones when huge (an early look's interval)."""
+    if x is None:
+        return unbounded
+    return f"{x:.{digits}f}" if x < 1000 else f"{x:.2g}"
+
 def _opt(x: Any) -> float | None:
     return None if x is None else float(x)
 
@@ -299,9 +308,7 @@ class Estimate:
     def interval_text(self, digits: int = 3) -> str:
         if self.method == "exact":
             return "exact"
-        lo = "0" if self.lo is None else f"{self.lo:.{digits}f}"
-        hi = "inf" if self.hi is None else f"{self.hi:.{digits}f}"
-        return f"[{lo}, {hi}]"
+        return f"[{fmt_ratio(self.lo, digits, '0')}, {fmt_ratio(self.hi, digits, 'inf')}]"
 
     def text(self, digits: int = 3) -> str:
         """'1.060 [0.970, 1.160]'."""
@@ -336,15 +343,10 @@ class Verdict:
 
     outcome: str  # pass | fail | inconclusive
     limit: float
-    direction: str  # at_most: ratio <= limit is good; at_least: ratio >= limit is good
+    direction: str  # the good side of the limit: at_most (<=), at_least (>=), above (>)
     estimate: Estimate
     reason: str
     stopped: str = ""  # why no more pairs were run ("decided", "max 12 pairs", "wall-clock budget 300 s")
-
-    @property
-    def symbol(self) -> str:
-        return {PASS: "<=", FAIL: ">"}.get(self.outcome, "~") if self.direction == "at_most" else \
-            {PASS: ">=", FAIL: "<"}.get(self.outcome, "~")
 
     def summary(self) -> str:
         """'inconclusive: 1.060 [0.970, 1.160] vs 1.10 after 3 interleaved pairs'."""
@@ -397,13 +399,6 @@ def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
     return mean, (math.fsum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0)
 
 
-def log_spread(values: Sequence[float]) -> float | None:
-    """sd of log(values) (about the relative spread; symmetric for slow and fast outliers); None below 2."""
-    if len(values) < 2 or any(v <= 0 for v in values):
-        return None
-    return math.sqrt(_mean_var([math.log(v) for v in values])[1])
-
-
 def _interval(mean: float, se: float, df: float, nominal: float) -> tuple[float | None, float | None]:
     if se == 0.0:
         return math.exp(mean), math.exp(mean)
@@ -421,7 +416,7 @@ def paired(a: Sequence[float], b: Sequence[float], design: Design = Design()) ->
     n = len(d)
     mean, var = _mean_var(d)
     common = dict(ratio=math.exp(mean), level=design.confidence, method="paired", n_pairs=n, n_reference=n,
-                  run_cv=log_spread(a), run_cv_reference=log_spread(b), max_pairs=max(design.max_pairs, n))
+                  run_cv=relative_spread(a), run_cv_reference=relative_spread(b), max_pairs=max(design.max_pairs, n))
     if n < 2:
         return Estimate(lo=None, hi=None, **common)
     sd = math.sqrt(var)
@@ -439,7 +434,7 @@ def unpaired(candidate: Sequence[float], reference: Sequence[float], design: Des
     (my, vy), (mx, vx) = _mean_var(y), _mean_var(x)
     mean = my - mx
     common = dict(ratio=math.exp(mean), level=design.confidence, method="unpaired", n_pairs=n, n_reference=m,
-                  run_cv=log_spread(candidate), run_cv_reference=log_spread(reference),
+                  run_cv=relative_spread(candidate), run_cv_reference=relative_spread(reference),
                   max_pairs=max(design.max_pairs, n))
     if n < 2 or m < 2:
         # A side with one run has no variance of its own. Only a metric that has shown none on the other
@@ -466,16 +461,12 @@ def decide(estimate: Estimate, limit: float, direction: str = "at_most") -> Verd
     lo = 0.0 if estimate.lo is None else estimate.lo
     hi = math.inf if estimate.hi is None else estimate.hi
     where = f"{estimate.text()} vs {limit:.3g} after {estimate.sample_text()}"
-    if direction == "at_most":
-        if hi <= limit:
-            return Verdict(PASS, limit, direction, estimate, f"{where}: the interval lies within the limit")
-        if lo > limit:
-            return Verdict(FAIL, limit, direction, estimate, f"{where}: the interval lies beyond the limit")
-    else:
-        if lo >= limit:
-            return Verdict(PASS, limit, direction, estimate, f"{where}: the interval lies within the limit")
-        if hi < limit:
-            return Verdict(FAIL, limit, direction, estimate, f"{where}: the interval lies beyond the limit")
+    good, bad = {"at_most": (hi <= limit, lo > limit), "at_least": (lo >= limit, hi < limit),
+                 "above": (lo > limit, hi <= limit)}[direction]
+    if good:
+        return Verdict(PASS, limit, direction, estimate, f"{where}: the interval lies within the limit")
+    if bad:
+        return Verdict(FAIL, limit, direction, estimate, f"{where}: the interval lies beyond the limit")
     why = "too few observations for an interval" if estimate.unbounded else "the interval holds the limit"
     return Verdict(INCONCLUSIVE, limit, direction, estimate, f"{where}: {why}")
 
@@ -508,10 +499,10 @@ class Clock:
 
 
 def progress_text(v: Verdict, next_pair: int) -> str:
-    """'inconclusive after 3 pairs (1.060 [0.970, 1.160] vs 1.10), running pair 4'."""
+    """'inconclusive after 3 pairs (1.06 [0.97, 1.16] vs 1.10), running pair 4'."""
     e = v.estimate
     unit = "pairs" if e.method == "paired" else "runs"
-    return (f"inconclusive after {e.n_pairs} {unit} ({e.text()} vs {v.limit:.2f}), "
+    return (f"inconclusive after {e.n_pairs} {unit} ({e.text(2)} vs {v.limit:.2f}), "
             f"running {'pair' if e.method == 'paired' else 'run'} {next_pair}")
 
 

@@ -16,7 +16,10 @@ from typing import Any, Iterable
 
 from pytest_distperf.jsonio import write_json_atomic
 from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
+from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
 REPORT_VERSION = 1
 BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
@@ -53,6 +56,8 @@ def json_report(entries: Iterable[ReportEntry], environment: dict[str, Any], inv
         "environment": environment,
         "invocation": invocation,
         "summary": {"tests": len(entries), "outcomes": outcomes, "verdicts": verdict_counts},
+        # what each job figure is: unit and scope (per rank, slowest rank, summed), as measure/figures.py defines it
+        "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
         "tests": [{
             "nodeid": e.nodeid, "outcome": e.outcome, "duration": e.duration, "message": e.message,
             **(e.detail or {}),
@@ -74,9 +79,17 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
     lines = ["## distperf", "",
              f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
              + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+    jobs = [(e, r) for e in entries for r in e.of_kind("run")]
+    if jobs:
+        lines += ["| test | job | runs | step time | run-to-run | peak memory |", "|---|---|---|---|---|---|"]
+        for e, r in jobs:
+            cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
+            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), r["label"], str(r["runs"]),
+                                                fmt_seconds(r["step_time"]), cv, fmt_bytes(r["peak_memory"])])) + " |")
+        lines += ["", f"step time: {SCOPES['step_time'][1]}; peak memory: {SCOPES['peak_memory'][1]}", ""]
     verdicts = [(e, v) for e in entries for v in e.of_kind("baseline")]
     if verdicts:
-        lines += ["| test | job | metric | baseline | current | Δ | 95% interval | status |",
+        lines += ["| test | job | metric | baseline | current | Δ | 98% interval | status |",
                   "|---|---|---|---|---|---|---|---|"]
         for e, v in verdicts:
             lines.append("| " + " | ".join(_md([
@@ -85,11 +98,14 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
         lines.append("")
     checks = [(e, c) for e in entries for c in e.of_kind("check")]
     if checks:
-        lines += ["| test | check | ratio A/B | limit | verdict |", "|---|---|---|---|---|"]
+        lines += ["| test | check | ratio A/B [98% interval] | pairs | limit | verdict |", "|---|---|---|---|---|---|"]
         for e, c in checks:
             ratio = f"{c['ratio']:.3f}" if c["unit"] != "rel" else f"{c['ratio']:.1e}"
-            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, f"{c['threshold']:g}",
-                                                "✓" if c["passed"] else "✗"])) + " |")
+            if c.get("method") == "paired":
+                ratio += f" [{fmt_ratio(c.get('low'), 3, '0')}, {fmt_ratio(c.get('high'), 3, 'inf')}]"
+            pairs = str(c.get("pairs")) if c.get("method") == "paired" else "-"
+            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, pairs, f"{c['threshold']:g}",
+                                                OUTCOME_MARK[c["outcome"]]])) + " |")
         lines.append("")
     for e in failed:
         lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}</summary>", "", "```text",
@@ -135,7 +151,10 @@ def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) 
                 "params": {"job": job["label"]}, "param": job["label"],
                 "extra_info": {
                     "machine_class": detail.get("machine_class"), "config_hash": job["config_hash"],
-                    "runs": len(runs), "peak_memory_bytes": max(r["peak_memory"] for r in runs),
+                    "runs": len(runs),
+                    # the job's figures as every report shows them (measure/figures.py); stats below are per step
+                    "step_time": job["figures"]["step_time"], "step_time_scope": SCOPES["step_time"][1],
+                    "run_to_run": job["figures"]["run_cv"], "peak_memory_bytes": job["figures"]["peak_memory"],
                     "tokens_per_step": runs[0]["tokens_per_step"],
                     "baseline_status": v.get("status"), "baseline_delta": v.get("delta"),
                 },

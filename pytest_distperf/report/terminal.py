@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
 from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
 
-VERDICT = {True: "✓ pass", False: "✗ FAIL"}
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -24,6 +24,10 @@ def _fmt_value(value: float, unit: str) -> str:
     return f"{value:.4g}"
 
 
+# What the job table's figures are (measure/figures.py), said once under it.
+LEGEND = ("step time: slowest rank per step, median of a run's steps, geometric mean of the runs; run-to-run: sd of "
+          "log run step times; peak mem: highest rank (CUDA peak allocated, CPU host RSS growth), geometric mean of "
+          "the runs; collectives: per step, per rank (the rank with the most)")
 _KIND_ABBREV = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR", "broadcast": "BC"}
 _LIMIT_SYMBOL = {"at_most": "<= ", "at_least": ">= ", "above": "> "}  # probe checks (probe_checks.ProbeCheck)
 
@@ -77,14 +81,17 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     for nodeid, records in records_by_test:
         for r in records:
-            if r["kind"] == "run":
+            if r["kind"] == "run":  # measure/figures.JobFigures
                 runs.append([
-                    r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_median"]),
+                    r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
+                    "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}",
                     f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}", fmt_rate(r["tokens_per_s"]),
                     fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}",
                 ])
             elif r["kind"] == "check":
-                ci = f" [{r['low']:.3f}, {r['high']:.3f}]" if r.get("low") is not None else ""
+                ci = ""
+                if r.get("method") in ("paired", "unpaired"):
+                    ci = f" [{fmt_ratio(r.get('low'), 3, '0')}, {fmt_ratio(r.get('high'), 3, 'inf')}]"
                 ratio = f"{r['ratio']:.3f}{ci}" if r["unit"] != "rel" else f"{r['ratio']:.1e}"
                 limit = f"{r['threshold']:.2f}" if r["unit"] != "rel" else f"{r['threshold']:.0e}"
                 if r.get("direction"):  # a probe check: the limit is absolute or a ratio, with its direction
@@ -92,9 +99,10 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                     limit = _LIMIT_SYMBOL.get(r["direction"], "") + (
                         _fmt_value(r["threshold"], r["unit"]) if absolute else f"{r['threshold']:.2f}")
                     ratio = _fmt_value(r["ratio"], r["unit"]) if absolute else ratio
+                pairs = str(r.get("pairs", "")) if r.get("method") == "paired" else "-"
                 checks.append([
                     nodeid.split("::")[-1], r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
-                    f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, limit, VERDICT[r["passed"]],
+                    f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, pairs, limit, OUTCOME_MARK[r["outcome"]],
                 ])
             elif r["kind"] == "probe":
                 probes.append(_probe_row(r))
@@ -104,14 +112,16 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 baselines.append(_baseline_row(nodeid, r))
     lines: list[str] = []
     if runs:
-        lines += _table(["job", "runs x steps", "step median", "p10 - p90", "tok/s", "peak mem", "opt B/param"], runs)
+        lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
+                         "opt B/param"], runs)
+        lines += [f"  {LEGEND}"]
     if checks:
-        lines += [""] + _table(["test", "check", "A", "B", "A/B [95% CI]", "limit", "verdict"], checks)
+        lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "limit", "verdict"], checks)
     if probes:
-        lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step", "AG median", "overlap", "exposed/step",
+        lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step/rank", "AG median", "overlap", "exposed/step",
                                 "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
     if baselines:
-        lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "95% interval", "status"],
+        lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
                                _merge_shared(baselines))
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
