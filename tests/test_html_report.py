@@ -112,11 +112,17 @@ def test_an_xfail_and_the_outcomes_still_read_without_colour(zero3_doc: dict):
 
 def test_newer_outcome_fields_are_drawn_as_the_document_says(zero3_doc: dict):
     doc = copy.deepcopy(zero3_doc)
-    test = doc["tests"][0]
-    test["checks"][0]["outcome"] = "inconclusive"  # the decision core's three outcomes
-    test["verdicts"][0]["status"] = "inconclusive"
-    rows = verdict_rows(render_html(doc))
-    assert sum(r["outcome"] == "inconclusive" for r in rows) == 2
+    test = next(t for t in doc["tests"] if t["nodeid"].endswith("step_time_within_1_1x_fsdp2"))
+    check = next(c for c in test["checks"] if c["name"] == "step_time")
+    # the decision core's three outcomes, an interval's level and an unbounded end
+    check.update(outcome="inconclusive", level=0.98, method="paired", pairs=5, low=0.9, high=None)
+    test["verdicts"][0].update(status="inconclusive", level=0.95, low=-0.02, high=None, delta=0.04)
+    page = render_html(doc)
+    rows = [r for r in verdict_rows(page) if r["outcome"] == "inconclusive"]
+    assert len(rows) == 2
+    assert "[0.900, ∞] (98%)" in page and "[-2.0%, +∞] (95%)" in page
+    ratio = re.search(r'<svg class="chart ratio".*?</svg>', page, re.S).group(0)
+    assert "98% interval [0.9×, unbounded]" in ratio and 'class="ci-open"' in ratio
     assert report_html.outcome_of({"passed": True}) == "pass" and report_html.outcome_of({"verdict": "FAIL"}) == "fail"
 
 

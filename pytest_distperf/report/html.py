@@ -139,6 +139,40 @@ def _short(nodeid: str) -> str:
     return nodeid.split("::", 1)[-1]
 
 
+def has_interval(record: Mapping[str, Any]) -> bool:
+    """An interval was computed (an end may be None: unbounded); exact checks and counts have none."""
+    if record.get("method") == "exact" or record.get("metric_kind") == "count":
+        return False
+    return record.get("low") is not None or record.get("high") is not None or record.get("level") is not None
+
+
+def interval_text(record: Mapping[str, Any], delta: bool = False) -> str:
+    """'[0.73, 1.63] (98%)' of a check's ratio, '[+2.0%, +20.0%] (95%)' of a verdict's change; '–' without one."""
+    if not has_interval(record):
+        return "–"
+    low, high = record.get("low"), record.get("high")
+    if delta:
+        lo, hi = ("-100%" if low is None else f"{low:+.1%}"), ("+∞" if high is None else f"{high:+.1%}")
+    else:
+        lo, hi = ("0" if low is None else f"{low:.3f}"), ("∞" if high is None else f"{high:.3f}")
+    level = record.get("level")
+    return f"[{lo}, {hi}]" + (f" ({level:.0%})" if level else "")
+
+
+def level_text(record: Mapping[str, Any]) -> str:
+    level = record.get("level")
+    return f"{level:.0%} interval" if level else "interval"
+
+
+def run_to_run(verdict: Mapping[str, Any]) -> float | None:
+    """A verdict's current run-to-run variation, relative (newer records say it; older gave an sd)."""
+    if verdict.get("current_cv") is not None:
+        return float(verdict["current_cv"])
+    if verdict.get("current_spread") is not None and verdict.get("current"):
+        return float(verdict["current_spread"]) / float(verdict["current"])
+    return None
+
+
 def _axis(unit: str, lo: float, hi: float, count: int = 5) -> tuple[Callable[[float], str], str, list[float]]:
     """Tick formatter, the axis title's unit and round ticks (round in the shown unit) for values in [lo, hi]."""
     scale, name = 1.0, unit
@@ -364,8 +398,9 @@ def strip_chart(rows: Sequence[tuple[str, list[float], str, str]], unit: str, la
 def interval_chart(value: float, low: float | None, high: float | None, limit: float | None, direction: str,
                    label: str, css: str, outcome: str, width: int = WIDTH, value_name: str = "A/B",
                    fmt: Callable[[float], str] = lambda v: f"{v:.3g}", ref: float | None = None,
-                   band: tuple[float, float] | None = None) -> str:
-    """A point with its 95 % interval on one axis, the limit as a dashed line and the side beyond it hatched.
+                   band: tuple[float, float] | None = None, interval: str | None = None) -> str:
+    """A point with its interval on one axis (`interval`: its text, e.g. '98% interval'; None: no interval; an
+    end that is None is unbounded and runs off the axis), the limit as a dashed line and the side beyond it hatched.
     `direction`: 'at_most' (beyond = above the limit), 'at_least' or 'above' (beyond = below it). `ref`: a
     reference line (1.0 or 0 %). `band`: a tolerated region in light grey (baseline checks: ± threshold)."""
     lo, hi = padded([value, *(v for v in (low, high, limit, ref) if v is not None), *(band or ())], pad=0.12)
@@ -373,8 +408,8 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
     x = c.x_scale((lo, hi))
     c.x_axis(x, fmt, "", nice_ticks(lo, hi, 8))
     mid = (c.y0 + c.y1) / 2
-    text = f"{value_name} {fmt(value)}" + (f", 95% interval [{fmt(low)}, {fmt(high)}]"
-                                            if low is not None and high is not None else ", no interval") + \
+    ends = ("unbounded" if low is None else fmt(low), "unbounded" if high is None else fmt(high))
+    text = f"{value_name} {fmt(value)}" + (f", {interval} [{ends[0]}, {ends[1]}]" if interval else ", no interval") + \
         (f"; limit {_LIMIT_SIGN.get(direction, '≤')} {fmt(limit)}" if limit is not None else "")
     c.text(c.x0, 14, text, "chart-title", size=12, weight="600")
     if band is not None:
@@ -388,10 +423,16 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
         c.text(c.x0 - 8, mid + 4, "limit ┆ estimate ◆", "row-lbl", "end", MUTED, 10)
     if ref is not None:
         c.line(x(ref), c.y0, x(ref), c.y1, "#8c959f", "ref", 1, "2 2", f"no difference ({fmt(ref)})")
-    if low is not None and high is not None:
-        c.line(x(low), mid, x(high), mid, "#24292f", "ci", 2, title=f"95% interval {fmt(low)} .. {fmt(high)}")
-        for v in (low, high):
-            c.line(x(v), mid - 6, x(v), mid + 6, "#24292f", "ci-cap", 2)
+    if interval:
+        x_lo, x_hi = x(low) if low is not None else c.x0, x(high) if high is not None else c.x1
+        c.line(x_lo, mid, x_hi, mid, "#24292f", "ci", 2, title=f"{interval} {ends[0]} .. {ends[1]}")
+        for v, xe in ((low, x_lo), (high, x_hi)):
+            if v is not None:
+                c.line(xe, mid - 6, xe, mid + 6, "#24292f", "ci-cap", 2)
+            else:  # unbounded: an arrow head at the frame
+                step = 6 if xe >= c.x1 else -6
+                c.add(f'<path class="ci-open" d="M{xe - step:.1f},{mid - 5:.1f} L{xe:.1f},{mid:.1f} '
+                      f'L{xe - step:.1f},{mid + 5:.1f}" fill="none" stroke="#24292f" stroke-width="2"/>')
     colour = {"pass": "#1a7f37", "fail": "#cf222e", "xfail": "#8250df", "improved": "#0969da"}.get(outcome, "#9a6700")
     c.add(f'<path class="estimate" d="M{x(value):.1f},{mid - 7:.1f} l7,7 l-7,7 l-7,-7 z" fill="{colour}" '
           f'stroke="#24292f"><title>{esc(value_name)} {esc(fmt(value))}</title></path>')
@@ -561,7 +602,7 @@ def _check_row(test: Mapping[str, Any], c: Mapping[str, Any], xfailed: bool) -> 
     else:
         value = f"{c['ratio']:.3f}×"
         limit = f"{_LIMIT_SIGN.get(c.get('direction') or 'at_most', '≤')} {c['threshold']:g}×"
-    interval = f"[{c['low']:.3f}, {c['high']:.3f}]" if c.get("low") is not None and c.get("high") is not None else "–"
+    interval = interval_text(c)
     subject = f"{c.get('name')}: {c.get('a')}" + ("" if absolute else f" vs {c.get('b')}")
     return VerdictRow(test["nodeid"], "probe" if probe else "ratio", subject, value, interval, limit, outcome, note)
 
@@ -573,7 +614,7 @@ def _verdict_row(test: Mapping[str, Any], v: Mapping[str, Any], xfailed: bool) -
         note = (note + "; " if note else "") + "fails the test"
     if xfailed and outcome == "fail":
         outcome = "xfail"
-    interval = (f"[{_pct(v.get('low'))}, {_pct(v.get('high'))}]" if v.get("low") is not None else "–")
+    interval = interval_text(v, delta=True)
     limit = f"± {v['threshold']:.1%}" if v.get("threshold") is not None else "–"
     value = (f"{_pct(v.get('delta'))} ({fmt_unit(v.get('baseline'), v.get('unit', ''))} → "
              f"{fmt_unit(v.get('current'), v.get('unit', ''))})")
@@ -638,7 +679,7 @@ def _verdict_table(doc: Mapping[str, Any]) -> str:
         return [f' class="verdict-row" data-kind="{esc(s.row.kind)}" data-outcome="{esc(s.row.outcome)}" '
                 f'data-subject="{esc(s.row.subject)}" data-tests="{esc(chr(10).join(s.tests))}"' for s in items]
 
-    header = ["test (outcome)", "kind", "what", "value", "95% interval", "limit", "verdict", "note"]
+    header = ["test (outcome)", "kind", "what", "value", "interval (level)", "limit", "verdict", "note"]
     checks = [s for s in rows if s.row.kind != "baseline"]
     loud = [s for s in rows if s.row.kind == "baseline" and s.row.outcome not in _QUIET]
     quiet = [s for s in rows if s.row.kind == "baseline" and s.row.outcome in _QUIET]
@@ -687,7 +728,8 @@ def _comparisons(doc: Mapping[str, Any]) -> str:
                 fmt, name = (lambda v: f"{v:.3g}×"), "A/B"
             body += interval_chart(float(c["ratio"]), c.get("low"), c.get("high"), float(c["threshold"]),
                                    c.get("direction") or "at_most", f"{name} against its limit", "ratio", outcome,
-                                   value_name=name, fmt=fmt, ref=None if probe_abs else 1.0)
+                                   value_name=name, fmt=fmt, ref=None if probe_abs else 1.0,
+                                   interval=level_text(c) if has_interval(c) else None)
             parts.append(f'<div class="comparison">{head}{body}</div>')
     if not parts:
         return _empty("No ratio check in this session.")
@@ -936,7 +978,8 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
                 body += interval_chart(float(v["delta"]), v.get("low"), v.get("high"), None, "at_most",
                                        "change against the baseline", "delta", row.outcome, value_name="Δ",
                                        fmt=lambda x: f"{x:+.1%}", ref=0.0,
-                                       band=(-thr, thr) if thr is not None else None)
+                                       band=(-thr, thr) if thr is not None else None,
+                                       interval=level_text(v) if has_interval(v) else None)
             series = history.get((t["nodeid"], str(v.get("job")), str(v.get("metric"))))
             if series is not None and series.points:
                 body += '<p class="note">history of this metric on this machine class</p>' + trend_chart(series)
@@ -998,20 +1041,23 @@ def _noise(doc: Mapping[str, Any]) -> str:
     """What the document measured about the machine's noise: other work's load on the host during each run, and
     each job's run-to-run spread (the verdict records' current spread), plus any noise record the session holds."""
     rows = []
-    spreads: dict[tuple[str, str], tuple[float, float, int]] = {}  # (test, job) -> current, sd, runs
+    spreads: dict[tuple[str, str], tuple[float, int]] = {}  # (test, job) -> run-to-run variation, runs
     for t in _tests(doc):
         for v in _verdicts(t):
-            if v.get("metric") == "step_time" and v.get("current") and v.get("current_spread") is not None:
-                spreads[(t["nodeid"], str(v.get("job")))] = (float(v["current"]), float(v["current_spread"]),
-                                                            int(v.get("current_runs") or 0))
+            cv = run_to_run(v)
+            if v.get("metric") == "step_time" and cv is not None:
+                spreads[(t["nodeid"], str(v.get("job")))] = (cv, int(v.get("current_runs") or 0))
     for view in unique_jobs(doc):
         job = view.job
         loads = [r.get("host_other_load_cores") for r in job.get("runs") or []]
         spread = next((spreads[(n, str(job.get("label")))] for n in view.tests
                        if (n, str(job.get("label"))) in spreads), None)
+        figures = job.get("figures") or {}
+        if figures.get("run_cv") is not None:  # the job's own figure, where the document has it
+            spread = (float(figures["run_cv"]), len(job.get("runs") or []))
         rows.append([esc(job.get("label")),
                      esc(", ".join("–" if x is None else f"{x:.2f}" for x in loads) or "–"),
-                     esc(f"{spread[1] / spread[0]:.1%} (sd {fmt_seconds(spread[1])} over {spread[2]} runs)"
+                     esc(f"{spread[0]:.1%} over {spread[1]} runs"
                          if spread else "–")])
     out = ""
     if rows:
@@ -1106,13 +1152,13 @@ def render_html(doc: Mapping[str, Any], *, history: Iterable[TrendSeries] = (),
         _section("summary", "Summary", _summary(doc)),
         _section("verdicts", "Verdicts", _verdict_table(doc)),
         _section("comparisons", "Comparisons", _comparisons(doc),
-                 "each run's step times (slowest rank per step), interleaved as they ran; the ratio with its 95% "
+                 "each run's step times (slowest rank per step), interleaved as they ran; the ratio with its "
                  "interval against the limit (hatched: beyond it)"),
         _section("jobs", "Jobs", _jobs_section(doc),
                  "a step's time is its slowest rank's: a straggler shows as a rank shifted right"),
         _section("probes", "Probes", _probes_section(doc, read_timeline)),
         _section("baselines", "Baselines", _baselines_section(doc, by_key, reader),
-                 "grey band: the tolerated change (± threshold); diamond: the change with its 95% interval"),
+                 "grey band: the tolerated change (± threshold); diamond: the change with its interval"),
         _section("environment", "Environment, machine and noise", _environment_section(doc)),
     ])
     return _page(title, subtitle, SECTIONS, body)

@@ -5,7 +5,7 @@ decided here). What it holds, in order:
 
 - a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
 - the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
-- every failing, inconclusive (or warning) and improved metric with its change, 95 % interval and limit —
+- every failing, inconclusive (or warning) and improved metric with its change, interval and limit —
   never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
 - the runs used, the measured noise and the machine class;
 - the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
@@ -19,8 +19,8 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.report.html import (OUTCOME_STYLE, SharedRow, shared_rows, test_outcome, unique_jobs,
-                                         verdict_rows, write_text)
+from pytest_distperf.report.html import (OUTCOME_STYLE, SharedRow, run_to_run, shared_rows, test_outcome,
+                                         unique_jobs, verdict_rows, write_text)
 
 MARKER = "<!-- distperf-pr-comment -->"
 MAX_LINES = 25
@@ -91,12 +91,15 @@ def _noise_line(doc: Mapping[str, Any]) -> str:
     spreads, loads = [], []
     for t in doc.get("tests") or []:
         for v in t.get("verdicts") or []:
-            if v.get("metric") == "step_time" and v.get("current") and v.get("current_spread") is not None \
-                    and (v.get("current_runs") or 0) > 1:
-                spreads.append(float(v["current_spread"]) / float(v["current"]))
+            cv = run_to_run(v)
+            if v.get("metric") == "step_time" and cv is not None and (v.get("current_runs") or 0) > 1:
+                spreads.append(cv)
     for view in unique_jobs(doc):
         loads += [float(r["host_other_load_cores"]) for r in view.job.get("runs") or []
                   if r.get("host_other_load_cores") is not None]
+        figures = view.job.get("figures") or {}
+        if figures.get("run_cv") is not None and len(view.job.get("runs") or []) > 1:
+            spreads.append(float(figures["run_cv"]))
     parts = []
     if spreads:
         spreads = sorted(set(spreads))
@@ -136,7 +139,7 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
     tail = ["", _runs_line(doc), _noise_line(doc), _machine_line(doc), _link_line(html_url, html_path)]
     table: list[str] = []
     if listed:
-        table = ["| verdict | test | what | change | 95% interval | limit |", "|---|---|---|---|---|---|"]
+        table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|"]
         table += [_listed_row(s) for s in listed]
     else:
         table = ["No failing, inconclusive or improved metric."]
