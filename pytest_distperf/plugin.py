@@ -128,9 +128,24 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
+    if settings.enabled:
+        _load_strategies()
     session = DistPerfSession(config, settings, _gate_session(config, settings.enabled, settings.strict))
     config.stash[session_key] = session
     config.pluginmanager.register(session, "distperf-session")
+
+
+def _load_strategies() -> None:
+    """The strategies libraries register (entry-point group pytest_distperf.strategies): a broken one stops the
+    session here, naming it, before any test runs."""
+    from pytest_distperf.errors import StrategyError
+    from pytest_distperf.strategies import REGISTRY
+
+    REGISTRY.reset()
+    try:
+        REGISTRY.load_entry_points()
+    except StrategyError as e:
+        raise pytest.UsageError(f"distperf: {e}") from None
 
 
 def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) -> "regression.GateSession | None":

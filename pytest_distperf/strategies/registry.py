@@ -119,6 +119,12 @@ class Registry:
         self._extra.pop(name, None)
         self._origin.pop(name, None)
 
+    def reset(self) -> None:
+        """A new pytest session: forget what an earlier one registered, read the entry points again."""
+        self._extra.clear()
+        self._origin.clear()
+        self._entry_points_loaded = False
+
     def load_entry_points(self) -> None:
         """Load the group once; a broken entry point raises StrategyError naming it and its distribution."""
         if self._entry_points_loaded:
@@ -135,7 +141,9 @@ class Registry:
                 self._entry_points_loaded = False  # report it again next time, not silently drop it
                 raise StrategyError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from None
             try:
-                obj = _check_strategy_record(obj, where)
+                if not isinstance(obj, Strategy):
+                    raise StrategyError(f"{where} must be a pytest_distperf.strategies.registry.Strategy, "
+                                        f"got {type(obj).__name__}")
                 if obj.name != ep.name:
                     raise StrategyError(f"{where} names a Strategy called {obj.name!r}; the entry point's name "
                                         f"must be the strategy's name")
