@@ -70,6 +70,13 @@ def _strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dic
     return dict(options or {})
 
 
+def _label(job: JobSpec) -> str:
+    """A job's name in every report: its description, and its injected work when it carries any (gate/store.py)."""
+    from pytest_distperf.gate.store import injection_suffix
+
+    return job.describe() + injection_suffix(job)
+
+
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None):
@@ -230,7 +237,7 @@ class DistPerf:
         a time verdict needs measure() or compare())."""
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
         runs = [self._run(job)]
-        self._record_run(job.describe(), runs)
+        self._record_run(_label(job), runs)
         self._gate(job, runs)
         return runs[0]
 
@@ -239,7 +246,7 @@ class DistPerf:
         verdict needs to tell a regression from run-to-run drift. While its baseline verdict is INCONCLUSIVE
         the job runs again, up to the test's budget (max_repeats, test_budget); the list holds every run."""
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        label = job.describe()
+        label = _label(job)
         runs = [self._run(job) for _ in range(repeats or self.plan.repeats)]
         self._record_run(label, runs)
 
@@ -288,7 +295,7 @@ class DistPerf:
             runs_a, runs_b = [], []
             if shared:
                 self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
-        label_a, label_b = a.describe(), b.describe()
+        label_a, label_b = _label(a), _label(b)
 
         def one_more_pair() -> None:
             i = len(runs_a)
@@ -332,7 +339,7 @@ class DistPerf:
                 raise
             if shared:
                 self.cache.probe_runs[key] = cached
-            self._record_run(job.describe(), [cached])
+            self._record_run(_label(job), [cached])
         if isinstance(cached, BaseException):
             import pytest
 

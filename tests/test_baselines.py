@@ -17,7 +17,8 @@ from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       file_name_for, read_json, write_json_atomic)
 
-INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
+# Saving records each job up to the adaptive budget (--distperf-max-repeats); 3 keeps these tests quick.
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "3")
 
 
 @pytest.fixture(autouse=True)
@@ -205,7 +206,9 @@ def test_save_then_compare_round_trip_a_a_passes(pytester: pytest.Pytester):
     # The same code never fails the gate. It may read as "improved": run-to-run variation on the 2-core CI box is
     # ~10 % (benchmarks/noise_floor.py); an improvement is reported, and fails only with
     # --distperf-fail-on-improvement.
-    assert not verdicts["step_time"]["fails"] and verdicts["step_time"]["status"] in ("pass", "warn", "improved")
+    # A decision needs its interval to clear the 5 % floor; 3 runs a side on a noisy box mostly stay inconclusive.
+    assert not verdicts["step_time"]["fails"]
+    assert verdicts["step_time"]["status"] in ("pass", "inconclusive", "improved")
     assert verdicts["step_time"]["baseline_runs"] == 3
     again.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*"])
 

@@ -121,3 +121,35 @@ def test_a_jobs_figures_have_one_definition():
     b = [_run([0.05], 10 << 20), _run([0.10], 10 << 20)]
     est = Comparison(SideSummary("A", runs), SideSummary("B", b)).step_time_ratio
     assert est.ratio == pytest.approx(f.step_time / job_figures("B", b).step_time)
+
+
+def test_what_an_inconclusive_check_does_in_a_test():
+    from _pytest.outcomes import Failed, Skipped
+
+    from pytest_distperf.config import TestPlan, build_settings
+    from pytest_distperf.fixture import DistPerf
+    from pytest_distperf.session import RunCache
+
+    a = SideSummary("A", [_run([t], 10) for t in (0.13, 0.10, 0.12)])
+    b = SideSummary("B", [_run([0.10], 10) for _ in range(3)])
+
+    def fixture(strict: bool, known_gap: str | None) -> DistPerf:
+        settings = build_settings(True, {"strict": strict}, {})
+        plan = TestPlan(device="cpu", world_size=2, timeout=60.0, repeats=3, known_gap=known_gap)
+        return DistPerf(settings, plan, RunCache(), "t.py::test_x", "/tmp")
+
+    def check(dp: DistPerf):
+        from pytest_distperf.gate.checks import Adaptive
+
+        return Comparison(a, b, on_check=dp._record_check,
+                          adaptive=Adaptive(on_inconclusive=dp._inconclusive)).assert_step_time_within(1.1)
+
+    dp = fixture(strict=False, known_gap=None)
+    with pytest.warns(DistPerfInconclusive):  # a warning; the test goes on
+        assert check(dp).outcome == "inconclusive"
+    assert dp.records[-1]["outcome"] == "inconclusive"
+    with pytest.warns(DistPerfInconclusive), pytest.raises(Failed, match="--distperf-strict"):
+        check(fixture(strict=True, known_gap=None))
+    # a known gap: only a FAIL satisfies its strict xfail; undecided, the test skips
+    with pytest.warns(DistPerfInconclusive), pytest.raises(Skipped, match="neither confirmed nor refuted"):
+        check(fixture(strict=False, known_gap="upstream#1: 1.3x"))

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
-from pytest_distperf.measure.figures import job_figures, memory_kind, run_peak_memory, run_step_time
+from pytest_distperf.measure.figures import JobFigures, job_figures, memory_kind, run_peak_memory, run_step_time
 from pytest_distperf.measure.stats import max_relative_difference
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank import breakdown
@@ -113,7 +113,7 @@ class SideSummary:
         return [run_peak_memory(r) for r in self.runs]
 
     @property
-    def figures(self):  # -> figures.JobFigures
+    def figures(self) -> JobFigures:
         return job_figures(self.label, self.runs)
 
     @property

@@ -141,9 +141,13 @@ def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any], str]:
     injection knobs out; `injection` names them (' +extra_work=0.4', '' for none), so an injected job and
     the clean one never share a series."""
     config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
+    return job.describe(), job.config_hash(INJECTION_FIELDS), config, injection_suffix(job)
+
+
+def injection_suffix(job: JobSpec) -> str:
+    """' +extra_work=0.4' for a job with injected work ('' for none): part of its name in every report."""
     knobs = sorted((k, v) for k, v in job.shape_overrides.items() if k in INJECTION_FIELDS and v)
-    return (job.describe(), job.config_hash(INJECTION_FIELDS), config,
-            "".join(f" +{k}={v:g}" if isinstance(v, (int, float)) else f" +{k}={v}" for k, v in knobs))
+    return "".join(f" +{k}={v:g}" if isinstance(v, (int, float)) else f" +{k}={v}" for k, v in knobs)
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
