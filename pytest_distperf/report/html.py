@@ -761,6 +761,29 @@ def _comparison_runs(test: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     return key + bar_chart(bars, "bytes", "peak memory of each run", "bars runs-memory")
 
 
+def _figures_line(job: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
+    """The job's figures as the document states them (measure/figures.py defines each), where it has them."""
+    f = job.get("figures") or {}
+    if not f:
+        return ""
+    scopes = doc.get("figures") or {}
+    parts = []
+    if f.get("step_time") is not None:
+        scope = (scopes.get("step_time") or {}).get("scope")
+        parts.append(f"step time <b>{esc(fmt_seconds(f['step_time']))}</b>" + (f" ({esc(scope)})" if scope else ""))
+    if f.get("run_cv") is not None:
+        parts.append(f"run-to-run {f['run_cv']:.1%}")
+    if f.get("step_p10") is not None and f.get("step_p90") is not None:
+        parts.append(f"p10–p90 {esc(fmt_seconds(f['step_p10']))} – {esc(fmt_seconds(f['step_p90']))}")
+    if f.get("peak_memory") is not None:
+        parts.append(f"peak memory <b>{esc(fmt_bytes(f['peak_memory']))}</b> ({esc(f.get('memory_kind') or '')})")
+    if f.get("tokens_per_s"):
+        parts.append(f"{f['tokens_per_s']:,.0f} tokens/s")
+    if f.get("optimizer_bytes_per_param") is not None:
+        parts.append(f"optimizer state {f['optimizer_bytes_per_param']:.1f} B/param")
+    return '<p class="figures">' + " · ".join(parts) + "</p>"
+
+
 def _memory_kind(job: Mapping[str, Any]) -> tuple[str, str]:
     device = (job.get("config") or {}).get("device") or ("cuda" if "cuda" in str(job.get("label")) else "cpu")
     if device == "cuda":
@@ -779,13 +802,16 @@ def _jobs_section(doc: Mapping[str, Any]) -> str:
         if not runs:
             continue
         ranks = sorted({r.get("rank") for run in runs for r in run.get("ranks") or []}, key=lambda v: (v is None, v))
+        hosts = {r.get("rank"): r.get("host") for run in runs for r in run.get("ranks") or [] if r.get("host")}
+        several_hosts = len(set(hosts.values())) > 1  # on several nodes a rank's row says where it ran
         rows: list[tuple[str, list[float], str, str]] = [
             ("step (slowest rank)", [t for run in runs for t in _run_steps(run)], "#24292f", "circle")]
         medians = []
         for k, rank in enumerate(ranks):
             times = [float(t) for run in runs for r in run.get("ranks") or [] if r.get("rank") == rank
                      for t in r.get("step_times") or []]
-            rows.append((f"rank {rank}", times, RANK_COLOURS[k % len(RANK_COLOURS)], "circle"))
+            name = f"rank {rank}" + (f" ({hosts.get(rank)})" if several_hosts and hosts.get(rank) else "")
+            rows.append((name, times, RANK_COLOURS[k % len(RANK_COLOURS)], "circle"))
             medians.append(statistics.median(times) if times else 0.0)
         notes: dict[int, tuple[str, bool]] = {}
         fastest = min(medians, default=0.0)
@@ -797,7 +823,7 @@ def _jobs_section(doc: Mapping[str, Any]) -> str:
                 notes[k + 1] = (text, slowest and behind >= STRAGGLER_MARK)
         tests = ", ".join(f"<code>{esc(_short(n))}</code>" for n in view.tests)
         body = (f'<p class="note">{len(runs)} run(s) × {len(_run_steps(runs[0]))} timed steps · tests: {tests}</p>'
-                + strip_chart(rows, "s", f"step time per rank of {job.get('label')}", "strip ranks", notes=notes))
+                + _figures_line(job, doc) + strip_chart(rows, "s", f"step time per rank of {job.get('label')}", "strip ranks", notes=notes))
         key, what = _memory_kind(job)
         bars = []
         for k, rank in enumerate(ranks):
@@ -1086,7 +1112,7 @@ table{border-collapse:collapse;margin:6px 0;font-size:12.5px}
 th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace}
-.note{color:#57606a;font-size:12px;margin:4px 0}.warn{color:#9a6700}.empty{color:#57606a;font-style:italic}
+.note{color:#57606a;font-size:12px;margin:4px 0}.figures{font-size:13px;margin:4px 0}.warn{color:#9a6700}.empty{color:#57606a;font-style:italic}
 dl.summary{display:grid;grid-template-columns:max-content auto;gap:4px 14px;margin:8px 0}
 dl.summary dt{font-weight:600}dl.summary dd{margin:0}
 .badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;white-space:nowrap;line-height:18px}
