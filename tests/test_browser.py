@@ -170,7 +170,8 @@ def test_html_report_of_a_real_session_in_chromium(pytester: pytest.Pytester, tm
                         and r["data-subject"].startswith(check["name"] + ":")]
             assert [r["data-outcome"] for r in matching] == [expected], (name, check)
         for verdict in test["verdicts"]:
-            matching = [r for r in rows if r["data-kind"] == "baseline" and test["nodeid"] in r["data-tests"].split("\n")
+            matching = [r for r in rows if r["data-kind"] == "baseline"
+                        and test["nodeid"] in r["data-tests"].split("\n")
                         and r["data-subject"] == f"{verdict['metric']} of {verdict['job']}"]
             assert [r["data-outcome"] for r in matching] == [verdict["status"]], (name, verdict)
     assert tests["test_ddp_step_time_within_a_thousandth_of_fsdp2"]["xfail_reason"]

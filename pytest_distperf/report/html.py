@@ -823,7 +823,8 @@ def _jobs_section(doc: Mapping[str, Any]) -> str:
                 notes[k + 1] = (text, slowest and behind >= STRAGGLER_MARK)
         tests = ", ".join(f"<code>{esc(_short(n))}</code>" for n in view.tests)
         body = (f'<p class="note">{len(runs)} run(s) × {len(_run_steps(runs[0]))} timed steps · tests: {tests}</p>'
-                + _figures_line(job, doc) + strip_chart(rows, "s", f"step time per rank of {job.get('label')}", "strip ranks", notes=notes))
+                + _figures_line(job, doc)
+                + strip_chart(rows, "s", f"step time per rank of {job.get('label')}", "strip ranks", notes=notes))
         key, what = _memory_kind(job)
         bars = []
         for k, rank in enumerate(ranks):
@@ -1112,7 +1113,8 @@ table{border-collapse:collapse;margin:6px 0;font-size:12.5px}
 th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace}
-.note{color:#57606a;font-size:12px;margin:4px 0}.figures{font-size:13px;margin:4px 0}.warn{color:#9a6700}.empty{color:#57606a;font-style:italic}
+.note{color:#57606a;font-size:12px;margin:4px 0}.figures{font-size:13px;margin:4px 0}.warn{color:#9a6700}
+.empty{color:#57606a;font-style:italic}
 dl.summary{display:grid;grid-template-columns:max-content auto;gap:4px 14px;margin:8px 0}
 dl.summary dt{font-weight:600}dl.summary dd{margin:0}
 .badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;white-space:nowrap;line-height:18px}

@@ -47,7 +47,8 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
     for s in rows:
         if s.row.kind != "test":
             counts[s.row.outcome] = counts.get(s.row.outcome, 0) + 1
-    verdicts = " · ".join(f"{_mark(o)} {n} {o}" for o, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
+    verdicts = " · ".join(f"{_mark(o)} {n} {o}"
+                          for o, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
     tests: dict[str, int] = {}
     for t in doc.get("tests") or []:
         o = test_outcome(t)
@@ -61,7 +62,8 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
         head = "? inconclusive"
     else:
         head = "✓ no regression"
-    return f"### distperf: {head} — {verdicts or 'no verdicts'} ({len(doc.get('tests') or [])} tests: {outcome or '–'})"
+    n_tests = len(doc.get("tests") or [])
+    return f"### distperf: {head} — {verdicts or 'no verdicts'} ({n_tests} tests: {outcome or '–'})"
 
 
 def _listed_row(s: SharedRow) -> str:
