@@ -231,3 +231,13 @@ def test_pr_comment_lists_every_failing_metric_even_past_25_lines(zero3_doc: dic
     assert all(f"step_time_{i}:" in text for i in range(40))
     assert "never cut" in text and len(text.splitlines()) > MAX_LINES
     assert "**Machine class**" in text and "`report.html`" in text  # the rest is still there
+
+
+def test_a_verdict_that_fails_the_test_is_listed_whatever_its_status(zero3_doc: dict):
+    doc = copy.deepcopy(zero3_doc)
+    verdict = doc["tests"][0]["verdicts"][0]
+    verdict["fails"] = True  # 'new' under --distperf-require-baseline
+    text = render_pr_comment(doc)
+    assert "✗ failing" in text and f"✗ new, fails | `{doc['tests'][0]['nodeid'].split('::')[-1]}`" in text
+    page = sections(render_html(doc))["verdicts"]
+    assert "new, fails the test" in page.split("<details")[0]  # in the open table, not the collapsed one

@@ -584,6 +584,10 @@ class VerdictRow:
     limit: str
     outcome: str
     note: str = ""
+    fails: bool = False  # the document says this verdict fails the test although its outcome is not 'fail'
+
+    def badge(self) -> str:
+        return badge("fail", f"{self.outcome}, fails the test") if self.fails else badge(self.outcome)
 
 
 def _check_row(test: Mapping[str, Any], c: Mapping[str, Any], xfailed: bool) -> VerdictRow:
@@ -610,8 +614,7 @@ def _check_row(test: Mapping[str, Any], c: Mapping[str, Any], xfailed: bool) -> 
 def _verdict_row(test: Mapping[str, Any], v: Mapping[str, Any], xfailed: bool) -> VerdictRow:
     outcome = outcome_of(v)
     note = v.get("note") or ""
-    if v.get("fails") and outcome not in ("fail",):
-        note = (note + "; " if note else "") + "fails the test"
+    fails = bool(v.get("fails")) and outcome != "fail"  # e.g. 'new' under --distperf-require-baseline
     if xfailed and outcome == "fail":
         outcome = "xfail"
     interval = interval_text(v, delta=True)
@@ -619,7 +622,7 @@ def _verdict_row(test: Mapping[str, Any], v: Mapping[str, Any], xfailed: bool) -
     value = (f"{_pct(v.get('delta'))} ({fmt_unit(v.get('baseline'), v.get('unit', ''))} → "
              f"{fmt_unit(v.get('current'), v.get('unit', ''))})")
     return VerdictRow(test["nodeid"], "baseline", f"{v.get('metric')} of {v.get('job')}", value, interval, limit,
-                      outcome, note)
+                      outcome, note, fails)
 
 
 def verdict_rows(doc: Mapping[str, Any]) -> list[VerdictRow]:
@@ -645,7 +648,7 @@ class SharedRow:
 def shared_rows(rows: Iterable[VerdictRow]) -> list[SharedRow]:
     out: dict[tuple[str, ...], SharedRow] = {}
     for r in rows:
-        key = (r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note)
+        key = (r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note, r.fails)
         if key in out:
             out[key].tests.append(r.test)
         else:
@@ -672,7 +675,7 @@ def _verdict_table(doc: Mapping[str, Any]) -> str:
 
     def cells(items: Sequence[SharedRow]) -> list[list[str]]:
         return [[_test_cell(s.tests, outcomes), esc(s.row.kind), esc(s.row.subject), esc(s.row.value),
-                 esc(s.row.interval), esc(s.row.limit), badge(s.row.outcome),
+                 esc(s.row.interval), esc(s.row.limit), s.row.badge(),
                  f'<span class="note">{esc(s.row.note)}</span>'] for s in items]
 
     def attrs(items: Sequence[SharedRow]) -> list[str]:  # what a test of the page matches rows by
@@ -681,8 +684,8 @@ def _verdict_table(doc: Mapping[str, Any]) -> str:
 
     header = ["test (outcome)", "kind", "what", "value", "interval (level)", "limit", "verdict", "note"]
     checks = [s for s in rows if s.row.kind != "baseline"]
-    loud = [s for s in rows if s.row.kind == "baseline" and s.row.outcome not in _QUIET]
-    quiet = [s for s in rows if s.row.kind == "baseline" and s.row.outcome in _QUIET]
+    loud = [s for s in rows if s.row.kind == "baseline" and (s.row.outcome not in _QUIET or s.row.fails)]
+    quiet = [s for s in rows if s.row.kind == "baseline" and s.row.outcome in _QUIET and not s.row.fails]
     out = legend_outcomes()
     out += "<h3>checks</h3>" + (_table(header, cells(checks), "verdicts checks", attrs(checks)) if checks
                                 else _empty("no ratio or probe check"))
@@ -995,7 +998,7 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
             if base_jobs is None:
                 base_jobs = _baseline_series(t, read_json) or {}
             row = _verdict_row(t, v, xfailed)
-            head = (f'<h3>{esc(v.get("metric"))} of {esc(v.get("job"))} {badge(row.outcome)}</h3>'
+            head = (f'<h3>{esc(v.get("metric"))} of {esc(v.get("job"))} {row.badge()}</h3>'
                     f'<p class="note">tests: {_test_cell(sharing[key], outcomes)}</p>')
             body = f'<p class="note">{esc(row.value)}; threshold {esc(v.get("threshold_text") or "–")}. ' \
                    f'{esc(row.note)}</p>'

@@ -56,7 +56,7 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
     outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
     if not doc.get("tests"):
         head = "no distperf test ran"
-    elif any(s.row.outcome in ("fail", "error", "xpass") for s in rows):
+    elif any(s.row.outcome in ("fail", "error", "xpass") or s.row.fails for s in rows):
         head = "✗ failing"
     elif any(s.row.outcome in ("inconclusive", "warn") for s in rows):
         head = "? inconclusive"
@@ -69,7 +69,8 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
 def _listed_row(s: SharedRow) -> str:
     r = s.row
     more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
-    return (f"| {_mark(r.outcome)} {r.outcome} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(r.subject)} | "
+    verdict = f"✗ {r.outcome}, fails" if r.fails else f"{_mark(r.outcome)} {r.outcome}"
+    return (f"| {verdict} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(r.subject)} | "
             f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
 
 
@@ -136,7 +137,7 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
     """The comment's Markdown; `html_url` defaults to $DISTPERF_HTML_URL."""
     html_url = html_url or os.environ.get(HTML_URL_ENV) or None
     rows = sorted(shared_rows(verdict_rows(doc)), key=lambda s: _ORDER.get(s.row.outcome, 99))
-    listed = [s for s in rows if s.row.outcome in LISTED]
+    listed = [s for s in rows if s.row.outcome in LISTED or s.row.fails]
     head = [MARKER, _counts_line(rows, doc), ""]
     tail = ["", _runs_line(doc), _noise_line(doc), _machine_line(doc), _link_line(html_url, html_path)]
     table: list[str] = []
