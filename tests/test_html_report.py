@@ -241,3 +241,27 @@ def test_a_verdict_that_fails_the_test_is_listed_whatever_its_status(zero3_doc: 
     assert "✗ failing" in text and f"✗ new, fails | `{doc['tests'][0]['nodeid'].split('::')[-1]}`" in text
     page = sections(render_html(doc))["verdicts"]
     assert "new, fails the test" in page.split("<details")[0]  # in the open table, not the collapsed one
+
+
+def test_gpu_timeline_lanes_from_kernels(tmp_path: Path):
+    """The CUDA form (no GPU here): a hand-written trace in Kineto's layout, three steps, each with a GEMM kernel
+    and an NCCL all-gather launched in it; in the middle step the all-gather runs half under the GEMM."""
+    events = []
+    for step in range(3):
+        t0 = 1000.0 * step
+        events.append({"ph": "X", "cat": "user_annotation", "name": "distperf:step", "ts": t0, "dur": 900.0,
+                       "pid": 1, "tid": 7})
+        for corr, name, start, dur in ((10 * step + 1, "sm90_xmma_gemm_bf16", 100.0, 400.0),
+                                       (10 * step + 2, "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)", 300.0, 400.0)):
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 5.0 * (corr % 10),
+                           "dur": 5.0, "pid": 1, "tid": 7, "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": name, "ts": t0 + start, "dur": dur, "pid": 0,
+                           "tid": 7 if "gemm" in name else 20, "args": {"correlation": corr, "stream": 7}})
+    path = tmp_path / "probe-trace-rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    timeline = step_timeline(str(path), 0)
+    assert timeline.source == "GPU kernels" and timeline.step == 1
+    assert timeline.compute == [(100.0, 500.0)]
+    assert timeline.comm == [(300.0, 700.0, "ncclDevKernel_AllGather_RING_LL")]
+    chart = report_html.timeline_chart([timeline], "one step")
+    assert chart.count('class="seg-overlap"') == 1  # 300..500: the all-gather under the GEMM
