@@ -1,0 +1,60 @@
+"""One number per quantity: a job's step time (measure/figures.py) is the same figure in the terminal tables, the
+JSON report, JUnit, the Markdown summary and the pytest-benchmark export -- one real comparison of 2-rank CPU jobs."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_distperf.measure.units import fmt_seconds
+
+PERF_TEST = """
+import pytest
+
+@pytest.mark.distperf(world_size=2, repeats=2, max_repeats=2)
+def test_cmp(distperf):
+    cmp = distperf.compare(distperf.job("ddp", steps=3, warmup=1), distperf.job("fsdp2", steps=3, warmup=1))
+    cmp.assert_step_time_within(10.0)
+"""
+
+
+def test_every_report_carries_the_same_step_time_for_each_job(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    pytester.makepyfile(test_perf=PERF_TEST)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-json", "report.json",
+                                "--distperf-benchmark-json", "bench.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=1)
+
+    [test] = json.loads((pytester.path / "report.json").read_text())["tests"]
+    figures = {r["label"]: r["step_time"] for r in test["runs"]}
+    assert set(figures) == {"ddp tiny x2 cpu", "fsdp2 tiny x2 cpu"}
+    for job in test["jobs"]:  # the per-rank detail of the same runs: the same figure, and what it is
+        assert job["figures"]["step_time"] == figures[job["label"]]
+        medians = [statistics.median(r["step_times"]) for r in job["runs"]]  # each step: the slowest rank's
+        assert figures[job["label"]] == pytest.approx(math.exp(statistics.fmean(math.log(m) for m in medians)))
+    [check] = test["checks"]
+    assert (check["a_value"], check["b_value"]) == (figures[check["a"]], figures[check["b"]])
+    assert check["ratio"] == pytest.approx(figures[check["a"]] / figures[check["b"]])
+
+    for label, value in figures.items():
+        # the terminal's job table and check row
+        result.stdout.fnmatch_lines([f"{label}*2x3*{fmt_seconds(value)}*"])
+        result.stdout.re_match_lines([rf".*step_time .*{label} = {fmt_seconds(value)}.*"])
+    # JUnit properties
+    case = next(c for c in ET.parse(pytester.path / "junit.xml").iter("testcase") if c.get("name") == "test_cmp")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert {k[len("distperf.step_time["):-1]: float(v) for k, v in props.items()
+            if k.startswith("distperf.step_time[")} == pytest.approx(figures, rel=1e-5)
+    # the Markdown summary
+    md = summary.read_text()
+    for label, value in figures.items():
+        assert f"| test_cmp | {label} | 2 | {fmt_seconds(value)} |" in md
+    # the pytest-benchmark export (its stats are per step; the job's figure rides in extra_info)
+    bench = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    assert {b["params"]["job"]: b["extra_info"]["step_time"] for b in bench} == figures
