@@ -22,7 +22,7 @@ from typing import Any, Callable
 import psutil
 
 from pytest_distperf.errors import JobError, JobTimeout
-from pytest_distperf.launch import jobfiles
+from pytest_distperf.launch import jobfiles, profiles
 from pytest_distperf.spec import JobSpec
 
 POLL_SECONDS = 0.05
@@ -73,6 +73,15 @@ def threads_per_rank(local_ranks: int) -> int:
     return max(1, usable_cores() // max(1, local_ranks))
 
 
+def launch_threads(job: JobSpec, env: dict[str, str]) -> dict[str, str]:
+    """OMP_NUM_THREADS as the job's launch sets it: usable cores // ranks under the controlled launch
+    (threads_per_rank), else as the strategy's users' launcher does (launch/profiles.py)."""
+    from pytest_distperf.launch.devices import usable_cores
+
+    return profiles.thread_environment(profiles.PROFILES[job.launch_profile], env, job.world_size, job.device,
+                                       usable_cores(), psutil.cpu_count(logical=False) or usable_cores())
+
+
 def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
                       loopback: bool = True) -> dict[str, str]:
     """The environment of the agent and so of every rank. `loopback`: all ranks on this machine (a launcher
@@ -84,8 +93,7 @@ def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
     path = [p for p in job.sys_path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
     env["PYTHONUNBUFFERED"] = "1"
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(threads_per_rank(job.world_size))
+    env.update(launch_threads(job, env))
     if loopback:
         env.update(LOOPBACK_ENVIRONMENT)  # over a user's cluster settings: a local job never listens on the network
     if job.device == "cpu":
@@ -102,7 +110,10 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
     start = time.monotonic()
     ok = False
     with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.launch.agent", job_dir], env=agent_environment(job, env),
+        # torch elastic's agent, or, for a job launched as Lightning's users launch it, the script agent
+        # (the user's `python script.py`; Lightning's own launcher starts the other ranks): launch/profiles.py
+        agent = "script_agent" if profiles.PROFILES[job.launch_profile].starter == "script" else "agent"
+        proc = subprocess.Popen([sys.executable, "-m", f"pytest_distperf.launch.{agent}", job_dir], env=agent_environment(job, env),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             last = None

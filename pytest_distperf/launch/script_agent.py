@@ -1,0 +1,142 @@
+"""The script agent: `python -m pytest_distperf.launch.script_agent JOB_DIR`, for jobs launched as a
+framework's users launch them (launch profile "lightning").
+
+It stands where the user's shell stands: it starts rank 0 as `python -m pytest_distperf.rank.script
+JOB_DIR` (the user's `python script.py`) and waits. The framework inside rank 0 starts the other
+ranks by running that command again, and initialises the process group itself. Each rank leaves its
+value or its error in the job folder (file names below); when rank 0 has exited (its ranks die with
+it), this agent turns them into the same AgentResult the elastic agent writes, so the launcher reads
+both kinds of job alike.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+VALUE = "value-rank{rank}.pkl"
+ERROR = "error-rank{rank}.txt"
+RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDEATHSIG); wait that long at most
+FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
+
+
+def write_value(job_dir: str, rank: int, value: object) -> None:
+    path = os.path.join(job_dir, VALUE.format(rank=rank))
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        pickle.dump(value, f)
+    os.replace(tmp, path)
+
+
+def write_error(job_dir: str, rank: int, text: str) -> None:
+    path = os.path.join(job_dir, ERROR.format(rank=rank))
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _ranks_of(job_dir: str, pattern: str) -> dict[int, str]:
+    out = {}
+    prefix, suffix = pattern.split("{rank}")
+    for path in glob.glob(os.path.join(job_dir, pattern.replace("{rank}", "*"))):
+        name = os.path.basename(path)
+        if name.endswith(suffix):
+            out[int(name[len(prefix):-len(suffix)])] = path
+    return out
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
+    """The AgentResult of a script job from the files its ranks left."""
+    from pytest_distperf.launch import jobfiles
+
+    values = {}
+    for rank, path in _ranks_of(job_dir, VALUE).items():
+        with open(path, "rb") as f:
+            values[rank] = pickle.load(f)
+    errors = _ranks_of(job_dir, ERROR)
+    failures = []
+    for rank, path in sorted(errors.items()):
+        with open(path, errors="replace") as f:
+            failures.append(jobfiles.RankFailure(rank=rank, exitcode=1, signal=None, message=f.read(),
+                                                 timestamp=int(os.path.getmtime(path))))
+    if jobfiles.read_outcomes(job_dir):  # a rank stopped on pytest.skip/xfail: the launcher reads that first
+        return jobfiles.AgentResult(values=values)
+    if rank0_exitcode != 0 and 0 not in errors and 0 not in values:
+        sig = None
+        if rank0_exitcode < 0:
+            try:
+                sig = signal.Signals(-rank0_exitcode).name
+            except ValueError:
+                sig = str(-rank0_exitcode)
+        how = f"died of {sig}" if sig else f"exited with code {rank0_exitcode}"
+        if errors:
+            # Ended because another rank failed (by this agent, or by Lightning's own watcher): a consequence,
+            # so no signal is reported (the launcher would otherwise take a killed rank for the root cause).
+            failures.append(jobfiles.RankFailure(
+                rank=0, exitcode=rank0_exitcode, signal=None, timestamp=int(time.time()),
+                message=f"rank 0 (the script process) {how} after rank(s) {sorted(errors)} failed: "
+                        f"a job ends every rank when one fails"))
+        else:
+            failures.append(jobfiles.RankFailure(rank=0, exitcode=rank0_exitcode, signal=sig,
+                                                 timestamp=int(time.time()),
+                                                 message=f"rank 0 (the script process) {how} without an error"))
+    if failures:
+        now = int(time.time())
+        for rank in range(world_size):  # ranks that ended with rank 0, without a value or an error of their own
+            if rank not in values and rank not in errors and all(f.rank != rank for f in failures):
+                failures.append(jobfiles.RankFailure(rank=rank, exitcode=-1, signal=None, timestamp=now,
+                                                     message="ended without a value or an error (stopped with the "
+                                                             "script's other ranks)"))
+        return jobfiles.AgentResult(failures=failures)
+    return jobfiles.AgentResult(values=values)
+
+
+def main(job_dir: str) -> int:
+    from pytest_distperf.launch import jobfiles
+
+    jobfiles.die_with_parent(signal.SIGTERM)
+    job = jobfiles.read_job(job_dir)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.script", job_dir],
+                                stdin=subprocess.DEVNULL)
+    except OSError as e:
+        jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error=f"could not start the script: {e}"))
+        return 2
+    # The launcher ends the whole tree on a timeout; a SIGTERM to this agent alone goes on to rank 0.
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    failed_since = None
+    while proc.poll() is None:
+        # Fail fast, as the elastic agent does: once a rank has left its error, end rank 0 (the ranks it
+        # started die with it) after a moment for the others' errors, instead of waiting on collectives
+        # that will never complete (Lightning's own watcher looks only every 5 s).
+        if failed_since is None and _ranks_of(job_dir, ERROR):
+            failed_since = time.monotonic()
+        if failed_since is not None and time.monotonic() - failed_since > FAIL_FAST_GRACE_SECONDS:
+            proc.kill()
+        time.sleep(0.05)
+    rc = proc.returncode
+    deadline = time.monotonic() + RANK_EXIT_GRACE_SECONDS
+    while time.monotonic() < deadline and any(
+            _alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
+        time.sleep(0.05)
+    jobfiles.write_result(job_dir, collect(job_dir, job.world_size, rc))
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
