@@ -10,6 +10,7 @@ state bytes); `--json PATH` keeps the trends and change points.
 
     python benchmarks/history_changepoint.py                                  # 24 sessions, step at 12
     python benchmarks/history_changepoint.py --sessions 30 --step-at 20 --extra-work 0.3 --db history.db
+    python benchmarks/history_changepoint.py --db history.db --sessions 6 --step-at 0  # more sessions, all slower
     python benchmarks/history_changepoint.py --db history.db --analyse-only   # the command on a kept history
 """
 
@@ -33,7 +34,7 @@ import pytest
 @pytest.mark.distperf(world_size={world_size})
 def test_step(distperf):
     extra = float(os.environ.get("DISTPERF_BENCH_EXTRA_WORK", "0"))
-    job = distperf.job("{strategy}", shape_overrides={{"extra_work": extra}} if extra else None)
+    job = distperf.job("{strategy}", shape={shape!r}, shape_overrides={{"extra_work": extra}} if extra else None)
     distperf.measure(job, repeats={repeats})
 '''
 
@@ -48,7 +49,8 @@ def run_sessions(args: argparse.Namespace, db: str) -> None:
 
     repo = tempfile.mkdtemp(prefix="distperf-history-bench-")
     with open(os.path.join(repo, "test_bench.py"), "w", encoding="utf-8") as f:
-        f.write(TEST_FILE.format(world_size=args.world_size, strategy=args.strategy, repeats=args.repeats))
+        f.write(TEST_FILE.format(world_size=args.world_size, strategy=args.strategy, repeats=args.repeats,
+                                 shape=args.shape))
     git(repo, "init", "-q")
     print(f"sessions in {repo}, history {db}", flush=True)
     print(f"{'session':>7}  {'commit':<12}  {'extra_work':>10}  {'step_time (median of runs)':>26}  wall", flush=True)
@@ -83,13 +85,14 @@ def main() -> int:
     parser.add_argument("--extra-work", type=float, default=0.5, help="Shape.extra_work from --step-at on")
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--shape", default=None, help="workload shape (default: the plugin's for the device)")
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="runs per session (run-level values)")
     parser.add_argument("--db", help="history URL or file (default: a new file in a temporary folder)")
     parser.add_argument("--analyse-only", action="store_true", help="only run the history command on --db")
     parser.add_argument("--json", metavar="PATH", help="also write the trends and change points as JSON")
     args = parser.parse_args()
-    if not 0 < args.step_at < args.sessions:
+    if not 0 <= args.step_at <= args.sessions:  # 0 or --sessions: sessions appended to a history on one side
         parser.error("--step-at must lie between 0 and --sessions")
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="distperf-history-"), "history.db")
     if not args.analyse_only:

@@ -112,6 +112,11 @@ def test_rows_from_a_real_report_match_the_gates_values():
             mine = [r for r in rows if (r.test, r.job, r.metric) == (test["nodeid"], v["job"], v["metric"])]
             assert statistics.median(r.value for r in mine) == pytest.approx(v["current"], rel=1e-12)
             assert {(r.unit, r.direction, r.kind) for r in mine} == {(v["unit"], v["direction"], v["metric_kind"])}
+    # each run's other host load goes with each of its values
+    job = doc["tests"][0]["jobs"][0]
+    assert [r.host_load for r in rows if (r.test, r.job, r.metric) == (doc["tests"][0]["nodeid"], job["label"],
+                                                                      "step_time")] == \
+        [run["host_other_load_cores"] for run in job["runs"]]
 
 
 def test_comms_rows_from_a_real_probed_report_match_the_gates_values():
@@ -226,7 +231,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
     engine.dispose()
 
     with HistoryStore(url) as store:
-        assert store.migrated == (1, 2)
+        assert store.migrated == (1, schema.SCHEMA_VERSION)
         rows = store.series_rows(store.series_keys()[0])
         with store.engine.connect() as conn:
             kinds = dict(conn.execute(sa.select(schema.measurements.c.metric, schema.measurements.c.kind)).all())
@@ -237,8 +242,9 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
     assert kinds == {"step_time": "time", "peak_memory": "memory", "comms.all_gather.calls_per_step": "count"}
     assert columns == set(schema.measurements.c.keys())
     assert "ix_distperf_measurements_series" in indexes
-    assert sorted(versions) == [1, 2]
+    assert sorted(versions) == list(range(1, schema.SCHEMA_VERSION + 1))
     assert rows[0].session_id == "old" and rows[0].created_at == when and rows[0].git_commit == "f" * 40
+    assert rows[0].host_load is None  # not measured then
     # ... and it takes new sessions like a fresh one
     assert record_session(url, load()).rows > 0
 

@@ -46,6 +46,7 @@ class Measurement:
     kind: str  # time | memory | count
     run_index: int
     value: float
+    host_load: float | None = None  # other load on the host's cores during the run (host_other_load_cores)
 
 
 def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecord, list[Measurement]]:
@@ -94,11 +95,12 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
         runs = job.get("runs")
         if not isinstance(runs, list):
             raise ReportDocumentError(f"{job_where} ({job['label']}): 'runs' is missing or not an array")
+        loads = [_opt_float(run.get("host_other_load_cores")) if isinstance(run, dict) else None for run in runs]
         for metric, values in run_metrics(runs, f"{job_where} ({job['label']})").items():
             unit, direction, kind = metric_traits(metric)
             rows += [Measurement(machine_class=machine_class, test=test["nodeid"], job=job["label"],
                                  config_hash=_opt_str(job.get("config_hash")), metric=metric, unit=unit,
-                                 direction=direction, kind=kind, run_index=r, value=v)
+                                 direction=direction, kind=kind, run_index=r, value=v, host_load=loads[r])
                      for r, v in enumerate(values)]
     return rows
 
@@ -151,6 +153,10 @@ def _timestamp(text: str, where: str) -> _dt.datetime:
     if value.tzinfo is None:
         raise ReportDocumentError(f"{where}: {text!r} has no UTC offset")
     return value.astimezone(_dt.timezone.utc)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _opt_str(value: Any) -> str | None:

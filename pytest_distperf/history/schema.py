@@ -11,7 +11,8 @@ Tables carry a `distperf_` prefix so that a team's shared PostgreSQL database ca
   as JSON.
 - `distperf_measurements`: one row per (session, machine class, test, job, metric, run): the run-level value
   with its unit and direction ('lower' or 'higher' is better), the metric's kind (time | memory | count) and the
-  job's configuration hash.
+  job's configuration hash, and the other load on the host's cores while that run was timed (the report's
+  `host_other_load_cores`: a noisy session shows as one).
 
 A migration step is a function of an open connection inside the migrating transaction; `migrate` runs the
 missing ones in order and records each. A database newer than this code is refused, never touched.
@@ -27,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from pytest_distperf.history.errors import SchemaVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Any constant: the key of PostgreSQL's transaction-level advisory lock that serialises migrations.
 _PG_MIGRATION_LOCK = 0x64697374_70657266 & 0x7FFFFFFFFFFFFFFF
 
@@ -108,6 +109,7 @@ measurements = sa.Table(
     *_measurement_v1_columns(),
     sa.Column("kind", sa.String(16)),  # since version 2
     sa.Column("config_hash", sa.String(64)),  # since version 2
+    sa.Column("host_load", sa.Float(53)),  # since version 3
     sa.Index("ix_distperf_measurements_series", "machine_class", "test", "job", "metric"),  # since version 2
 )
 
@@ -128,9 +130,7 @@ def _v2_kind_config_hash_index(conn: Connection) -> None:
     from pytest_distperf.gate.store import metric_traits
 
     for name in ("kind", "config_hash"):
-        column = measurements.c[name]
-        conn.execute(sa.text(f"ALTER TABLE distperf_measurements ADD COLUMN {name} "
-                             f"{column.type.compile(dialect=conn.dialect)}"))
+        _add_column(conn, name)
     table = sa.Table("distperf_measurements", sa.MetaData(), autoload_with=conn)
     for (metric,) in conn.execute(sa.select(table.c.metric).distinct()):
         conn.execute(table.update().where(table.c.metric == metric).values(kind=metric_traits(metric)[2]))
@@ -138,9 +138,21 @@ def _v2_kind_config_hash_index(conn: Connection) -> None:
              table.c.metric).create(conn)
 
 
+def _v3_host_load(conn: Connection) -> None:
+    """Version 3: the other load on the host's cores during each run (NULL for rows recorded before)."""
+    _add_column(conn, "host_load")
+
+
+def _add_column(conn: Connection, name: str) -> None:
+    column = measurements.c[name]
+    conn.execute(sa.text(f"ALTER TABLE {measurements.name} ADD COLUMN {name} "
+                         f"{column.type.compile(dialect=conn.dialect)}"))
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     1: _v1_create_tables,
     2: _v2_kind_config_hash_index,
+    3: _v3_host_load,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 

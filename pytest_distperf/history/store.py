@@ -80,6 +80,7 @@ class SeriesRow:
     direction: str
     kind: str | None
     config_hash: str | None
+    host_load: float | None
 
 
 def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
@@ -163,7 +164,8 @@ class HistoryStore:
                 conn.execute(schema.measurements.insert(), [
                     {"session_pk": pk, "machine_class": m.machine_class, "test": m.test, "job": m.job,
                      "metric": m.metric, "run_index": m.run_index, "value": m.value, "unit": m.unit,
-                     "direction": m.direction, "kind": m.kind, "config_hash": m.config_hash} for m in rows])
+                     "direction": m.direction, "kind": m.kind, "config_hash": m.config_hash,
+                     "host_load": m.host_load} for m in rows])
             return Recorded(sid, len(rows), False, self.where)
 
         try:
@@ -190,7 +192,7 @@ class HistoryStore:
     def series_rows(self, key: SeriesKey) -> list[SeriesRow]:
         s, m = schema.sessions.c, schema.measurements.c
         query = (sa.select(s.session_id, s.created_at, s.git_commit, s.host, s.torch, s.deepspeed, m.run_index,
-                           m.value, m.unit, m.direction, m.kind, m.config_hash)
+                           m.value, m.unit, m.direction, m.kind, m.config_hash, m.host_load)
                  .join_from(schema.measurements, schema.sessions, m.session_pk == s.id)
                  .where(m.machine_class == key.machine_class, m.test == key.test, m.job == key.job,
                         m.metric == key.metric)

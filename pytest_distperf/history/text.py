@@ -43,8 +43,9 @@ def _block(t: Trend, points: bool) -> str:
         starts = {c.index for c in t.change_points}
         for i, p in enumerate(pts):
             runs = ", ".join(fmt_value(v, t.unit) for v in p.runs)
+            load = f"  other load {p.host_load:.1f} cores" if p.host_load is not None else ""
             lines.append(f"    {'|' if i in starts else ' '} {i:>4}  {p.created_at:%Y-%m-%d %H:%M:%S}  "
-                         f"{short_commit(p.git_commit):<12}  {fmt_value(p.value, t.unit):>11}  runs {runs}")
+                         f"{short_commit(p.git_commit):<12}  {fmt_value(p.value, t.unit):>11}  runs {runs}{load}")
     return "\n".join(lines)
 
 

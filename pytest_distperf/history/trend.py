@@ -31,6 +31,7 @@ class TrendPoint:
     config_hash: str | None
     value: float  # median of the session's runs
     runs: tuple[float, ...]
+    host_load: float | None = None  # the most other load on the host's cores during any of its runs
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,13 @@ def trend_of(key: SeriesKey, rows: list[SeriesRow], settings: dict[str, Any]) ->
     for row in rows:
         if points and points[-1].session_id == row.session_id:
             last = points[-1]
-            points[-1] = TrendPoint(**{**asdict(last), "runs": (*last.runs, row.value)})
+            points[-1] = TrendPoint(**{**asdict(last), "runs": (*last.runs, row.value),
+                                       "host_load": _max(last.host_load, row.host_load)})
         else:
             points.append(TrendPoint(session_id=row.session_id, created_at=row.created_at, git_commit=row.git_commit,
                                      host=row.host, torch=row.torch, deepspeed=row.deepspeed,
-                                     config_hash=row.config_hash, value=row.value, runs=(row.value,)))
+                                     config_hash=row.config_hash, value=row.value, runs=(row.value,),
+                                     host_load=row.host_load))
     points = [TrendPoint(**{**asdict(p), "value": statistics.median(p.runs)}) for p in points]
     last = rows[-1] if rows else None
     direction = last.direction if last else "lower"
@@ -148,6 +151,10 @@ def _note(c: ChangePoint) -> str:
     if c.config_changed:
         notes.append("job configuration changed")
     return ", ".join(notes + list(c.environment_changes))
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def short_commit(commit: str | None) -> str:
