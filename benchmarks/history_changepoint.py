@@ -12,13 +12,24 @@ state bytes); `--json PATH` keeps the trends and change points.
     python benchmarks/history_changepoint.py --sessions 30 --step-at 20 --extra-work 0.3 --db history.db
     python benchmarks/history_changepoint.py --db history.db --sessions 6 --step-at 0  # more sessions, all slower
     python benchmarks/history_changepoint.py --db history.db --analyse-only   # the command on a kept history
+
+`--replay REPORT` builds the history from one real `--distperf-json` document instead, in seconds: each session
+is that document with every step time scaled by its own factor (normal, sd `--noise`) and by 1 + `--step` from
+`--step-at` on, under a made-up commit. Replayed, not measured: it shows what the search finds in a series of
+known shape and noise, not what a machine measures.
+
+    python benchmarks/history_changepoint.py --replay tests/data/history_report_zero3_cpu.json --step 0.15
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import datetime as _dt
+import hashlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -78,27 +89,54 @@ def run_sessions(args: argparse.Namespace, db: str) -> None:
               f"{time.monotonic() - start:.0f} s ({recorded.rows} rows)", flush=True)
 
 
+def replay_sessions(args: argparse.Namespace, db: str) -> None:
+    from pytest_distperf.history import record_session
+
+    with open(args.replay, encoding="utf-8") as f:
+        base = json.load(f)
+    rng, start = random.Random(args.seed), _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
+    print(f"sessions replayed from {args.replay}, history {db}", flush=True)
+    print(f"{'session':>7}  {'commit':<12}  {'scale':>6}", flush=True)
+    for i in range(args.sessions):
+        scale = (1 + args.step if i >= args.step_at else 1.0) * rng.gauss(1.0, args.noise)
+        doc = copy.deepcopy(base)
+        doc["created_at"] = (start + _dt.timedelta(hours=i)).isoformat()
+        doc["environment"]["git_commit"] = hashlib.sha1(f"replayed session {i}".encode()).hexdigest()
+        for test in doc["tests"]:
+            for job in test.get("jobs") or []:
+                for run in job["runs"]:
+                    run["step_times"] = [t * scale for t in run["step_times"]]
+        record_session(db, doc)
+        print(f"{i:>7}  {doc['environment']['git_commit'][:12]:<12}  {scale:>6.3f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=24)
     parser.add_argument("--step-at", type=int, default=12, help="first session with the extra work")
-    parser.add_argument("--extra-work", type=float, default=0.5, help="Shape.extra_work from --step-at on")
+    parser.add_argument("--extra-work", type=float, default=1.0, help="Shape.extra_work from --step-at on")
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", default=None, help="workload shape (default: the plugin's for the device)")
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="runs per session (run-level values)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per session (run-level values)")
     parser.add_argument("--db", help="history URL or file (default: a new file in a temporary folder)")
     parser.add_argument("--analyse-only", action="store_true", help="only run the history command on --db")
     parser.add_argument("--json", metavar="PATH", help="also write the trends and change points as JSON")
+    parser.add_argument("--replay", metavar="REPORT", help="replay this --distperf-json document (see above)")
+    parser.add_argument("--step", type=float, default=0.15, help="--replay: relative step from --step-at on")
+    parser.add_argument("--noise", type=float, default=0.02, help="--replay: sd of each session's scale")
+    parser.add_argument("--seed", type=int, default=19, help="--replay: random seed")
     args = parser.parse_args()
     if not 0 <= args.step_at <= args.sessions:  # 0 or --sessions: sessions appended to a history on one side
         parser.error("--step-at must lie between 0 and --sessions")
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="distperf-history-"), "history.db")
-    if not args.analyse_only:
+    if args.replay:
+        replay_sessions(args, db)
+    elif not args.analyse_only:
         run_sessions(args, db)
     command = [sys.executable, "-m", "pytest_distperf", "history", db, "--points",
-               *(["--json", args.json] if args.json else [])]
+               *(["--metric", "step_time"] if args.replay else []), *(["--json", args.json] if args.json else [])]
     print("\n$ python -m pytest_distperf history " + " ".join(command[4:]), flush=True)
     return subprocess.run(command).returncode
 
