@@ -105,7 +105,8 @@ class Registry:
         return found
 
     def register(self, strategy: Strategy, origin: str = "register()") -> None:
-        strategy = _check_strategy_record(strategy, f"strategy registered by {origin}")
+        where = origin if origin.startswith("entry point") else f"strategy registered by {origin}"
+        strategy = _check_strategy_record(strategy, where)
         if strategy.name in self.builtin:
             raise StrategyError(f"strategy {strategy.name!r} registered by {origin} would replace the built-in "
                                 f"strategy of that name; choose another name")
