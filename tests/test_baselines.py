@@ -117,10 +117,14 @@ def test_a_bad_file_gives_a_clear_error_naming_it_and_stays_byte_identical(tmp_p
 def test_unwritable_folder_gives_a_clear_error(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("not a folder")
-    with pytest.raises(BaselineError, match="is not a folder"):
+    with pytest.raises(BaselineError, match="afile is a file, not a folder"):
         Store(str(blocker)).check_writable()
-    with pytest.raises(BaselineError, match=r"afile/sub is not writable"):
+    with pytest.raises(BaselineError, match=r"cannot create folder .*afile/sub: .*afile is a file, not a folder"):
         Store(str(blocker / "sub")).check_writable()
+    with pytest.raises(BaselineError, match=r"machine class cpu-x: .*cpu-x is a file, not a folder"):
+        (tmp_path / "baselines").mkdir()
+        (tmp_path / "baselines" / "cpu-x").write_text("")
+        Store(str(tmp_path / "baselines")).check_writable(["cpu-x"])
     with pytest.raises(BaselineError, match="cannot create folder"):
         write_json_atomic(str(blocker / "sub" / "x.json"), {"a": 1})
     assert blocker.read_text() == "not a folder"
@@ -313,7 +317,7 @@ def test_unusable_baselines_option_is_a_usage_error(pytester: pytest.Pytester):
     result.stderr.fnmatch_lines(["*--distperf-baselines: *afile exists and is not a folder*"])
     result = pytester.runpytest(*INNER_OPTS, "--distperf-save", "--distperf-baselines", "afile/sub")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*baselines folder *afile/sub is not writable*"])
+    result.stderr.fnmatch_lines(["*baselines folder: cannot create folder *afile/sub: *afile is a file, not a folder*"])
     result = pytester.runpytest("-p", "no:cacheprovider", "--distperf-save")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--distperf-save needs --distperf*"])

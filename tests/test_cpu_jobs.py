@@ -38,8 +38,10 @@ def library_choices() -> dict:
     from lightning.pytorch import Trainer
     from accelerate import Accelerator
 
-    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    return {"deepspeed": get_accelerator().device_name(), "fabric": Fabric().device.type,
+    ranks = int(os.environ["LOCAL_WORLD_SIZE"])  # torch elastic's world: Lightning checks devices x nodes against it
+    trainer = Trainer(devices=ranks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False)
+    return {"deepspeed": get_accelerator().device_name(), "fabric": Fabric(devices=ranks).device.type,
             "trainer": type(trainer.accelerator).__name__, "accelerate": Accelerator().device.type,
             "cuda_initialized": torch.cuda.is_initialized()}
 
