@@ -321,7 +321,9 @@ def _migrate_v1(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
 def _migrate_v2(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
     """Schema 2 held comms.* counts summed over ranks; schema 3 holds them per rank (the rank with the most). A
     sum cannot be split back into the busiest rank's share, so those metrics are left out (they read "new"
-    until the file is saved again); everything else is unchanged."""
+    until the file is saved again); everything else is unchanged. Schema 2's `test` was the node id at save time:
+    the same as schema 3's key (Store.key_for) in the usual layout, baselines/ at the rootdir; a file saved under
+    another rootdir is not found under its new key and reads as unmatched (Store.unmatched_note)."""
     jobs = {}
     for label, job in check.obj(doc.get("jobs"), "jobs").items():
         job = check.obj(job, f"jobs[{label!r}]")
