@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'CV':>6}{'pair sd':>9}{'slowdown':>10}{'limit':>7}{'FAIL':>8}{'95% CI':>17}{'PASS':>8}{'inconcl.':>10}"
           f"{'pairs med':>11}{'p90':>5}{'max':>5}")
     for cv in floats(args.cv):
-        pair_sd = cv * math.sqrt(2 * (1 - args.rho)) if args.mode == "paired" else float("nan")
+        pair_sd = f"{cv * math.sqrt(2 * (1 - args.rho)):.1%}" if args.mode == "paired" else "-"
         for floor in floats(args.floors):
             for effect in floats(args.effects):
                 verdicts = [sequence(rng, args, cv, effect, 1.0 + floor) for _ in range(args.sequences)]
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts = {o: sum(v.outcome == o for v in verdicts) for o in (PASS, FAIL, INCONCLUSIVE)}
                 pairs = sorted(v.estimate.n_pairs for v in verdicts)
                 lo, hi = wilson(counts[FAIL], n)
-                print(f"{cv:>6.1%}{pair_sd:>9.1%}{effect:>+10.0%}{1 + floor:>7.2f}{counts[FAIL] / n:>8.1%}"
+                print(f"{cv:>6.1%}{pair_sd:>9}{effect:>+10.0%}{1 + floor:>7.2f}{counts[FAIL] / n:>8.1%}"
                       f"{f'[{lo:.1%}, {hi:.1%}]':>17}{counts[PASS] / n:>8.1%}{counts[INCONCLUSIVE] / n:>10.1%}"
                       f"{pairs[n // 2]:>11}{pairs[int(0.9 * (n - 1))]:>5}{pairs[-1]:>5}", flush=True)
     print(f"slowdown 0: FAIL is the false-alarm rate; otherwise the catch rate. wall time "
