@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks.detection_power import make_job, run_median, run_once  # noqa: E402
+from benchmarks.detection_power import make_job, run_once, run_value  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         values = []
         for i in range(args.runs):
             steps = run_once(job, args.timeout).step_times
-            values.append(run_median(steps))
+            values.append(run_value(steps))
             print(f"run {i + 1}/{args.runs}: {values[-1] * 1e3:.1f} ms, within-run step variation {relative_spread(steps):.1%}",
                   flush=True)
         print(f"{job.describe()}, {args.steps} timed steps a run: run-to-run variation {relative_spread(values):.1%} over "
