@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_distperf.errors import DistPerfCheckFailed  # noqa: E402
 from pytest_distperf.gate import regression  # noqa: E402
+from pytest_distperf.gate.policy import Policy  # noqa: E402
 from pytest_distperf.gate.checks import Adaptive, Comparison, SideSummary  # noqa: E402
 from pytest_distperf.gate.store import KNOWN_METRICS, MetricSeries  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
@@ -234,7 +235,7 @@ def gate_trial(rng: random.Random, cond: list[float], stored: list[float], floor
     base = MetricSeries(unit, direction, kind, rng.sample(stored, max(2, len(stored) * 2 // 3)))
     draws = Draws(rng, len(cond))
     cand = [cond[draws.next()] for _ in range(args.repeats)]
-    policy, design = regression.Policy(time_threshold=floor), Design(max_pairs=args.max_pairs)
+    policy, design = Policy(time_threshold=floor), Design(max_pairs=args.max_pairs)
 
     def verdicts() -> list[regression.Verdict]:
         return [regression.decide_metric("bench", "job", "step_time", base, MetricSeries(unit, direction, kind, cand),

@@ -17,11 +17,12 @@ from pytest_distperf.session import DistPerfSession
 if TYPE_CHECKING:
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.gate import regression
+    from pytest_distperf.gate.policy import Policy
 
 session_key = pytest.StashKey[DistPerfSession]()
 plan_key = pytest.StashKey[TestPlan]()
 fixture_key = pytest.StashKey["DistPerf"]()
-policy_key = pytest.StashKey["regression.Policy"]()
+policy_key = pytest.StashKey["Policy"]()
 
 TOPIC_MARKERS = {
     "zero3": "DeepSpeed ZeRO stage 3 performance checks",
@@ -40,6 +41,8 @@ SETTING_HELP = {
     "repeats": "runs per side in a comparison (interleaved A B A B ...)",
     "shape_cpu": "built-in workload shape for CPU jobs",
     "shape_cuda": "built-in workload shape for CUDA jobs",
+    "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
+    "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
     # where ranks run (docs/cluster.md)
     "launcher": "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in SLURM jobs",
     "nodes": "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all nodes",
@@ -53,8 +56,6 @@ SETTING_HELP = {
     "slurm_gpus_per_node": "slurm: GPUs per node",
     "slurm_cpus_per_task": "slurm: CPUs per node agent (task)",
     "slurm_agents_per_node": "slurm: node agents (tasks) per SLURM node; >1 acts several nodes out on one host",
-    "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
-    "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
 }
 # Options that pick the machine class or the jobs: repeated in the "accept this change" command.
 CLUSTER_OPTIONS = ("launcher", "nodes", "rdzv_endpoint", "agents", "shared_dir", "slurm_partition", "slurm_account",
@@ -161,10 +162,10 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
             raise pytest.UsageError(f"distperf: {e}") from None
     if not enabled:
         return None
-    from pytest_distperf.gate import regression
+    from pytest_distperf.gate import policy, regression
 
     try:
-        gs = regression.gate_settings(
+        gs = policy.gate_settings(
             _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
             config.getoption("distperf_fail_on_improvement"),
@@ -232,9 +233,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             plan = plan_test(settings, kwargs, gpus, item.nodeid)
             plan = session.with_clock_skip(plan)  # locked clocks asked for and refused (launch/gpuclocks.py)
             if session.gate is not None:
-                from pytest_distperf.gate import regression
+                from pytest_distperf.gate import policy
 
-                item.stash[policy_key] = regression.policy_for(session.gate.settings.policy, kwargs, item.nodeid)
+                item.stash[policy_key] = policy.policy_for(session.gate.settings.policy, kwargs, item.nodeid)
         except SettingsError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
         item.stash[plan_key] = plan

@@ -14,7 +14,8 @@ import pytest
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import JobEntry, MetricSeries
 from pytest_distperf.config import SettingsError
-from pytest_distperf.gate.regression import Policy, decide_job, decide_metric, is_failing, policy_for
+from pytest_distperf.gate.policy import Policy, policy_for
+from pytest_distperf.gate.regression import decide_job, decide_metric, is_failing
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats); 4 keeps these tests quick.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "4")
@@ -283,7 +284,8 @@ def fake_run(job, ms: float, opt_bytes: int = 1000):
 
 
 def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
-    from pytest_distperf.gate.regression import BaselineGate, GateSession, GateSettings
+    from pytest_distperf.gate.policy import GateSettings
+    from pytest_distperf.gate.regression import BaselineGate, GateSession
 
     session = GateSession(GateSettings(str(tmp_path / "baselines"), save, policy), str(tmp_path))
     return session, BaselineGate(session, "t.py::test_x", "cpu", 2, policy)
@@ -291,7 +293,7 @@ def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
 
 def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_version_changes(tmp_path):
     from pytest_distperf.errors import DistPerfInconclusive
-    from pytest_distperf.gate.regression import BaselineEnvironmentWarning
+    from pytest_distperf.errors import BaselineEnvironmentWarning
     from pytest_distperf.measure.decision import Budget
     from pytest_distperf.spec import JobSpec
 

@@ -32,66 +32,16 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import BaselineEnvironmentWarning, BaselineUnmatchedWarning, DistPerfInconclusive
 from pytest_distperf.gate import fingerprint
-from pytest_distperf.gate.store import (KNOWN_METRICS, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+from pytest_distperf.gate.store import (BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
-from pytest_distperf.config import SettingsError
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock, Design
 from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-
-# Marker keys of earlier versions and what replaced them.
-REMOVED_MARKER_KEYS = {"time_k": "the gate no longer scales its threshold with the noise: it decides on a 98 % "
-                                 "interval, and time_threshold is the floor that interval must clear"}
-
-
-@dataclass(frozen=True)
-class Policy:
-    time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
-    memory_threshold: float = 0.02
-    memory_floor: int = 64 << 20  # bytes
-    fail_on_improvement: bool = False
-    require_baseline: bool = False
-    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
-    metrics: tuple[str, ...] | None = None  # gated metrics; None: all
-
-    def gates(self, metric: str) -> bool:
-        return self.metrics is None or metric in self.metrics
-
-
-def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Policy:
-    """`base` with the test's @pytest.mark.distperf(...) overrides; SettingsError naming the marker key."""
-
-    def number(key: str, low: float, high: float) -> float:
-        value = marker_kwargs[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise SettingsError(f"{where}: distperf({key}={value!r}): expected a number in [{low:g}, {high:g}]")
-        return float(value)
-
-    for key, why in REMOVED_MARKER_KEYS.items():
-        if key in marker_kwargs:
-            raise SettingsError(f"{where}: distperf({key}=...) was removed: {why}")
-    changes: dict[str, Any] = {}
-    if "time_threshold" in marker_kwargs:
-        changes["time_threshold"] = number("time_threshold", 0.0, 10.0)
-    if "memory_threshold" in marker_kwargs:
-        changes["memory_threshold"] = number("memory_threshold", 0.0, 10.0)
-    if "memory_floor" in marker_kwargs:
-        changes["memory_floor"] = int(number("memory_floor", 0, float(1 << 50)))
-    if "baseline_metrics" in marker_kwargs:
-        names = marker_kwargs["baseline_metrics"]
-        if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-            raise SettingsError(f"{where}: distperf(baseline_metrics={names!r}): expected a list of metric names "
-                                f"(() gates none)")
-        unknown = [n for n in names if n not in KNOWN_METRICS and not n.startswith("comms.")]
-        if unknown:
-            raise SettingsError(f"{where}: distperf(baseline_metrics=...): unknown metric(s) {unknown}; known: "
-                                f"{', '.join(KNOWN_METRICS)} and comms.<kind>.calls_per_step / .bytes_per_step")
-        changes["metrics"] = tuple(names)
-    return replace(base, **changes)
-
+from pytest_distperf.gate.policy import GateSettings, Policy
+from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
+from pytest_distperf.report.wording import fmt_interval
 
 STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
@@ -262,48 +212,14 @@ def until_decided(verdicts: Callable[[], list[Verdict]], runs: Callable[[], int]
                 progress(f"baseline: recording {label}, run {n + 1} of {budget.max_pairs}")
             else:
                 v = next(v for v in current if is_pending(v))
-                progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({_pct(v.delta)} "
+                progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({fmt_pct(v.delta)} "
                          f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running run {n + 1}")
         started = clock.now()
         extend()
         clock.pair_seconds.append(clock.now() - started)
 
 
-# -- session settings and the per-test gate ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class GateSettings:
-    baselines_dir: str
-    save: bool
-    policy: Policy
-    accept_args: tuple[str, ...] = ()  # options repeated in the "accept this change" command
-
-
-def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
-                  require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
-                  strict: bool = False) -> GateSettings:
-    """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
-    command). SettingsError naming the option when the baselines folder is unusable."""
-    if baselines_cli not in (None, ""):
-        raw, where, base = baselines_cli, "--distperf-baselines", os.getcwd()
-    elif baselines_ini not in (None, ""):
-        raw, where, base = baselines_ini, "ini option distperf_baselines", rootdir
-    else:
-        raw, where, base = "baselines", "default baselines folder", rootdir
-    path = os.path.normpath(os.path.join(base, os.path.expanduser(str(raw))))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise SettingsError(f"{where}: {path} exists and is not a folder")
-    args: list[str] = []
-    if baselines_cli not in (None, ""):
-        args += ["--distperf-baselines", str(baselines_cli)]
-    for flag, value in carried.items():
-        if value not in (None, ""):
-            args += [flag, str(value)]
-    return GateSettings(baselines_dir=path, save=save,
-                        policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
-                                      strict=strict),
-                        accept_args=tuple(args))
-
-
+# -- the per-test gate ---------------------------------------------------------------------
 class GateSession:
     """Per-process state shared by the tests' gates: the store and the fingerprints."""
 
@@ -510,44 +426,6 @@ class BaselineGate:
         return "\n".join(lines)
 
 
-# -- wording ----------------------------------------------------------------------------------------------------
-def fmt_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "s":
-        return fmt_seconds(value)
-    if unit == "bytes":
-        return fmt_bytes(value)
-    return f"{value:.6g}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1%}"
-
-
-fmt_pct = _pct
-STATUS_MARK = {"pass": "✓", "inconclusive": "~ inconclusive", "fail": "✗", "improved": "✓ improved", "new": "new",
-               "not comparable": "≠ config"}
-
-
-def status_mark(record: dict[str, Any]) -> str:
-    """✓ ~ ✗ new ... of a verdict record; a verdict that fails the test always shows ✗."""
-    mark = STATUS_MARK.get(record["status"], record["status"])
-    if record.get("fails") and not mark.startswith("✗"):
-        mark = "✗ " + mark.replace("✓ ", "")
-    return mark
-
-
-def fmt_interval(record: dict[str, Any]) -> str:
-    """'[+7.9%, +11.7%]' of a verdict record's delta; unbounded ends read -100% / +inf; '-' when exact or none."""
-    low, high = record.get("low"), record.get("high")
-    if record.get("metric_kind") == "count" or (low is None and high is None and record.get("level") is None):
-        return "-"
-    lo = "-100%" if low is None else f"{low:+.1%}"
-    hi = "+inf" if high is None else f"{high:+.1%}"
-    return f"[{lo}, {hi}]"
-
-
 def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str) -> str:
     text = fmt_value(value, unit)
     if kind == "count":
@@ -565,7 +443,7 @@ def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
         return [f"{head}: {v.note}{why}; current {current}"]
     record = asdict(v)
     interval = f", {v.level:.0%} interval {fmt_interval(record)}" if v.level is not None else ""
-    lines = [f"{head}: {_pct(v.delta)} vs baseline{interval}; limit {v.threshold_text}",
+    lines = [f"{head}: {fmt_pct(v.delta)} vs baseline{interval}; limit {v.threshold_text}",
              f"  baseline {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
              f"  current  {current}"]
     if v.note:
@@ -578,4 +456,4 @@ def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
 
 
 def _property_text(v: Verdict) -> str:
-    return f"{v.status} {_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"
+    return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"

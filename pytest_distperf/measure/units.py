@@ -24,3 +24,17 @@ def fmt_rate(tokens_per_s: float) -> str:
     if tokens_per_s >= 1e3:
         return f"{tokens_per_s / 1e3:.1f}k"
     return f"{tokens_per_s:.0f}"
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return fmt_seconds(value)
+    if unit == "bytes":
+        return fmt_bytes(value)
+    return f"{value:.6g}"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"

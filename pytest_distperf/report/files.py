@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from pytest_distperf.jsonio import write_json_atomic
-from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.units import fmt_pct, fmt_value
+from pytest_distperf.report.wording import fmt_interval, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile

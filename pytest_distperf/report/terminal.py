@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from pytest_distperf.gate.regression import fmt_interval, fmt_pct, fmt_value, status_mark
+from pytest_distperf.measure.units import fmt_pct, fmt_value
+from pytest_distperf.report.wording import fmt_interval, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
 from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
 

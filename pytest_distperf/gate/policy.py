@@ -1,0 +1,95 @@
+"""The baseline gate's policy: the limits a test gates on, from the session's options and the test's marker."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytest_distperf.errors import SettingsError
+from pytest_distperf.gate.store import KNOWN_METRICS
+
+
+# Marker keys of earlier versions and what replaced them.
+REMOVED_MARKER_KEYS = {"time_k": "the gate no longer scales its threshold with the noise: it decides on a 98 % "
+                                 "interval, and time_threshold is the floor that interval must clear"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
+    memory_threshold: float = 0.02
+    memory_floor: int = 64 << 20  # bytes
+    fail_on_improvement: bool = False
+    require_baseline: bool = False
+    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
+    metrics: tuple[str, ...] | None = None  # gated metrics; None: all
+
+    def gates(self, metric: str) -> bool:
+        return self.metrics is None or metric in self.metrics
+
+
+def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Policy:
+    """`base` with the test's @pytest.mark.distperf(...) overrides; SettingsError naming the marker key."""
+
+    def number(key: str, low: float, high: float) -> float:
+        value = marker_kwargs[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise SettingsError(f"{where}: distperf({key}={value!r}): expected a number in [{low:g}, {high:g}]")
+        return float(value)
+
+    for key, why in REMOVED_MARKER_KEYS.items():
+        if key in marker_kwargs:
+            raise SettingsError(f"{where}: distperf({key}=...) was removed: {why}")
+    changes: dict[str, Any] = {}
+    if "time_threshold" in marker_kwargs:
+        changes["time_threshold"] = number("time_threshold", 0.0, 10.0)
+    if "memory_threshold" in marker_kwargs:
+        changes["memory_threshold"] = number("memory_threshold", 0.0, 10.0)
+    if "memory_floor" in marker_kwargs:
+        changes["memory_floor"] = int(number("memory_floor", 0, float(1 << 50)))
+    if "baseline_metrics" in marker_kwargs:
+        names = marker_kwargs["baseline_metrics"]
+        if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise SettingsError(f"{where}: distperf(baseline_metrics={names!r}): expected a list of metric names "
+                                f"(() gates none)")
+        unknown = [n for n in names if n not in KNOWN_METRICS and not n.startswith("comms.")]
+        if unknown:
+            raise SettingsError(f"{where}: distperf(baseline_metrics=...): unknown metric(s) {unknown}; known: "
+                                f"{', '.join(KNOWN_METRICS)} and comms.<kind>.calls_per_step / .bytes_per_step")
+        changes["metrics"] = tuple(names)
+    return replace(base, **changes)
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    baselines_dir: str
+    save: bool
+    policy: Policy
+    accept_args: tuple[str, ...] = ()  # options repeated in the "accept this change" command
+
+
+def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
+                  require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
+                  strict: bool = False) -> GateSettings:
+    """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
+    command). SettingsError naming the option when the baselines folder is unusable."""
+    if baselines_cli not in (None, ""):
+        raw, where, base = baselines_cli, "--distperf-baselines", os.getcwd()
+    elif baselines_ini not in (None, ""):
+        raw, where, base = baselines_ini, "ini option distperf_baselines", rootdir
+    else:
+        raw, where, base = "baselines", "default baselines folder", rootdir
+    path = os.path.normpath(os.path.join(base, os.path.expanduser(str(raw))))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SettingsError(f"{where}: {path} exists and is not a folder")
+    args: list[str] = []
+    if baselines_cli not in (None, ""):
+        args += ["--distperf-baselines", str(baselines_cli)]
+    for flag, value in carried.items():
+        if value not in (None, ""):
+            args += [flag, str(value)]
+    return GateSettings(baselines_dir=path, save=save,
+                        policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
+                                      strict=strict),
+                        accept_args=tuple(args))
