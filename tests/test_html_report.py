@@ -43,6 +43,12 @@ def sections(page: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r'<section id="([^"]+)">(.*?)</section>', page, re.S)}
 
 
+def points(svg: str, side: str) -> int:
+    """The marks of a strip chart's rows of one side ('pt-a' dots, 'pt-b' squares)."""
+    groups = re.findall(rf'<g class="pts {side}"[^>]*>(.*?)</g>', svg)
+    return sum(len(re.findall(r"<(?:circle|rect) ", g)) for g in groups)
+
+
 def verdict_rows(page: str) -> list[dict[str, str]]:
     rows = []
     for m in re.finditer(r'<tr class="verdict-row"([^>]*)>', page):
@@ -74,7 +80,7 @@ def test_each_run_of_a_comparison_is_drawn_step_by_step(zero3_doc: dict):
     steps = sum(len(r["step_times"]) for side in (check["a"], check["b"]) for r in jobs[side]["runs"])
     page = render_html({**zero3_doc, "tests": [test]})
     strip = re.search(r'<svg class="chart strip runs".*?</svg>', page, re.S).group(0)
-    assert strip.count('class="pt pt-a"') + strip.count('class="pt pt-b"') == steps
+    assert points(strip, "pt-a") + points(strip, "pt-b") == steps
     ratio = re.search(r'<svg class="chart ratio".*?</svg>', page, re.S).group(0)
     assert 'class="limit"' in ratio and 'class="estimate"' in ratio and 'class="ci"' in ratio
     assert f"A/B {check['ratio']:.3g}×" in ratio
@@ -192,8 +198,8 @@ def test_baseline_runs_against_the_current_ones(zero3_doc: dict, tmp_path: Path)
                            [ChangePoint(3, f"{2:040x}", f"{3:040x}", 0.1, 0.11)])]
     page = sections(render_html(doc, history=history))["baselines"]
     strip = re.search(r'<svg class="chart strip baseline".*?</svg>', page, re.S).group(0)
-    assert strip.count('class="pt pt-b"') == sum(map(len, base_steps))  # the baseline's own step times
-    assert strip.count('class="pt pt-a"') == sum(len(r["step_times"]) for r in job["runs"])
+    assert points(strip, "pt-b") == sum(map(len, base_steps))  # the baseline's own step times
+    assert points(strip, "pt-a") == sum(len(r["step_times"]) for r in job["runs"])
     assert 'class="chart delta"' in page and 'class="band"' in page  # the change, its interval, ± threshold
     assert 'class="chart trend"' in page and 'class="change-point"' in page
 
@@ -265,3 +271,14 @@ def test_gpu_timeline_lanes_from_kernels(tmp_path: Path):
     assert timeline.comm == [(300.0, 700.0, "ncclDevKernel_AllGather_RING_LL")]
     chart = report_html.timeline_chart([timeline], "one step")
     assert chart.count('class="seg-overlap"') == 1  # 300..500: the all-gather under the GEMM
+
+
+def test_a_comparison_that_grew_is_one_job_with_all_its_runs(zero3_doc: dict):
+    """Tests sharing a comparison record its runs when each ends; a later test may have seen more pairs."""
+    doc = copy.deepcopy(zero3_doc)
+    first, second = doc["tests"]
+    for job in first["jobs"]:
+        job["runs"] = job["runs"][:-1]  # the first test ended before the last pair ran
+    jobs = report_html.unique_jobs(doc)
+    assert len(jobs) == len(second["jobs"])
+    assert all(len(v.job["runs"]) == 3 and v.tests == [first["nodeid"], second["nodeid"]] for v in jobs)

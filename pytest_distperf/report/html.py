@@ -223,6 +223,9 @@ class JobView:
 
 
 def unique_jobs(doc: Mapping[str, Any]) -> list[JobView]:
+    """Each job's runs once. Tests that share a comparison carry its runs as they were when each test ended:
+    a comparison that grew later (more interleaved pairs) holds the earlier runs as its first ones, so a job
+    whose runs begin another's is that job, shown with all its runs."""
     seen: dict[tuple[Any, ...], JobView] = {}
     for t in _tests(doc):
         for job in _jobs(t):
@@ -231,7 +234,19 @@ def unique_jobs(doc: Mapping[str, Any]) -> list[JobView]:
                 seen[key].tests.append(t["nodeid"])
             else:
                 seen[key] = JobView(job, [t["nodeid"]])
-    return list(seen.values())
+    first_seen = {id(v): i for i, v in enumerate(seen.values())}
+    kept: list[tuple[int, JobView]] = []  # (where it first appeared, the view with the most runs)
+    for view in sorted(seen.values(), key=lambda v: -len(v.job.get("runs") or [])):
+        label, config_hash, runs = _job_key(view.job)
+        at = next((i for i, (_, k) in enumerate(kept) if _job_key(k.job)[:2] == (label, config_hash)
+                   and _job_key(k.job)[2][:len(runs)] == runs), None)
+        if at is None:
+            kept.append((first_seen[id(view)], view))
+        else:
+            first, longer = kept[at]
+            longer.tests = [n for n in view.tests if n not in longer.tests] + longer.tests
+            kept[at] = (min(first, first_seen[id(view)]), longer)
+    return [view for _, view in sorted(kept, key=lambda item: item[0])]
 
 
 def _probe_records(doc: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[str]]]:
@@ -377,13 +392,18 @@ def strip_chart(rows: Sequence[tuple[str, list[float], str, str]], unit: str, la
     for i, (name, vs, colour, marker) in enumerate(rows):
         yc = c.y0 + 10 + i * row_h + row_h / 2
         c.text(c.x0 - 8, yc + 4, name, "row-lbl", "end")
+        # One group per row carries the class and colours; each point keeps only its place and hover text.
+        square = marker == "square"
+        c.add(f'<g class="pts {"pt-b" if square else "pt-a"}" '
+              + (f'fill="none" stroke="{colour}" stroke-width="1.2">' if square else f'fill="{colour}">'))
         for k, v in enumerate(vs):
             y = yc + ((k % 5) - 2) * 2.2  # spread in y, so equal values stay visible
-            title = f"{name} #{k + 1}: {fmt_unit(v, unit)}"
-            if marker == "square":
-                c.square(x(v), y, 3.2, "none", "pt pt-b", title, stroke=colour)
+            title = f"<title>{esc(name)} #{k + 1}: {esc(fmt_unit(v, unit))}</title>"
+            if square:
+                c.add(f'<rect x="{x(v) - 3.2:.1f}" y="{y - 3.2:.1f}" width="6.4" height="6.4">{title}</rect>')
             else:
-                c.circle(x(v), y, 3.2, colour, "pt pt-a", title)
+                c.add(f'<circle cx="{x(v):.1f}" cy="{y:.1f}" r="3.2">{title}</circle>')
+        c.add("</g>")
         if vs:
             med = statistics.median(vs)
             c.line(x(med), yc - 9, x(med), yc + 9, "#24292f", "median", 2.5,

@@ -91,22 +91,23 @@ def _runs_line(doc: Mapping[str, Any]) -> str:
 
 
 def _noise_line(doc: Mapping[str, Any]) -> str:
+    """Run-to-run variation of each job's step time (its own figure; older documents: its verdict's) and the
+    other load on the host during the runs."""
     spreads, loads = [], []
-    for t in doc.get("tests") or []:
-        for v in t.get("verdicts") or []:
-            cv = run_to_run(v)
-            if v.get("metric") == "step_time" and cv is not None and (v.get("current_runs") or 0) > 1:
-                spreads.append(cv)
+    verdict_cv = {(n, str(v.get("job"))): run_to_run(v) for t in doc.get("tests") or [] for n in [t["nodeid"]]
+                  for v in t.get("verdicts") or [] if v.get("metric") == "step_time"}
     for view in unique_jobs(doc):
-        loads += [float(r["host_other_load_cores"]) for r in view.job.get("runs") or []
-                  if r.get("host_other_load_cores") is not None]
-        figures = view.job.get("figures") or {}
-        if figures.get("run_cv") is not None and len(view.job.get("runs") or []) > 1:
-            spreads.append(float(figures["run_cv"]))
+        runs = view.job.get("runs") or []
+        loads += [float(r["host_other_load_cores"]) for r in runs if r.get("host_other_load_cores") is not None]
+        cv = (view.job.get("figures") or {}).get("run_cv")
+        if cv is None:
+            cv = next((verdict_cv[(n, str(view.job.get("label")))] for n in view.tests
+                       if verdict_cv.get((n, str(view.job.get("label")))) is not None), None)
+        if cv is not None and len(runs) > 1:
+            spreads.append(float(cv))
     parts = []
     if spreads:
-        spreads = sorted(set(spreads))
-        parts.append(f"step-time run-to-run spread {min(spreads):.1%}–{max(spreads):.1%} "
+        parts.append(f"step-time run-to-run variation {min(spreads):.1%}–{max(spreads):.1%} "
                      f"(median {statistics.median(spreads):.1%}) over {len(spreads)} job(s)")
     if loads:
         parts.append(f"other load on the host up to {max(loads):.2f} cores")
