@@ -1111,7 +1111,7 @@ def _noise(doc: Mapping[str, Any]) -> str:
                          if spread else "–")])
     out = ""
     if rows:
-        out += _table(["job", "other load on the host per run (cores)", "run-to-run spread of the step time"],
+        out += _table(["job", "other load on the host per run (cores)", "run-to-run variation of the step time"],
                       rows, "noise")
     for key in ("noise", "noise_floor"):
         extra = doc.get(key) or (doc.get("environment") or {}).get(key)
