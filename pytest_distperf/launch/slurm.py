@@ -27,6 +27,7 @@ from typing import Any, Callable
 from pytest_distperf.errors import JobError, JobTimeout, UsageError
 from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.devices import usable_cores
+from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
 from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec import JobSpec
@@ -98,8 +99,9 @@ class SlurmLauncher:
         # What the agents need on top of the environment sbatch exports: the job's import path. Not the
         # one-host defaults (OMP threads for this host's cores, NCCL on loopback): run_node_agent sets threads
         # from its own node.
-        agent_env = {k: v for k, v in agent_environment(job, env).items()
-                     if k in ("PYTHONPATH", "PYTHONUNBUFFERED") or k in (env or {})}
+        agent_env = {k: v for k, v in agent_environment(job, env, loopback=False).items()
+                     if k in ("PYTHONPATH", "PYTHONUNBUFFERED") or k in (env or {})
+                     or (job.device == "cpu" and k in CPU_ONLY_ENVIRONMENT)}  # a CPU job's ranks see no GPU there too
         submitted = executor.submit(run_node_agent, job_dir, agent_env)
         slurm_id = str(submitted.job_id)
         where = f"SLURM job {slurm_id}, {self.nodes} node agents"

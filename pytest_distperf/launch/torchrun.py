@@ -89,7 +89,7 @@ class TorchrunLauncher:
         return network_fabric()
 
     def _environment(self, job: JobSpec, plan: Any, env: dict[str, str] | None, loopback: bool) -> dict[str, str]:
-        base = agent_environment(job, env)
+        base = agent_environment(job, env, loopback=loopback)  # ranks on other hosts: their sockets must reach them
         if "OMP_NUM_THREADS" not in {**os.environ, **(env or {})}:
             # every agent here: the host's cores split over all ranks; elsewhere: each node's over its own
             base["OMP_NUM_THREADS"] = str(threads_per_rank(job.world_size if self.agents == "local"
