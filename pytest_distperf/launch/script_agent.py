@@ -110,6 +110,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.launch import jobfiles
 
     jobfiles.die_with_parent(signal.SIGTERM)
+    jobfiles.no_core_dumps()  # inherited by the script and the ranks Lightning starts (a core delays every crash report)
     job = jobfiles.read_job(job_dir)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.script", job_dir],
