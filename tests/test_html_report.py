@@ -282,3 +282,12 @@ def test_a_comparison_that_grew_is_one_job_with_all_its_runs(zero3_doc: dict):
     jobs = report_html.unique_jobs(doc)
     assert len(jobs) == len(second["jobs"])
     assert all(len(v.job["runs"]) == 3 and v.tests == [first["nodeid"], second["nodeid"]] for v in jobs)
+
+
+def test_the_trend_of_a_metric_without_a_baseline(zero3_doc: dict):
+    test = zero3_doc["tests"][0]
+    verdict = test["verdicts"][0]  # 'new': no baseline on this machine class yet, but a history of sessions
+    series = TrendSeries("cpu", test["nodeid"], verdict["job"], verdict["metric"], verdict["unit"],
+                         [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 1.0 + i) for i in range(3)])
+    page = sections(render_html(zero3_doc, history=[series]))["baselines"]
+    assert page.count('class="chart trend"') == 1 and 'class="chart strip baseline"' not in page

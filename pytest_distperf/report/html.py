@@ -1012,7 +1012,9 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
             if key in seen:
                 continue
             seen.add(key)
-            if v.get("baseline") is None:
+            series = history.get((t["nodeid"], str(v.get("job")), str(v.get("metric"))))
+            has_trend = series is not None and bool(series.points)
+            if v.get("baseline") is None and not has_trend:
                 without += 1
                 continue
             if base_jobs is None:
@@ -1022,7 +1024,8 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
                     f'<p class="note">tests: {_test_cell(sharing[key], outcomes)}</p>')
             body = f'<p class="note">{esc(row.value)}; threshold {esc(v.get("threshold_text") or "–")}. ' \
                    f'{esc(row.note)}</p>'
-            body += _baseline_distribution(t, v, base_jobs)
+            if v.get("baseline") is not None:
+                body += _baseline_distribution(t, v, base_jobs)
             if v.get("delta") is not None:
                 thr = v.get("threshold")
                 body += interval_chart(float(v["delta"]), v.get("low"), v.get("high"), None, "at_most",
@@ -1030,8 +1033,7 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
                                        fmt=lambda x: f"{x:+.1%}", ref=0.0,
                                        band=(-thr, thr) if thr is not None else None,
                                        interval=level_text(v) if has_interval(v) else None)
-            series = history.get((t["nodeid"], str(v.get("job")), str(v.get("metric"))))
-            if series is not None and series.points:
+            if has_trend and series is not None:
                 body += '<p class="note">history of this metric on this machine class</p>' + trend_chart(series)
             parts.append(f'<div class="baseline">{head}{body}</div>')
     if without:
