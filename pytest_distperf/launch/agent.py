@@ -30,6 +30,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.launch import rendezvous
     from pytest_distperf.rank.worker import rank_main
 
+    plain_torch_log_format()
     rendezvous.register()
 
     job = jobfiles.read_job(job_dir)
@@ -78,6 +79,22 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
         failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig,
                                              message=_traceback_text(f.message), timestamp=f.timestamp, host=host))
     return failures
+
+
+def plain_torch_log_format() -> None:
+    """torch's log formatter imports torch._dynamo and torch._inductor (sympy, the compiler stack: 3-4 s on the
+    2-core box, more on a busy one) the first time it formats a record that carries an exception -- and torch
+    elastic logs one when a rank fails, so every failure report waited for that import. torch elastic's and the
+    launcher's records go to a plain handler of their own instead (same stream, same levels)."""
+    import logging
+    import sys
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s"))
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _shutdown_grace(config_cls: type) -> dict[str, int]:
