@@ -202,3 +202,28 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
     assert not tagged_processes(tag)
     assert time.monotonic() - interrupted < 15
+
+
+LOG_A_FAILED_RANK = """
+import sys
+from torch.distributed.elastic.multiprocessing import api
+from pytest_distperf.launch.agent import plain_torch_log_format
+if sys.argv[1] == "plain":
+    plain_torch_log_format()
+try:
+    raise ValueError("rank 1 failed")
+except ValueError:
+    api.logger.exception("failed")  # what torch elastic logs when a rank fails
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_agent_logs_a_failed_rank_without_importing_the_compiler_stack():
+    # torch's own formatter imports torch._dynamo (seconds) for a record with an exception: every failure waited
+    def imports_dynamo(mode):
+        out = subprocess.run([sys.executable, "-c", LOG_A_FAILED_RANK, mode], capture_output=True, text=True, check=True)
+        assert "rank 1 failed" in out.stderr
+        return out.stdout.strip()
+
+    assert imports_dynamo("torch's") == "True"  # the control: the test sees the import it guards against
+    assert imports_dynamo("plain") == "False"
