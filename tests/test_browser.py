@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-INNER_OPTS = ("--distperf", "-p", "no:cacheprovider")
+# The adaptive budget (--distperf-max-repeats) as the comparisons' repeats: no extra pairs, a short session.
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "2")
 
 PERF_TESTS = """
 import pytest
