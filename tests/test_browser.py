@@ -7,8 +7,9 @@ DOM after the page's own script ran (`--dump-dom`) and the browser's console (`-
 checks that every section rendered, the plots' elements are there, nothing logged an error, and every verdict
 drawn is the one in the JSON report. A screenshot is taken too ($DISTPERF_TEST_SCREENSHOTS keeps a copy).
 
-Chromium comes from $DISTPERF_TEST_CHROMIUM or PATH (`.ci/services/chromium.sh` installs it); without it the
-test skips, except under CI=true, where it fails.
+Chromium comes from $DISTPERF_TEST_CHROMIUM or PATH (chromium, chromium-browser, google-chrome;
+`.ci/services/chromium.sh` installs Debian's); without one the test skips, except under CI=true (GitHub Actions
+sets it), where it fails.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ SECTION_IDS = ("summary", "verdicts", "comparisons", "jobs", "probes", "baseline
 
 
 def chromium_path() -> str:
+    # Debian's chromium first; a Chrome already on the machine (GitHub's hosted runners) does as well.
     path = os.environ.get("DISTPERF_TEST_CHROMIUM") or next(
-        (p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")) if p),
+        None)
     if path and os.access(path, os.X_OK):
         return path
     reason = ("no Chromium: set DISTPERF_TEST_CHROMIUM or install Debian's chromium "
