@@ -31,6 +31,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.rank.worker import rank_main
 
     plain_torch_log_format()
+    record_rank_exits(job_dir)
     rendezvous.register()
 
     job = jobfiles.read_job(job_dir)
@@ -79,6 +80,26 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
         failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig,
                                              message=_traceback_text(f.message), timestamp=f.timestamp, host=host))
     return failures
+
+
+def record_rank_exits(job_dir: str) -> None:
+    """Note how each rank's process ends (exit code or signal) the moment it ends, before torch elastic reaps it.
+    Elastic reports only the rank it sees fail first, and to it a rank that leaves with exit code 0 and no value
+    (os._exit(0)) is no failure: its peers' broken connections would then read as the cause. The handler runs in
+    the main thread between bytecodes, so before elastic's join() can reap the child; WNOWAIT leaves it to reap."""
+    from pytest_distperf.launch import jobfiles
+
+    def on_child_exit(signum: int, frame: Any) -> None:
+        for rank, pid in jobfiles.started_ranks(job_dir).items():
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # reaped already
+                continue
+            if info is not None:
+                jobfiles.write_exit(job_dir, rank, info.si_code == os.CLD_EXITED, info.si_status)
+
+    signal.signal(signal.SIGCHLD, on_child_exit)
+    signal.siginterrupt(signal.SIGCHLD, False)  # restart interrupted system calls (torch's own threads make them)
 
 
 def plain_torch_log_format() -> None:

@@ -5,6 +5,7 @@
     outcome-rank{r}.json  a rank that stopped on pytest.skip / pytest.xfail
     failed-rank{r}.time   when a rank raised (to find the root cause among failed ranks)
     fatal-rank{r}.log   a rank's Python stacks when it received a fatal signal (faulthandler; empty until then)
+    exit-rank{r}.txt    how a rank's process ended ("exit 0", "signal 9"), noted by the agent before it is reaped
     rank{r}.pid / rank{r}.returned   a rank started / got to the end of its body
     result.pkl          what the agent got back from elastic_launch (values or failures)
     agent.log           the agent's own output
@@ -190,6 +191,23 @@ def no_core_dumps() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
     except (ImportError, ValueError, OSError):
         pass
+
+
+def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
+    """How rank's process ended: "exit <code>" or "signal <number>" (the first record stays)."""
+    path = os.path.join(job_dir, f"exit-rank{rank}.txt")
+    if not os.path.exists(path):
+        _write_atomic(path, f"{'exit' if exited else 'signal'} {status}".encode())
+
+
+def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
+    """{rank: ("exit", code) or ("signal", number)} of the ranks whose end the agent saw."""
+    out = {}
+    for path in glob.glob(os.path.join(job_dir, "exit-rank*.txt")):
+        with open(path) as f:
+            how, _, status = f.read().partition(" ")
+        out[int(os.path.basename(path)[len("exit-rank"):-len(".txt")])] = (how, int(status))
+    return out
 
 
 def fatal_report_file(job_dir: str, rank: int) -> Any:

@@ -163,6 +163,9 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         raise JobError(f"distperf could not launch {job.describe()}:\n{result.agent_error}\njob folder: {job_dir}",
                        job_dir)
     if result.failures:
+        quiet = _quiet_exits(job_dir)
+        if quiet:  # a rank that left with exit code 0 and no value: its peers failed because of it
+            raise JobError(_vanished_message(job, job_dir, quiet), job_dir)
         raise RankFailed(_failure_message(job, job_dir, result.failures), result.failures, job_dir)
     values = result.values or {}
     missing = sorted(set(range(job.world_size)) - set(values))
@@ -244,6 +247,13 @@ def _vanished_ranks(job_dir: str) -> dict[int, int]:
         if not alive:
             gone[rank] = pid
     return gone
+
+
+def _quiet_exits(job_dir: str) -> dict[int, int]:
+    """{rank: pid} of the ranks whose process ended with exit code 0 without returning a value (agent's records)."""
+    started = jobfiles.started_ranks(job_dir)
+    return {rank: started.get(rank, 0) for rank, how in jobfiles.read_exits(job_dir).items()
+            if how == ("exit", 0) and not jobfiles.has_returned(job_dir, rank)}
 
 
 def _vanished_message(job: JobSpec, job_dir: str, vanished: dict[int, int]) -> str:
