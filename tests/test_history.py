@@ -26,7 +26,7 @@ pytest.importorskip("ruptures", reason="the history extra is not installed (pyte
 from pytest_distperf.history import (HistoryError, HistoryUrlError, ReportDocumentError,  # noqa: E402
                                      SchemaVersionError, record_session, trends)
 from pytest_distperf.history import schema  # noqa: E402
-from pytest_distperf.history.changepoints import find_splits  # noqa: E402
+from pytest_distperf.history.changepoints import find_splits, strongest_split  # noqa: E402
 from pytest_distperf.history.ingest import read_report  # noqa: E402
 from pytest_distperf.history.store import HistoryStore  # noqa: E402
 
@@ -345,6 +345,7 @@ def test_a_step_change_in_24_sessions_is_found_at_its_commit_range(url):
     assert 0.10 < cp.change < 0.20
     assert not cp.config_changed and cp.environment_changes == ()
     assert by_metric["peak_memory"].change_points == ()
+    assert by_metric["peak_memory"].strongest.pvalue > 0.001  # what did not hold is said, with its p-value
     assert by_metric["optimizer_state_bytes"].change_points == ()  # constant: no change, no t-test noise
 
 
@@ -374,6 +375,8 @@ def test_find_splits_on_plain_series():
     [split] = find_splits(exact)
     assert (split.index, split.pvalue, split.change) == (8, 0.0, 0.5)
     assert find_splits([4.0] * 16) == []
+    noisy = [rng.gauss(100, 30) for _ in range(10)] + [rng.gauss(115, 30) for _ in range(10)]
+    assert find_splits(noisy) == [] and strongest_split(noisy).pvalue > 0.001
     assert find_splits([1.0, 2.0, 3.0, 4.0, 5.0]) == []  # fewer than 2 x min_size sessions
     assert find_splits(steps, min_change=0.5) == []  # smaller steps than asked for
     with pytest.raises(ValueError, match="min_size"):

@@ -23,7 +23,9 @@ Public functions (the only ones other modules should call):
   `git_commit`, `session_id`, `value` = median of the session's runs, `runs`, versions, `config_hash`) and
   `change_points` (`ChangePoint`: `index` of the first point after the step, `before`/`after` points and so
   `commit_range`, `before_mean`, `after_mean`, `change` = after/before - 1, `pvalue`, `tstat`, `verdict`
-  = regression | improvement | change, `config_changed`, `environment_changes`). `Trend.to_dict()` is JSON-ready.
+  = regression | improvement | change, `config_changed`, `environment_changes`); with none, `strongest` is the
+  split that was tried first and did not hold (a `ChangePoint` with its p-value), or None. `Trend.to_dict()` is
+  JSON-ready.
   This is the data the HTML report draws.
 
 - `render_text(trends, points=False) -> str`: the CLI's text.

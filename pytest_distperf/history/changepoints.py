@@ -71,6 +71,15 @@ def find_splits(values: list[float], alpha: float = DEFAULT_ALPHA, min_size: int
     return _prune(values, sorted(kept), alpha, min_change)
 
 
+def strongest_split(values: list[float], min_size: int = DEFAULT_MIN_SIZE) -> Split | None:
+    """The split the search would try first over the whole series, with its test, whether it holds or not
+    (to say how far from significant a visible step is)."""
+    if len(values) < 2 * max(min_size, 2):
+        return None
+    index, _gain = _proposer(values, min_size).single_bkp(0, len(values))
+    return None if index is None else Split(index=index, **_test(values[:index], values[index:]))
+
+
 def _proposer(values: list[float], min_size: int):
     import numpy as np
     import ruptures

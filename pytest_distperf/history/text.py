@@ -36,6 +36,13 @@ def _block(t: Trend, points: bool) -> str:
     if t.change_points:
         lines.append("  change points:")
         lines += ["    " + describe(c, t.unit) for c in t.change_points]
+    elif t.strongest is not None and t.strongest.change:
+        s = t.strongest
+        lines.append(f"  change points: none (the strongest split, sessions {s.index - 1}|{s.index} between "
+                     f"{short_commit(s.before.git_commit)} and {short_commit(s.after.git_commit)}: "
+                     f"{fmt_pct(s.change)}, p = {s.pvalue:.2g}; a change point needs p <= {t.settings['alpha']:g}"
+                     + (f" and |change| >= {t.settings['min_change']:.1%}" if t.settings.get("min_change") else "")
+                     + ")")
     else:
         lines.append("  change points: none")
     if points:

@@ -70,6 +70,8 @@ class Trend:
     points: tuple[TrendPoint, ...]
     change_points: tuple[ChangePoint, ...]
     settings: dict[str, Any] = field(default_factory=dict)  # alpha, min_size, min_change used
+    # With no change point: the strongest split over the whole series, which did not hold (None when too short).
+    strongest: ChangePoint | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (times as ISO 8601 strings)."""
@@ -85,6 +87,9 @@ class Trend:
         doc = plain(asdict(self))
         for cp, d in zip(self.change_points, doc["change_points"]):
             d["verdict"], d["commit_range"] = cp.verdict, cp.commit_range
+        if self.strongest is not None:
+            doc["strongest"]["verdict"] = self.strongest.verdict
+            doc["strongest"]["commit_range"] = self.strongest.commit_range
         return doc
 
 
@@ -118,8 +123,12 @@ def trend_of(key: SeriesKey, rows: list[SeriesRow], settings: dict[str, Any]) ->
     direction = last.direction if last else "lower"
     splits = changepoints.find_splits([p.value for p in points], **settings)
     change_points = tuple(_change_point(points, s, direction) for s in splits)
+    strongest = None
+    if not change_points:
+        split = changepoints.strongest_split([p.value for p in points], settings["min_size"])
+        strongest = _change_point(points, split, direction) if split is not None else None
     return Trend(key=key, unit=last.unit if last else "", direction=direction, kind=last.kind if last else None,
-                 points=tuple(points), change_points=change_points, settings=dict(settings))
+                 points=tuple(points), change_points=change_points, settings=dict(settings), strongest=strongest)
 
 
 def _change_point(points: list[TrendPoint], split: changepoints.Split, direction: str) -> ChangePoint:
