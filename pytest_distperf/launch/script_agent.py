@@ -112,9 +112,12 @@ def main(job_dir: str) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)
     jobfiles.no_core_dumps()  # inherited by the script and the ranks Lightning starts (a core delays every crash report)
     job = jobfiles.read_job(job_dir)
+    # Inside a SLURM allocation Lightning would take SLURMEnvironment (ranks started by srun) and start no ranks
+    # of its own: the script runs as on a workstation, where `python script.py` starts them.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     try:
         proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.script", job_dir],
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=env)
     except OSError as e:
         jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error=f"could not start the script: {e}"))
         return 2

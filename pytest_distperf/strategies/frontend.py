@@ -175,11 +175,12 @@ def check_launch(frontend: str, ctx: Any, group_before: Any, *, cluster_environm
         check_reused_ranks(frontend, group_before, cluster_environment=cluster_environment, world_size=world_size,
                            rank=rank)
         return
-    from lightning.fabric.plugins.environments import TorchElasticEnvironment
+    from lightning.fabric.plugins.environments import LightningEnvironment
 
-    if isinstance(cluster_environment, TorchElasticEnvironment):
+    if not isinstance(cluster_environment, LightningEnvironment):
         raise RuntimeError(f"{frontend} launched as its users launch it (python script.py) chose "
-                           "TorchElasticEnvironment: the ranks were not started by Lightning's own launcher")
+                           f"{type(cluster_environment).__name__}: the ranks were not started by Lightning's own "
+                           "launcher")
     if (world_size, rank) != (ctx.world_size, ctx.rank):
         raise RuntimeError(f"{frontend} sees rank {rank} of {world_size}, the job has rank {ctx.rank} of "
                            f"{ctx.world_size}")
