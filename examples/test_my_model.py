@@ -24,10 +24,12 @@ def fsdp2(distperf, **kw):
 
 
 def test_both_sides_train_the_same_model_on_the_same_data(distperf):
-    # The first step from the seeded weights gives the same loss on both sides. (Later steps part by more than
-    # rounding: this small regression net's training amplifies the engines' differently rounded reductions.)
+    # The first step from the seeded weights gives the same loss on both sides: exactly in fp32 on CPU, to bf16
+    # noise on CUDA. (Later steps part by more than rounding: this small regression net's training amplifies the
+    # engines' differently rounded reductions.)
     first = dict(steps=1, warmup=0)
-    distperf.compare(zero3(distperf, **first), fsdp2(distperf, **first), repeats=1).assert_losses_match(1e-6)
+    rtol = 1e-6 if distperf.device == "cpu" else 2e-2
+    distperf.compare(zero3(distperf, **first), fsdp2(distperf, **first), repeats=1).assert_losses_match(rtol)
 
 
 def test_zero3_step_time_within_1_1x_fsdp2(distperf):
