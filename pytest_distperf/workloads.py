@@ -31,7 +31,9 @@ class Workload:
 
     model: a `torch.nn.Module`, or a zero-argument callable that builds one (needed where a strategy
         builds the model inside its own context, e.g. DeepSpeed `zero_init=True`). Built after
-        `torch.manual_seed(seed)`, inside `with device:`.
+        `torch.manual_seed(seed)`, inside `with device:`. Under zero.Init each submodule is partitioned as
+        soon as its __init__ returns: a parent's later in-place init of a child's weights does not reach them
+        (initialise them in the child, or under deepspeed.zero.GatheredParameters).
     batch: `batch(step, rank)` -> this rank's batch for that step: a tuple of the model's positional
         inputs (tensors are moved to the rank's device) or one tensor. Must depend only on (step, rank)
         (and the seed the factory was given) so both sides of a comparison see the same data.
