@@ -53,7 +53,7 @@ DIRECTIONS = ("lower", "higher")
 KINDS = ("time", "memory", "count")
 # Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
 # slowdown reads as a regression (as a code change would), not as "not comparable".
-INJECTION_FIELDS = ("extra_work", "extra_matmuls")
+INJECTION_FIELDS = ("extra_work",)
 
 
 def read_json(path: str) -> Any:

@@ -31,10 +31,6 @@ class Summary:
     iqr: float
     mean: float
 
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median else 0.0
-
 
 def summarize(xs: Sequence[float]) -> Summary:
     return Summary(n=len(xs), median=quantile(xs, 0.5), p10=quantile(xs, 0.1), p90=quantile(xs, 0.9),

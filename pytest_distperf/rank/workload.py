@@ -7,7 +7,6 @@ gives it as one implementation of the workload interface (pytest_distperf.worklo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -26,7 +25,6 @@ class Shape:
     n_heads: int
     seq_len: int
     micro_batch: int  # sequences per rank per step
-    extra_matmuls: int = 0  # a knob for injecting real extra work (detection-power benchmarks)
     # Finer fault-injection knob: extra real matmul work of about this fraction of each block's linear-layer
     # FLOPs, forward and backward, with no parameters (optimizer, gradients, memory and loss stay as they
     # are). The baseline store leaves it out of the config hash, so an injected slowdown reads as a
@@ -83,8 +81,6 @@ class MLP(nn.Module):
         super().__init__()
         self.up = nn.Linear(s.d_model, 4 * s.d_model, bias=False)
         self.down = nn.Linear(4 * s.d_model, s.d_model, bias=False)
-        # Extra square matmuls: real work that a benchmark can add to simulate a slowdown.
-        self.extra = nn.ModuleList(nn.Linear(s.d_model, s.d_model, bias=False) for _ in range(s.extra_matmuls))
         # extra_work: y @ A @ B with constant (d x w) and (w x d) matrices, w = 9*extra_work*d. Forward and the
         # backward input-gradients cost 4*d*w MACs per token = extra_work x the block's 3 x 12*d*d. Plain tensors,
         # not parameters or buffers: no optimizer state, no gradient all-reduce, no DDP buffer broadcast, no RNG
@@ -95,8 +91,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.down(F.gelu(self.up(x)))
-        for lin in self.extra:
-            y = y + 0.0 * lin(y)
         if self.extra_a is not None and self.extra_b is not None:
             a, b = self.extra_a.to(y.device, y.dtype), self.extra_b.to(y.device, y.dtype)  # no-op unless bf16/moved
             y = y + 0.0 * ((y @ a) @ b)  # computed forward and backward; the loss is unchanged
@@ -165,15 +159,3 @@ def builtin_workload(shape: Shape, seed: int) -> Workload:
     return Workload(model=lambda: GPT(shape), batch=lambda step, rank: make_batch(shape, seed, step, rank),
                     wrap_units=(Block,), tokens_per_batch=shape.micro_batch * shape.seq_len,
                     micro_batch=shape.micro_batch)
-
-
-def format_params(n: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.{1 if n < 10 * scale else 0}f}{unit}"
-    return str(n)
-
-
-def describe(shape: Shape) -> str:
-    return (f"{format_params(shape.approx_params)} params, d={shape.d_model}, L={shape.n_layers}, "
-            f"seq={shape.seq_len}, mb={shape.micro_batch}, ~{math.ceil(shape.seq_len * shape.micro_batch)} tok/rank")
