@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_distperf.errors import DistPerfError
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds, fmt_value
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, RANK_COLOURS,
                                         SIDE_COLOURS, SVG_CSS, Chart, esc, legend, nice_ticks, padded)
 
@@ -122,13 +122,9 @@ class TrendSeries:
 def fmt_unit(value: float | None, unit: str) -> str:
     if value is None:
         return "–"
-    if unit == "s":
-        return fmt_seconds(value)
-    if unit == "bytes":
-        return fmt_bytes(value)
     if unit == "rel":
         return f"{value:.1e}"
-    return f"{value:.4g}"
+    return fmt_value(value, unit)
 
 
 def _pct(v: float | None) -> str:
