@@ -36,6 +36,10 @@ def _seen(out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+# Saving records each job up to the adaptive budget (--distperf-max-repeats); 3 keeps these tests quick.
+FAST = ("-p", "no:cacheprovider", "--distperf-max-repeats=3")
+
+
 def _rootdir(result: pytest.RunResult) -> str:
     return next(line.split(":", 1)[1].strip() for line in result.outlines if line.startswith("rootdir:"))
 
@@ -63,18 +67,18 @@ def test_the_same_baseline_is_found_with_and_without_a_stray_path_argument(pytes
         plain, spaced = [f"--distperf-json={report}"], ["--distperf-json", str(report)]
 
     _write_test(project / "tests", out, run_job=True)
-    saved = pytester.runpytest("--distperf", "--distperf-save", *plain, "tests", "-p", "no:cacheprovider")
+    saved = pytester.runpytest("--distperf", "--distperf-save", *plain, "tests", *FAST)
     saved.assert_outcomes(passed=1)
     first = _seen(out)
     assert os.path.isfile(first["path"])
 
     _write_test(project / "tests", out, run_job=False)  # same file and test name: only the lookup runs
-    straying = pytester.runpytest("--distperf", *spaced, "tests", "-p", "no:cacheprovider")
+    straying = pytester.runpytest("--distperf", *spaced, "tests", *FAST)
     straying.assert_outcomes(passed=1)
     assert _rootdir(straying) != _rootdir(saved)  # the stray path did move the rootdir (pytest-dev/pytest#8846)
     assert _seen(out) == {"path": first["path"], "found": True}
 
-    again = pytester.runpytest("--distperf", *plain, "tests", "-p", "no:cacheprovider")
+    again = pytester.runpytest("--distperf", *plain, "tests", *FAST)
     again.assert_outcomes(passed=1)
     assert _seen(out) == {"path": first["path"], "found": True}
 
@@ -82,16 +86,16 @@ def test_the_same_baseline_is_found_with_and_without_a_stray_path_argument(pytes
 def test_a_renamed_test_is_said_loudly_and_fails_when_a_baseline_is_required(pytester, project):
     out = pytester.path / "seen.json"
     _write_test(project / "tests", out, run_job=True)
-    pytester.runpytest("--distperf", "--distperf-save", "tests", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest("--distperf", "--distperf-save", "tests", *FAST).assert_outcomes(passed=1)
     saved = Path(_seen(out)["path"])
 
     _write_test(project / "tests", out, run_job=True, name="test_step_renamed")
-    result = pytester.runpytest("--distperf", "--distperf-require-baseline", "tests", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--distperf", "--distperf-require-baseline", "tests", *FAST)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*holds 1 other baseline(s)*{saved.name}*renamed or moved*"])
     result.stdout.fnmatch_lines(["*BaselineUnmatchedWarning*"])
 
-    quiet = pytester.runpytest("--distperf", "tests", "-p", "no:cacheprovider")  # without the option: a warning
+    quiet = pytester.runpytest("--distperf", "tests", *FAST)  # without the option: a warning
     quiet.assert_outcomes(passed=1)
     quiet.stdout.fnmatch_lines(["*BaselineUnmatchedWarning*no baseline file*renamed or moved*"])
 
@@ -152,7 +156,7 @@ def test_nan_in_a_stored_summary_fails_the_test_at_setup(pytester):
     folder.mkdir(parents=True)
     text = json.dumps(doc).replace('"median": 0.11', '"median": NaN')
     (folder / "test_nan--test_x.json").write_text(text)
-    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--distperf", *FAST)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*test_nan--test_x.json: holds a non-finite number*summary*median*"])
     assert "the body must not run" not in result.stdout.str()
