@@ -236,6 +236,9 @@ def test_pr_comment_lists_every_failing_metric_even_past_25_lines(zero3_doc: dic
     text = render_pr_comment(doc, html_path="out/report.html")
     assert all(f"step_time_{i}:" in text for i in range(40))
     assert "never cut" in text and len(text.splitlines()) > MAX_LINES
+    lines = text.splitlines()
+    table_end = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert lines[table_end + 1] == ""  # a paragraph right under a table would join it (GitHub's Markdown)
     assert "**Machine class**" in text and "`report.html`" in text  # the rest is still there
 
 

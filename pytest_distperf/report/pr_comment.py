@@ -149,15 +149,15 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
         table = ["No failing, inconclusive or improved metric."]
     xfails = [s for s in rows if s.row.outcome == "xfail"]
     room = MAX_LINES - len(head) - len(table) - len(tail)
-    if xfails and room >= 1:  # known gaps, by name, when the budget has room
+    if xfails and room >= 2:  # known gaps, by name, when the budget has room (a blank line ends a table)
         names = ", ".join(f"`{_short(s.tests[0])}`" for s in xfails)
-        table.append(f"Known gaps (strict xfail, not failing): {len(xfails)} — {names}")
-        room -= 1
+        table += ["", f"Known gaps (strict xfail, not failing): {len(xfails)} — {names}"]
+        room -= 2
     lines = head + table + tail
     if room < 0:
-        lines.insert(len(head) + len(table),
-                     f"_All {len(listed)} failing/inconclusive/improved rows are listed (never cut): "
-                     f"this comment is longer than its usual {MAX_LINES} lines._")
+        lines[len(head) + len(table):len(head) + len(table)] = [
+            "", f"_All {len(listed)} failing/inconclusive/improved rows are listed (never cut): "
+                f"this comment is longer than its usual {MAX_LINES} lines._"]
     return "\n".join(lines) + "\n"
 
 
