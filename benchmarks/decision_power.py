@@ -28,16 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_distperf.measure import decision  # noqa: E402
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Design  # noqa: E402
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
+from pytest_distperf.measure.stats import wilson  # noqa: E402
 
 
 def sequence(rng: random.Random, args: argparse.Namespace, cv: float, effect: float, limit: float

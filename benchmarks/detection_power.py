@@ -56,7 +56,7 @@ from pytest_distperf.gate.store import KNOWN_METRICS, MetricSeries  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
-from pytest_distperf.measure.stats import quantile, relative_spread  # noqa: E402
+from pytest_distperf.measure.stats import quantile, relative_spread, wilson  # noqa: E402
 from pytest_distperf.results import RankResult, RunResult  # noqa: E402
 from pytest_distperf.spec import JobSpec  # noqa: E402
 
@@ -102,16 +102,6 @@ def calibrate(args: argparse.Namespace) -> float:
         raise SystemExit(f"calibration found no slowdown from extra_work={args.calibrate_at} (slope {slope:.3f}); "
                          f"the machine is too noisy or the knob too small: raise --calibrate-at/--calibrate-runs")
     return slope
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
 
 
 # -- collection ---------------------------------------------------------------------------------------------------
