@@ -17,8 +17,10 @@ from pytest_distperf.config import SettingsError
 from pytest_distperf.gate.policy import Policy, policy_for
 from pytest_distperf.gate.regression import decide_job, decide_metric, is_failing
 
-# Saving records each job up to the adaptive budget (--distperf-max-repeats); 4 keeps these tests quick.
-INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "4")
+# Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it.
+# 8: with 4 runs a side the 98 % interval of a job that varies 25 % run to run (the shared 2-core box, busy) is
+# too wide to call even a +80 % slowdown; 8 a side decides it.
+INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "8")
 MiB = 1 << 20
 
 
@@ -228,9 +230,9 @@ def test_an_injected_regression_fails_with_a_message_that_says_how_to_accept_it(
     # the injected job is keyed apart from the clean one, and compared against the clean one's stored runs
     result.stdout.fnmatch_lines([
         "*distperf baseline gate failed for test_perf.py::test_ddp (machine class cpu-*",
-        "*ddp tiny x2 cpu +extra_work=8: step_time FAIL: +*% vs baseline, 98% interval [+*%, +*%]; limit +5.0% "
+        "*ddp tiny x2 cpu +extra_work=8: step_time FAIL: +*% vs baseline, 98% interval [[]+*%, +*%]; limit +5.0% "
         "(time_threshold*",
-        "*baseline * (geometric mean of 4 runs, run-to-run *)",
+        "*baseline * (geometric mean of 8 runs, run-to-run *)",
         "*current * (geometric mean of * runs, run-to-run *)",
         "*to accept the current numbers as the new baseline, run:",
         "*pytest --distperf --distperf-save test_perf.py::test_ddp",
