@@ -17,9 +17,9 @@ from pytest_distperf.config import SettingsError
 from pytest_distperf.gate.policy import Policy, policy_for
 from pytest_distperf.gate.regression import decide_job, decide_metric, is_failing
 
-# Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it.
-# 8: with 4 runs a side the 98 % interval of a job that varies 25 % run to run (the shared 2-core box, busy) is
-# too wide to call even a +80 % slowdown; 8 a side decides it.
+# Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it:
+# a busy 2-core box varies by tens of percent run to run, and with fewer runs a side the 98 % interval is too wide
+# to call even the injected slowdown.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "8")
 MiB = 1 << 20
 
