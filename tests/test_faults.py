@@ -227,3 +227,25 @@ def test_the_agent_logs_a_failed_rank_without_importing_the_compiler_stack():
 
     assert imports_dynamo("torch's") == "True"  # the control: the test sees the import it guards against
     assert imports_dynamo("plain") == "False"
+
+
+def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp_path):
+    # torch elastic reports the first failed process it sees: here rank 0, whose barrier broke because rank 1 raised
+    import json
+
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import _failure_message
+    from pytest_distperf.spec import FunctionRef, JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", function=FunctionRef("m", "f"))
+    (tmp_path / "failed-rank1.time").write_text("100.0")
+    (tmp_path / "failed-rank0.time").write_text("100.2")
+    error = tmp_path / "logs" / "run" / "attempt_0" / "1" / "error.json"
+    error.parent.mkdir(parents=True)
+    error.write_text(json.dumps({"message": {"message": "ValueError: injected", "extraInfo": {
+        "py_callstack": "Traceback (most recent call last):\nValueError: injected failure"}}}))
+    reported = [jobfiles.RankFailure(rank=0, exitcode=1, signal=None, message="RuntimeError: Connection closed by peer",
+                                     timestamp=100)]
+    message = _failure_message(job, str(tmp_path), reported)
+    assert message.startswith("distperf job f x2 cpu failed: rank 1 exited with code 1 (root cause)"), message
+    assert "ValueError: injected failure" in message and "other ranks: rank 0 exit 1" in message

@@ -83,23 +83,27 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
 
 
 def record_rank_exits(job_dir: str) -> None:
-    """Note how each rank's process ends (exit code or signal) the moment it ends, before torch elastic reaps it.
-    Elastic reports only the rank it sees fail first, and to it a rank that leaves with exit code 0 and no value
-    (os._exit(0)) is no failure: its peers' broken connections would then read as the cause. The handler runs in
-    the main thread between bytecodes, so before elastic's join() can reap the child; WNOWAIT leaves it to reap."""
+    """Note how each rank's process ended (exit code or signal) when torch's process context reaps it. Elastic
+    reports only the rank it sees fail first, and to it a rank that leaves with exit code 0 and no value
+    (os._exit(0)) is no failure: its peers' broken connections would then read as the cause. The exit codes are
+    on the context's processes once its join() has reaped them; this wraps join() to write them down."""
+    from torch.multiprocessing.spawn import ProcessContext
+
     from pytest_distperf.launch import jobfiles
 
-    def on_child_exit(signum: int, frame: Any) -> None:
-        for rank, pid in jobfiles.started_ranks(job_dir).items():
-            try:
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # reaped already
-                continue
-            if info is not None:
-                jobfiles.write_exit(job_dir, rank, info.si_code == os.CLD_EXITED, info.si_status)
+    join = ProcessContext.join
 
-    signal.signal(signal.SIGCHLD, on_child_exit)
-    signal.siginterrupt(signal.SIGCHLD, False)  # restart interrupted system calls (torch's own threads make them)
+    def join_noting_exits(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return join(self, *args, **kwargs)
+        finally:
+            ranks = {pid: rank for rank, pid in jobfiles.started_ranks(job_dir).items()}
+            for process in getattr(self, "processes", ()):
+                code = process.exitcode
+                if code is not None and process.pid in ranks:
+                    jobfiles.write_exit(job_dir, ranks[process.pid], code >= 0, abs(code))
+
+    ProcessContext.join = join_noting_exits  # type: ignore[method-assign]
 
 
 def plain_torch_log_format() -> None:

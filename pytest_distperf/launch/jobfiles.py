@@ -5,7 +5,7 @@
     outcome-rank{r}.json  a rank that stopped on pytest.skip / pytest.xfail
     failed-rank{r}.time   when a rank raised (to find the root cause among failed ranks)
     fatal-rank{r}.log   a rank's Python stacks when it received a fatal signal (faulthandler; empty until then)
-    exit-rank{r}.txt    how a rank's process ended ("exit 0", "signal 9"), noted by the agent before it is reaped
+    exit-rank{r}.txt    how a rank's process ended ("exit 0", "signal 9"), noted by the agent when it reaps it
     rank{r}.pid / rank{r}.returned   a rank started / got to the end of its body
     result.pkl          what the agent got back from elastic_launch (values or failures)
     agent.log           the agent's own output
@@ -208,6 +208,28 @@ def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
             how, _, status = f.read().partition(" ")
         out[int(os.path.basename(path)[len("exit-rank"):-len(".txt")])] = (how, int(status))
     return out
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; the number itself for one Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def read_rank_error(job_dir: str, rank: int) -> str | None:
+    """The traceback torch elastic's error file holds for a rank that raised (None without one)."""
+    hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), "error.json"))
+    try:
+        with open(hits[0]) as f:
+            message = json.load(f).get("message")
+    except (IndexError, OSError, ValueError, AttributeError):
+        return None
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        return str(extra.get("py_callstack") or message.get("message") or message)
+    return str(message) if message else None
 
 
 def fatal_report_file(job_dir: str, rank: int) -> Any:

@@ -188,7 +188,25 @@ def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]
     return min(own, key=lambda f: (raised_at.get(f.rank, float(f.timestamp) + 1.0), f.rank))
 
 
+def _with_unreported_raisers(job_dir: str, failures: list[jobfiles.RankFailure]) -> list[jobfiles.RankFailure]:
+    """The failures torch elastic reported, plus the ranks that raised but that it did not report: it reports the
+    first failed process it sees, which can be a peer that failed a moment after the rank that raised first."""
+    known = {f.rank for f in failures}
+    exits = jobfiles.read_exits(job_dir)
+    extra = []
+    for rank, at in sorted(jobfiles.read_failure_times(job_dir).items()):
+        if rank in known:
+            continue
+        how, status = exits.get(rank, ("exit", 1))
+        sig = None if how == "exit" else jobfiles.signal_name(status)
+        extra.append(jobfiles.RankFailure(
+            rank=rank, exitcode=status if how == "exit" else -status, signal=sig, timestamp=int(at),
+            message=jobfiles.read_rank_error(job_dir, rank) or "(no error file: see its stderr below)"))
+    return failures + extra
+
+
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
+    failures = _with_unreported_raisers(job_dir, failures)
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)"]
