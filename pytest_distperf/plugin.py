@@ -169,7 +169,8 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
             _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
             config.getoption("distperf_fail_on_improvement"),
-            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, strict)
+            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, strict,
+            rootdir_fixed=config.inipath is not None or bool(config.getoption("rootdir", None)))
         gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
             gate.store.check_writable()  # before any job runs, not after an hour of them

@@ -161,3 +161,11 @@ def test_nan_in_a_stored_summary_fails_the_test_at_setup(pytester):
     result.stdout.fnmatch_lines(["*test_nan--test_x.json: holds a non-finite number*summary*median*"])
     assert "the body must not run" not in result.stdout.str()
     assert (folder / "test_nan--test_x.json").read_text() == text  # left as it was
+
+
+def test_with_a_fixed_rootdir_the_key_is_relative_to_it(tmp_path):
+    """An ini file fixes the rootdir: a baselines folder deeper down (`perf/baselines`) keeps the usual keys."""
+    store = Store(str(tmp_path / "perf" / "baselines"), str(tmp_path))
+    key = store.key_for(str(tmp_path / "perf_tests" / "test_zero3.py"), "perf_tests/test_zero3.py::test_x")
+    assert key == "perf_tests/test_zero3.py::test_x"
+    assert file_name_for(key) == "perf_tests.test_zero3--test_x.json"

@@ -67,13 +67,16 @@ class GateSettings:
     save: bool
     policy: Policy
     accept_args: tuple[str, ...] = ()  # options repeated in the "accept this change" command
+    project_root: str | None = None  # what test keys are relative to; None: the baselines folder's parent
 
 
 def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
                   require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
-                  strict: bool = False) -> GateSettings:
+                  strict: bool = False, rootdir_fixed: bool = False) -> GateSettings:
     """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
-    command). SettingsError naming the option when the baselines folder is unusable."""
+    command). `rootdir_fixed`: an ini file or --rootdir fixed `rootdir`, so test keys are relative to it
+    (wherever the baselines folder is); otherwise to the baselines folder's parent. SettingsError naming the
+    option when the baselines folder is unusable."""
     if baselines_cli not in (None, ""):
         raw, where, base = baselines_cli, "--distperf-baselines", os.getcwd()
     elif baselines_ini not in (None, ""):
@@ -92,4 +95,4 @@ def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | 
     return GateSettings(baselines_dir=path, save=save,
                         policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
                                       strict=strict),
-                        accept_args=tuple(args))
+                        accept_args=tuple(args), project_root=rootdir if rootdir_fixed else None)

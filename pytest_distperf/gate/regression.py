@@ -225,7 +225,7 @@ class GateSession:
 
     def __init__(self, settings: GateSettings, rootdir: str):
         self.settings, self.rootdir = settings, rootdir
-        self.store = Store(settings.baselines_dir)
+        self.store = Store(settings.baselines_dir, settings.project_root)
         self._machines: dict[tuple[str, int, int, str], fingerprint.MachineClass] = {}
         self._environments: dict[str, dict[str, Any]] = {}
 

@@ -406,20 +406,18 @@ def file_name_for(nodeid: str) -> str:
 class Store:
     """Baseline files under one root folder, one sub-folder per machine class.
 
-    A test's file is named after its key: the test file's path from the project root (the folder that
-    holds the baselines folder) and the test's name in it, e.g. `perf_tests/test_zero3.py::test_x`. Not
+    A test's file is named after its key: the test file's path from the project root (the rootdir when an ini
+    file or --rootdir fixed it, else the folder that holds the baselines folder) and the test's name in it,
+    e.g. `perf_tests/test_zero3.py::test_x`. Not
     the node id: that is relative to the rootdir pytest infers, which a path-like option value moves
     (pytest-dev/pytest#8846: `--distperf-baselines DIR`, space form, in a project without an ini file,
     made the rootdir `/`), and a moved rootdir renamed every file: each test then read "new" and a
     slowdown passed. In the usual layout (baselines/ next to the ini file) key and node id are the same.
     """
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, project_root: str | None = None):
         self.root = os.path.abspath(root)
-
-    @property
-    def project_root(self) -> str:
-        return os.path.dirname(self.root)
+        self.project_root = os.path.abspath(project_root) if project_root else os.path.dirname(self.root)
 
     def key_for(self, test_file: str, nodeid: str) -> str:
         """The key of the test `nodeid` defined in `test_file`."""
