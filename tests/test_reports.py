@@ -138,3 +138,19 @@ def test_session_environment_without_entries_is_read_for_the_session_device(monk
     assert session_environment([], "/root", "cuda") == {"d": "cuda"} and asked == ["cuda"]
     recorded = ReportEntry("t.py::test_a", "passed", 1.0, [], {"environment": {"torch": "2.11"}}, None)
     assert session_environment([recorded], "/root", "cuda") == {"torch": "2.11"} and asked == ["cuda"]
+
+
+def test_check_tables_show_the_pair_to_pair_variation():
+    from pytest_distperf.report import terminal
+    from pytest_distperf.report.files import ReportEntry, markdown_summary
+
+    check = {"kind": "check", "name": "step_time", "a": "zero3", "b": "fsdp2", "a_value": 0.11, "b_value": 0.1,
+             "ratio": 1.1, "low": 1.02, "high": 1.19, "threshold": 1.1, "outcome": "inconclusive", "unit": "s",
+             "method": "paired", "pairs": 6, "pair_cv": 0.043}
+    unpaired = {**check, "name": "peak_memory", "method": "unpaired", "pair_cv": None, "outcome": "pass"}
+    lines = terminal.render([("t.py::test_a", [check, unpaired])])
+    header = next(line for line in lines if "pair-to-pair" in line)
+    row = next(line for line in lines if "step_time" in line)
+    assert row[header.index("pair-to-pair"):].split()[0] == "4.3%"
+    md = markdown_summary([ReportEntry("t.py::test_a", "passed", 1.0, [check, unpaired], {}, None)])
+    assert "| pairs | pair-to-pair | limit |" in md and "| 6 | 4.3% | 1.1 |" in md and "| - | - | 1.1 |" in md

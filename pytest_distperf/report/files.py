@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from pytest_distperf.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_pct, fmt_value
-from pytest_distperf.report.wording import fmt_interval, status_mark
+from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
@@ -99,14 +99,15 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
         lines.append("")
     checks = [(e, c) for e in entries for c in e.of_kind("check")]
     if checks:
-        lines += ["| test | check | ratio A/B [98% interval] | pairs | limit | verdict |", "|---|---|---|---|---|---|"]
+        lines += ["| test | check | ratio A/B [98% interval] | pairs | pair-to-pair | limit | verdict |",
+                  "|---|---|---|---|---|---|---|"]
         for e, c in checks:
             ratio = f"{c['ratio']:.3f}" if c["unit"] != "rel" else f"{c['ratio']:.1e}"
             if c.get("method") == "paired":
                 ratio += f" [{fmt_ratio(c.get('low'), 3, '0')}, {fmt_ratio(c.get('high'), 3, 'inf')}]"
             pairs = str(c.get("pairs")) if c.get("method") == "paired" else "-"
-            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, pairs, f"{c['threshold']:g}",
-                                                OUTCOME_MARK[c["outcome"]]])) + " |")
+            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, pairs, pair_to_pair(c),
+                                                f"{c['threshold']:g}", OUTCOME_MARK[c["outcome"]]])) + " |")
         lines.append("")
     for e in failed:
         lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}</summary>", "", "```text",

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_distperf.errors import DistPerfError
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds, fmt_value
+from pytest_distperf.report.wording import pair_to_pair
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, RANK_COLOURS,
                                         SIDE_COLOURS, SVG_CSS, Chart, esc, legend, nice_ticks, padded)
 
@@ -623,6 +624,9 @@ def _check_row(test: Mapping[str, Any], c: Mapping[str, Any], xfailed: bool) -> 
         value = f"{c['ratio']:.3f}×"
         limit = f"{_LIMIT_SIGN.get(c.get('direction') or 'at_most', '≤')} {c['threshold']:g}×"
     interval = interval_text(c)
+    if c.get("method") == "paired":  # the noise the interval is made of, shown next to it
+        noise = f"{c.get('pairs')} pairs, pair-to-pair {pair_to_pair(c)}"
+        note = f"{note}; {noise}" if note else noise
     subject = f"{c.get('name')}: {c.get('a')}" + ("" if absolute else f" vs {c.get('b')}")
     return VerdictRow(test["nodeid"], "probe" if probe else "ratio", subject, value, interval, limit, outcome, note)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from pytest_distperf.measure.units import fmt_pct, fmt_value
-from pytest_distperf.report.wording import fmt_interval, status_mark
+from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
 from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
 
@@ -103,7 +103,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 pairs = str(r.get("pairs", "")) if r.get("method") == "paired" else "-"
                 checks.append([
                     nodeid.split("::")[-1], r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
-                    f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, pairs, limit, OUTCOME_MARK[r["outcome"]],
+                    f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, pairs, pair_to_pair(r), limit,
+                    OUTCOME_MARK[r["outcome"]],
                 ])
             elif r["kind"] == "probe":
                 probes.append(_probe_row(r))
@@ -117,7 +118,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                          "opt B/param"], runs)
         lines += [f"  {LEGEND}"]
     if checks:
-        lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "limit", "verdict"], checks)
+        lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit",
+                                "verdict"], checks)
     if probes:
         lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step/rank", "AG median", "overlap", "exposed/step",
                                 "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)

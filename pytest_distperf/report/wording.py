@@ -24,3 +24,10 @@ def fmt_interval(record: dict[str, Any]) -> str:
     lo = "-100%" if low is None else f"{low:+.1%}"
     hi = "+inf" if high is None else f"{high:+.1%}"
     return f"[{lo}, {hi}]"
+
+
+def pair_to_pair(record: dict[str, Any]) -> str:
+    """A check record's pair-to-pair variation (sd of the pairs' log ratios) as a percent; '-' when the check
+    was not paired or had too few pairs to have one."""
+    cv = record.get("pair_cv")
+    return "-" if record.get("method") != "paired" or cv is None else f"{cv:.1%}"
