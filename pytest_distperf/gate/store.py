@@ -30,7 +30,7 @@ import os
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pytest_distperf import jsonio
 from pytest_distperf.errors import BaselineError, FileError
@@ -182,20 +182,35 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 
 
 def _comms_counts(run: RunResult) -> dict[str, int]:
-    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most (the probes' per-step
-    medians), as the probe checks and the probe table read them.
+    """comms_counts of a run's ranks."""
+    return comms_counts([_probe_metrics(k) for k in run.ranks])
 
-    Bytes of a kind are left out where any rank had calls of unknown size (CollectiveStats.unsized):
-    an exact baseline must not hold the bytes of part of the calls."""
-    records = [c for c in (getattr(getattr(k, "probes", None), "comms", None) for k in run.ranks) if c]
-    unsized = {kind for c in records for kind, s in c.by_kind.items() if s.unsized}
+
+def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
+    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most, from each rank's flat probe
+    metrics (ProbeResult.metrics(): the probes' per-step medians, as a JSON report's `ranks[].probes` holds them),
+    as the probe checks and the probe table read them. The history reads reports through this too.
+
+    Bytes of a kind are left out where any rank had calls of unknown size (metrics() gives that rank's count
+    without bytes): an exact baseline must not hold the bytes of part of the calls."""
+    calls: dict[str, int] = {}
+    sized: dict[str, int] = {}
+    unsized: set[str] = set()
+    for m in rank_metrics:
+        for name, value in (m or {}).items():
+            if not (name.startswith("comms.") and name.endswith(".per_step")):
+                continue
+            kind = name.split(".")[1]
+            calls[kind] = max(calls.get(kind, 0), int(value))
+            if f"comms.{kind}.bytes_per_step" in m:
+                sized[kind] = max(sized.get(kind, 0), int(m[f"comms.{kind}.bytes_per_step"]))
+            else:
+                unsized.add(kind)
     out: dict[str, int] = {}
-    for comms in records:
-        for kind, s in comms.by_kind.items():
-            out[f"comms.{kind}.calls_per_step"] = max(out.get(f"comms.{kind}.calls_per_step", 0), int(s.per_step))
-            if kind not in unsized:
-                out[f"comms.{kind}.bytes_per_step"] = max(out.get(f"comms.{kind}.bytes_per_step", 0),
-                                                          int(s.bytes_per_step))
+    for kind in sorted(calls):
+        out[f"comms.{kind}.calls_per_step"] = calls[kind]
+        if kind not in unsized:
+            out[f"comms.{kind}.bytes_per_step"] = sized[kind]
     return out
 
 
