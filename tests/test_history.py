@@ -28,12 +28,14 @@ from pytest_distperf.history import (HistoryError, HistoryUrlError, ReportDocume
 from pytest_distperf.history import schema  # noqa: E402
 from pytest_distperf.history.changepoints import find_splits, strongest_split  # noqa: E402
 from pytest_distperf.history.ingest import read_report  # noqa: E402
-from pytest_distperf.history.store import HistoryStore  # noqa: E402
+from pytest_distperf.history.store import SUMMED_SUFFIX, HistoryStore  # noqa: E402
 
 # A real `--distperf-json` document: perf_tests/test_zero3.py (two tests, ZeRO-3 and FSDP2, 3 runs each) on the
 # 2-core CPU box; paths made relative.
 REPORT = os.path.join(os.path.dirname(__file__), "data", "history_report_zero3_cpu.json")
-# A real probed one: test_comm.py's all-gather count check (comms probe on gloo).
+# A real probed one: test_comm.py's all-gather count check (comms probe on gloo, one run per job), recorded with
+# `pytest perf_tests/test_comm.py --distperf -k all_gathers --distperf-json=report.json`; paths made relative.
+# Its collectives are per step, per rank (the rank with the most).
 REPORT_COMMS = os.path.join(os.path.dirname(__file__), "data", "history_report_comm_cpu.json")
 POSTGRES_ENV = "DISTPERF_TEST_POSTGRES_URL"
 
@@ -132,6 +134,18 @@ def test_comms_rows_from_a_real_probed_report_match_the_gates_values():
             assert statistics.median(mine) == pytest.approx(v["current"], rel=1e-12)
             checked += v["metric"].startswith("comms.")
     assert checked > 0
+    # per step, per rank (the rank with the most), as the probe table shows it: never summed over ranks
+    for test in doc["tests"]:
+        for job in test["jobs"]:
+            [probe] = [p for p in test["probes"] if p["label"] == job["label"]]
+            ranks = [k["probes"] for k in job["runs"][0]["ranks"]]
+            assert len(ranks) == 2
+            for kind in ("all_gather", "reduce_scatter"):
+                [calls] = [r.value for r in rows if (r.test, r.job, r.metric, r.run_index) ==
+                           (test["nodeid"], job["label"], f"comms.{kind}.calls_per_step", 0)]
+                assert calls == max(k[f"comms.{kind}.per_step"] for k in ranks) == \
+                    probe["metrics"][f"comms.{kind}.per_step"]
+                assert calls < sum(k[f"comms.{kind}.per_step"] for k in ranks)
 
 
 @pytest.mark.parametrize("mutate,needle", [
@@ -247,6 +261,59 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
     assert rows[0].host_load is None  # not measured then
     # ... and it takes new sessions like a fresh one
     assert record_session(url, load()).rows > 0
+
+
+def test_summed_comms_rows_of_a_version_3_database_are_kept_as_a_series_of_their_own(url):
+    """Before version 4 comms.* values were summed over ranks; since, they are the rank with the most. The old
+    rows stay as they were, in series named for what they hold, and new sessions never join those series."""
+    doc = load(REPORT_COMMS)
+    [test] = doc["tests"]
+    job = test["jobs"][0]["label"]
+    metric = "comms.all_gather.calls_per_step"
+    old = [(metric, 40.0, "calls"), ("comms.all_gather.bytes_per_step", 7481344.0, "bytes"), ("step_time", 0.1, "s")]
+    engine = sa.create_engine(_engine_url(url))
+    when = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
+    with engine.begin() as conn:
+        assert schema.migrate(conn, "test", target=3) == (0, 3)
+        v3 = sa.MetaData()
+        sessions = sa.Table("distperf_sessions", v3, autoload_with=conn)
+        measurements = sa.Table("distperf_measurements", v3, autoload_with=conn)
+        assert "comms_scope" not in measurements.c
+        pk = conn.execute(sessions.insert().values(
+            session_id="summed", report_digest="0" * 64, created_at=when, recorded_at=when, git_commit="f" * 40,
+            host="h", environment="{}")).inserted_primary_key[0]
+        conn.execute(measurements.insert(), [
+            {"session_pk": pk, "machine_class": test["machine_class"], "test": test["nodeid"], "job": job,
+             "metric": name, "run_index": 0, "value": value, "unit": unit, "direction": "lower",
+             "kind": "time" if unit == "s" else "count", "config_hash": None, "host_load": None}
+            for name, value, unit in old])
+    engine.dispose()
+
+    new_rows = read_report(doc)[1]
+    assert record_session(url, doc).rows == len(new_rows)
+    with HistoryStore(url) as store:
+        assert store.migrated == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION)
+        assert store.count(schema.measurements) == len(old) + len(new_rows)  # nothing dropped
+        with store.engine.connect() as conn:
+            m = schema.measurements.c
+            stored = conn.execute(sa.select(m.metric, m.value, m.comms_scope).where(m.session_pk == pk)).all()
+    assert sorted(stored) == sorted((name, value, None) for name, value, _unit in old)  # nothing overwritten
+    found = {t.key.metric: t for t in trends(url, test=test["nodeid"], job=job, metric="comms.all_gather.")}
+    summed = metric + SUMMED_SUFFIX
+    assert set(found) == {metric, summed, "comms.all_gather.bytes_per_step",
+                          "comms.all_gather.bytes_per_step" + SUMMED_SUFFIX}
+    assert [(p.session_id, p.runs) for p in found[summed].points] == [("summed", (40.0,))]
+    [point] = found[metric].points
+    assert point.session_id != "summed"
+    assert point.runs == tuple(r.value for r in new_rows if (r.job, r.metric) == (job, metric))
+    assert found[summed].unit == found[metric].unit == "calls"
+    # a metric recorded the same way before and after keeps one series
+    [step] = trends(url, test=test["nodeid"], job=job, metric="step_time")
+    assert [p.session_id for p in step.points][0] == "summed" and len(step.points) == 2
+    # the session's own trends are the per-rank series only
+    from pytest_distperf.history import session_trends
+
+    assert {t.key.metric for t in session_trends(url, doc)} == {r.metric for r in new_rows}
 
 
 def test_a_fresh_database_has_exactly_the_current_schema(url):

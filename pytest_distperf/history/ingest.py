@@ -4,9 +4,9 @@ Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs)
 metric, computed as the gate computes them (`gate.store.metrics_from_runs`): `step_time` is the run's median
 step time (each step's time being the slowest rank's), `peak_memory` the run's peak, `optimizer_state_bytes`
 the sum over ranks, and, where every run of the job ran the comms probe, `comms.<kind>.calls_per_step` and
-`.bytes_per_step` summed over ranks (bytes left out for a kind whose calls were not all sized). Unit,
-direction and kind come from `gate.store.metric_traits`. Tests that measured nothing (failed at set-up,
-run without a gate) add no rows.
+`.bytes_per_step` per rank, the rank with the most (`gate.store.comms_counts`; bytes left out for a kind whose
+calls were not all sized). Unit, direction and kind come from `gate.store.metric_traits`. Tests that measured
+nothing (failed at set-up, run without a gate) add no rows.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
         except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
             raise ReportDocumentError(f"{run_where}: step_times, peak_memory and ranks[].optimizer_state_bytes "
                                       f"must be numbers ({type(e).__name__}: {e})") from None
-        per_run_comms.append(_comms_counts(ranks))
+        per_run_comms.append(_run_comms(ranks, run_where))
     if not runs:
         return {}
     if all(per_run_comms):  # every run probed: the same kinds are comparable run to run
@@ -129,20 +129,19 @@ def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     return out
 
 
-def _comms_counts(ranks: list[dict[str, Any]]) -> dict[str, int]:
-    """The gate's comms.<kind>.calls_per_step / .bytes_per_step from the ranks' probe metrics
-    (`comms.<kind>.per_step`, and `.bytes_per_step` only when every call of the kind was sized)."""
-    probes = [k.get("probes") or {} for k in ranks]
-    kinds = {name.split(".")[1] for p in probes for name in p if name.startswith("comms.") and
-             name.endswith(".per_step")}
-    out: dict[str, int] = {}
-    for kind in sorted(kinds):
-        calls = [p[f"comms.{kind}.per_step"] for p in probes if f"comms.{kind}.per_step" in p]
-        out[f"comms.{kind}.calls_per_step"] = sum(int(c) for c in calls)
-        sized = [p for p in probes if f"comms.{kind}.per_step" in p]
-        if all(f"comms.{kind}.bytes_per_step" in p for p in sized):
-            out[f"comms.{kind}.bytes_per_step"] = sum(int(p[f"comms.{kind}.bytes_per_step"]) for p in sized)
-    return out
+def _run_comms(ranks: list[dict[str, Any]], where: str) -> dict[str, int]:
+    """The gate's own comms counts of a run (per rank, the rank with the most) from its ranks' probe metrics."""
+    from pytest_distperf.gate.store import comms_counts
+
+    probes = [k.get("probes") for k in ranks]  # ranks are objects: run_metrics read them before
+    for i, p in enumerate(probes):
+        if p is not None and not isinstance(p, dict):
+            raise ReportDocumentError(f"{where}: ranks[{i}].probes must be an object or null, got {type(p).__name__}")
+    try:
+        return comms_counts(probes)
+    except (TypeError, ValueError) as e:
+        raise ReportDocumentError(f"{where}: ranks[].probes' comms.* values must be numbers "
+                                  f"({type(e).__name__}: {e})") from None
 
 
 def _timestamp(text: str, where: str) -> _dt.datetime:

@@ -12,7 +12,10 @@ Tables carry a `distperf_` prefix so that a team's shared PostgreSQL database ca
 - `distperf_measurements`: one row per (session, machine class, test, job, metric, run): the run-level value
   with its unit and direction ('lower' or 'higher' is better), the metric's kind (time | memory | count) and the
   job's configuration hash, and the other load on the host's cores while that run was timed (the report's
-  `host_other_load_cores`: a noisy session shows as one).
+  `host_other_load_cores`: a noisy session shows as one). `comms_scope` says what a `comms.*` value covers:
+  `COMMS_PER_RANK` (the rank with the most, the gate's definition) for rows recorded since version 4; NULL on
+  `comms.*` rows recorded before, which hold calls and bytes per step summed over ranks. Those rows are kept as
+  they were and read as series of their own (store.SUMMED_SUFFIX), never mixed with the per-rank values.
 
 A migration step is a function of an open connection inside the migrating transaction; `migrate` runs the
 missing ones in order and records each. A database newer than this code is refused, never touched.
@@ -28,7 +31,8 @@ from sqlalchemy.engine import Connection
 
 from pytest_distperf.history.errors import SchemaVersionError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+COMMS_PER_RANK = "rank_max"  # comms_scope of comms.* rows: per step, per rank (the rank with the most)
 # Any constant: the key of PostgreSQL's transaction-level advisory lock that serialises migrations.
 _PG_MIGRATION_LOCK = 0x64697374_70657266 & 0x7FFFFFFFFFFFFFFF
 
@@ -110,6 +114,7 @@ measurements = sa.Table(
     sa.Column("kind", sa.String(16)),  # since version 2
     sa.Column("config_hash", sa.String(64)),  # since version 2
     sa.Column("host_load", sa.Float(53)),  # since version 3
+    sa.Column("comms_scope", sa.String(16)),  # since version 4
     sa.Index("ix_distperf_measurements_series", "machine_class", "test", "job", "metric"),  # since version 2
 )
 
@@ -143,6 +148,18 @@ def _v3_host_load(conn: Connection) -> None:
     _add_column(conn, "host_load")
 
 
+def _v4_comms_scope(conn: Connection) -> None:
+    """Version 4: what a comms.* row's value covers. Rows recorded before keep NULL: their calls and bytes per step
+    were summed over ranks, and a sum cannot be split back into the busiest rank's share, so no stored value is
+    changed; they stay readable as series of their own."""
+    _add_column(conn, "comms_scope")
+
+
+def comms_scope(metric: str) -> str | None:
+    """The comms_scope this code records a metric with."""
+    return COMMS_PER_RANK if metric.startswith("comms.") else None
+
+
 def _add_column(conn: Connection, name: str) -> None:
     column = measurements.c[name]
     conn.execute(sa.text(f"ALTER TABLE {measurements.name} ADD COLUMN {name} "
@@ -153,6 +170,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     1: _v1_create_tables,
     2: _v2_kind_config_hash_index,
     3: _v3_host_load,
+    4: _v4_comms_scope,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 

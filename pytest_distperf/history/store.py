@@ -40,6 +40,9 @@ SQLITE_BUSY_TIMEOUT_S = 60.0
 RETRY_ATTEMPTS = 8
 DEFAULT_OPTION = "--distperf-history"
 URL_FORMS = "a file path, sqlite:///path/history.db or postgresql://user:password@host:port/database"
+# The series name of comms.* rows recorded before schema 4 (summed over ranks, schema.comms_scope NULL): a
+# different quantity from the per-rank values recorded since, so a series of its own, named for what it holds.
+SUMMED_SUFFIX = " (summed over ranks, recorded before history schema 4)"
 
 T = TypeVar("T")
 
@@ -165,7 +168,7 @@ class HistoryStore:
                     {"session_pk": pk, "machine_class": m.machine_class, "test": m.test, "job": m.job,
                      "metric": m.metric, "run_index": m.run_index, "value": m.value, "unit": m.unit,
                      "direction": m.direction, "kind": m.kind, "config_hash": m.config_hash,
-                     "host_load": m.host_load} for m in rows])
+                     "host_load": m.host_load, "comms_scope": schema.comms_scope(m.metric)} for m in rows])
             return Recorded(sid, len(rows), False, self.where)
 
         try:
@@ -186,16 +189,19 @@ class HistoryStore:
     # -- reading ---------------------------------------------------------------------------------------------
     def series_keys(self) -> list[SeriesKey]:
         m = schema.measurements.c
-        query = sa.select(m.machine_class, m.test, m.job, m.metric).distinct()
-        return sorted(SeriesKey(*row) for row in self._transaction(lambda conn: conn.execute(query).all()))
+        query = sa.select(m.machine_class, m.test, m.job, m.metric, m.comms_scope.is_(None)).distinct()
+        rows = self._transaction(lambda conn: conn.execute(query).all())
+        return sorted({SeriesKey(machine_class, test, job, _series_metric(metric, unscoped))
+                       for machine_class, test, job, metric, unscoped in rows})
 
     def series_rows(self, key: SeriesKey) -> list[SeriesRow]:
         s, m = schema.sessions.c, schema.measurements.c
+        metric, scope = _stored_metric(key.metric)
         query = (sa.select(s.session_id, s.created_at, s.git_commit, s.host, s.torch, s.deepspeed, m.run_index,
                            m.value, m.unit, m.direction, m.kind, m.config_hash, m.host_load)
                  .join_from(schema.measurements, schema.sessions, m.session_pk == s.id)
                  .where(m.machine_class == key.machine_class, m.test == key.test, m.job == key.job,
-                        m.metric == key.metric)
+                        m.metric == metric, scope)
                  .order_by(s.created_at, s.id, m.run_index))
         return [SeriesRow(*row) for row in self._transaction(lambda conn: conn.execute(query).all())]
 
@@ -240,6 +246,20 @@ class HistoryStore:
                     raise
                 raise HistoryError(f"{self.option}: {self.where}: {_first_line(e.orig)}") from e
         raise AssertionError("unreachable")
+
+
+def _series_metric(metric: str, unscoped: bool) -> str:
+    """A stored row's series name: comms.* rows recorded before schema 4 carry SUMMED_SUFFIX."""
+    return metric + SUMMED_SUFFIX if unscoped and metric.startswith("comms.") else metric
+
+
+def _stored_metric(series_metric: str) -> tuple[str, sa.ColumnElement[bool]]:
+    """A series name -> (the stored metric, the condition on comms_scope that selects its rows)."""
+    scope = schema.measurements.c.comms_scope
+    if series_metric.endswith(SUMMED_SUFFIX):
+        return series_metric[: -len(SUMMED_SUFFIX)], scope.is_(None)
+    wanted = schema.comms_scope(series_metric)
+    return series_metric, scope.is_(None) if wanted is None else scope == wanted
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
