@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     # adaptive repeats (measure/decision.py): interleaved pairs (or runs) at most, and wall-clock seconds per test
     "max_repeats": 12,
     "test_budget": 600.0,
+    "session_budget": None,  # wall-clock seconds per pytest process; none by default
     "strict": False,  # an INCONCLUSIVE verdict fails the test
     # where ranks run (launch/base.py): one host, torchrun node agents, or SLURM jobs
     "launcher": "local",
@@ -78,6 +79,7 @@ class Settings:
     lock_gpu_clocks: str | int | None = None  # None | "default" | MHz | "external" (launch/gpuclocks.py)
     max_repeats: int = 12  # pairs (or runs) a verdict may grow to while INCONCLUSIVE
     test_budget: float = 600.0  # wall-clock seconds per test after which no further pair is started
+    session_budget: float | None = None  # wall-clock seconds per session after which no test starts a pair
     strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
@@ -155,8 +157,10 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
     clocks = parse_clock_setting(*pick("lock_gpu_clocks"))
     max_repeats, m_where = pick("max_repeats")
     test_budget, b_where = pick("test_budget")
+    session_budget, sb_where = pick("session_budget")
     strict, s_where = pick("strict")
     adaptive = dict(max_repeats=_max_repeats(max_repeats, m_where), test_budget=_positive(test_budget, float, b_where),
+                    session_budget=None if session_budget is None else _positive(session_budget, float, sb_where),
                     strict=_flag(strict, s_where))
     return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
                     timeout=_positive(timeout, float, t_where), repeats=_positive(repeats, int, r_where),

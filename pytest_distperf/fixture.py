@@ -79,7 +79,8 @@ def _label(job: JobSpec) -> str:
 
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
-                 progress: ProgressSink | None = None, gate: "BaselineGate | None" = None):
+                 progress: ProgressSink | None = None, gate: "BaselineGate | None" = None,
+                 pairs_deadline: float | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir
@@ -88,8 +89,10 @@ class DistPerf:
         self.gate = gate  # this test's baseline (regression.py); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
         # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
-        # wall clock runs from here.
-        self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget)
+        # wall clock runs from here, and the session's deadline (--distperf-session-budget).
+        self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=pairs_deadline,
+                             deadline_text=f"session budget {settings.session_budget:g} s"
+                             if settings.session_budget else "")
         self.clock = Clock()
         if gate is not None:
             gate.budget = self.budget

@@ -43,6 +43,8 @@ SETTING_HELP = {
     "shape_cuda": "built-in workload shape for CUDA jobs",
     "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
     "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
+    "session_budget": "adaptive repeats: wall-clock seconds per pytest process after which no test starts a further "
+                      "pair (default: no limit); bounds a CI gate's time, undecided verdicts stay inconclusive",
     # where ranks run (docs/cluster.md)
     "launcher": "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in SLURM jobs",
     "nodes": "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all nodes",
@@ -291,7 +293,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         if problem:
             pytest.fail(f"distperf baseline: {problem}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
-                  str(tmp_path_factory.getbasetemp()), progress, gate=gate)
+                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, pairs_deadline=session.pairs_deadline)
     request.node.stash[fixture_key] = dp
     yield dp
 

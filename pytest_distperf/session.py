@@ -10,6 +10,7 @@ distperf test runs.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ class DistPerfSession:
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
+        # --distperf-session-budget: after this moment (monotonic clock) no test starts a further pair
+        self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:

@@ -159,6 +159,13 @@ def test_budget_stops_give_inconclusive():
     v = d.until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add, Budget(max_pairs=12, seconds=250),
                         clock=Clock(started=0.0, now=lambda: now[0]))
     assert v.outcome == INCONCLUSIVE and v.stopped == "wall-clock budget 250 s" and len(a) == 5
+    # the session's deadline (shared by every test): no pair may end past it
+    a[:], b[:] = [1.0, 1.3, 1.1], [1.0, 1.0, 1.0]
+    now[0] = 1000.0
+    v = d.until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add,
+                        Budget(max_pairs=12, seconds=600, deadline=1150.0, deadline_text="session budget 480 s"),
+                        clock=Clock(started=1000.0, now=lambda: now[0]))
+    assert v.outcome == INCONCLUSIVE and v.stopped == "session budget 480 s" and len(a) == 4
 
 
 def test_decided_sequences_stop_at_once():

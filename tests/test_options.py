@@ -79,3 +79,7 @@ def test_adaptive_repeats_and_strict_from_option_ini_and_marker():
         build_settings(True, {}, {"strict": "maybe"})
     with pytest.raises(SettingsError, match=r"t.py::x: distperf\(max_repeats=...\)"):
         plan_test(s, {"max_repeats": 1}, gpus=0, where="t.py::x")
+    assert s.session_budget is None
+    assert build_settings(True, {}, {"session_budget": "480"}).session_budget == 480.0
+    with pytest.raises(SettingsError, match="--distperf-session-budget: expected a positive number, got '0'"):
+        build_settings(True, {"session_budget": "0"}, {})

@@ -474,10 +474,13 @@ def decide(estimate: Estimate, limit: float, direction: str = "at_most") -> Verd
 # -- the stopping rule ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Budget:
-    """How far adaptive repeats may go: pairs (or candidate runs) in all, and wall-clock seconds."""
+    """How far adaptive repeats may go: pairs (or candidate runs) in all, wall-clock seconds from the clock's
+    start (the test's), and a deadline on the monotonic clock shared by every test (the session's)."""
 
     max_pairs: int = DEFAULT_MAX_PAIRS
     seconds: float | None = None
+    deadline: float | None = None
+    deadline_text: str = "the session's wall-clock budget"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_pairs <= MAX_LOOKS:
@@ -508,13 +511,14 @@ def progress_text(v: Verdict, next_pair: int) -> str:
 
 def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
     """Why no further pair may start (None: one may): the pair budget, or a pair that would end past the
-    wall-clock budget (judged by the mean duration of the pairs added so far)."""
+    wall-clock budget or the deadline (judged by the mean duration of the pairs added so far)."""
     if pairs >= budget.max_pairs:
         return f"max {budget.max_pairs} {'pairs' if budget.max_pairs != 1 else 'pair'}"
-    if budget.seconds is not None:
-        expected = statistics.fmean(clock.pair_seconds) if clock.pair_seconds else 0.0
-        if clock.elapsed() + expected > budget.seconds:
-            return f"wall-clock budget {budget.seconds:g} s"
+    expected = statistics.fmean(clock.pair_seconds) if clock.pair_seconds else 0.0
+    if budget.seconds is not None and clock.elapsed() + expected > budget.seconds:
+        return f"wall-clock budget {budget.seconds:g} s"
+    if budget.deadline is not None and clock.now() + expected > budget.deadline:
+        return budget.deadline_text
     return None
 
 

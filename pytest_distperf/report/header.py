@@ -46,7 +46,10 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
     device, why = device_reason(settings, gpus)
     shape = settings.shape_cuda if device == "cuda" else settings.shape_cpu
     lines = [f"distperf: device {device} ({why}); world size {settings.world_size}; shape {shape}; "
-             f"{settings.repeats} runs a side; job timeout {settings.timeout:g} s"]
+             f"{settings.repeats} runs a side, up to {settings.max_repeats} pairs while inconclusive "
+             f"({settings.test_budget:g} s a test" + (f", {settings.session_budget:g} s a session"
+                                                      if settings.session_budget else "")
+             + f"); job timeout {settings.timeout:g} s"]
     stack = [f"{name} {v}" for name in STACK if (v := _version(name))]
     nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
     if device == "cuda" and nccl:
