@@ -1,0 +1,97 @@
+"""Main-job stability: README's main job (`pytest --distperf -m zero3`) run N times, each from a fresh clone.
+
+Each run clones the repository at HEAD into a new folder and runs the job there with that clone's package first
+on the path (so every run starts as a new user's would: no baselines of its own, no cache), under a wall-clock
+limit. It prints each run's exit status, wall time and every check's outcome with its interval, then whether the
+exit status was the same every time (an inconclusive check may warn; it must never flip pass and fail).
+
+    python benchmarks/main_job.py [--runs 10] [--within 600] [--json PATH] [-- extra pytest args]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_distperf.jsonio import write_json_atomic  # noqa: E402
+
+MAIN_JOB = ("-m", "pytest", "--distperf", "-m", "zero3", "-p", "no:cacheprovider")
+
+
+def one_run(index: int, within: float, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"distperf-main-job-{index}-") as scratch:
+        clone = os.path.join(scratch, "clone")
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), clone], check=True)
+        report = os.path.join(scratch, "report.json")
+        env = {**os.environ, "PYTHONPATH": clone + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop("GITHUB_STEP_SUMMARY", None)
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([sys.executable, *MAIN_JOB, f"--distperf-json={report}", *extra], cwd=clone,
+                                  env=env, capture_output=True, text=True, timeout=within + 300)
+            rc, tail = proc.returncode, proc.stdout[-3000:]
+        except subprocess.TimeoutExpired as e:
+            rc, tail = None, (e.stdout or b"")[-3000:].decode(errors="replace") if isinstance(e.stdout, bytes) \
+                else str(e.stdout or "")[-3000:]
+        wall = time.monotonic() - started
+        checks, outcomes = [], Counter()
+        if os.path.exists(report):
+            with open(report) as f:
+                doc = json.load(f)
+            for test in doc["tests"]:
+                outcomes[test["outcome"]] += 1
+                for c in test.get("checks", []):
+                    checks.append({"test": test["nodeid"].split("::")[-1], "check": c["name"],
+                                   "outcome": c["outcome"], "ratio": c["ratio"], "low": c.get("low"),
+                                   "high": c.get("high"), "pairs": c.get("pairs"), "limit": c["threshold"],
+                                   "stopped": c.get("stopped", "")})
+        return {"run": index, "rc": rc, "wall_s": round(wall, 1), "tests": dict(outcomes), "checks": checks,
+                "summary": tail.strip().splitlines()[-1] if tail.strip() else ""}
+
+
+def _interval(c: dict) -> str:
+    if c["low"] is None and c["high"] is None:
+        return ""
+    lo = "0" if c["low"] is None else f"{c['low']:.3f}"
+    hi = "inf" if c["high"] is None else f"{c['high']:.3f}"
+    return f" [{lo}, {hi}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--within", type=float, default=600.0, help="seconds each run must end within")
+    ap.add_argument("--json", help="write every run's record here (rewritten after each run)")
+    ap.add_argument("extra", nargs="*", help="more pytest arguments, after --")
+    args = ap.parse_args()
+    runs: list[dict] = []
+    for i in range(1, args.runs + 1):
+        r = one_run(i, args.within, args.extra)
+        runs.append(r)
+        print(f"run {i}: exit {r['rc']}, {r['wall_s']:.0f} s, tests {r['tests']}  ({r['summary']})", flush=True)
+        for c in r["checks"]:
+            print(f"    {c['test']} {c['check']}: {c['outcome']} {c['ratio']:.3f}{_interval(c)} vs {c['limit']:g}"
+                  f" ({c['pairs']} pairs; {c['stopped'] or '-'})", flush=True)
+        if args.json:
+            write_json_atomic(args.json, {"command": "python " + " ".join(MAIN_JOB + tuple(args.extra)),
+                                          "within_s": args.within, "runs": runs})
+    statuses = Counter(r["rc"] for r in runs)
+    walls = [r["wall_s"] for r in runs]
+    over = sum(1 for w in walls if w > args.within)
+    print(f"\n{len(runs)} runs: exit statuses {dict(statuses)}; wall {min(walls):.0f}-{max(walls):.0f} s, "
+          f"{over} over {args.within:g} s; same exit status every time: {'yes' if len(statuses) == 1 else 'NO'}")
+    return 0 if len(statuses) == 1 and over == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
