@@ -15,7 +15,8 @@ from pytest_distperf.errors import PhaseError
 from pytest_distperf.phases import phase, recording
 from pytest_distperf.rank.breakdown import PhaseClock
 
-INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE")
+# A small adaptive budget: these tests check what step jobs report, and saving records the budget's runs.
+INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE", "--distperf-max-repeats=3")
 
 USER_STEPS = """
 import time
