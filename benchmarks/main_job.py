@@ -5,7 +5,9 @@ on the path (so every run starts as a new user's would: no baselines of its own,
 limit. It prints each run's exit status, wall time and every check's outcome with its interval, then whether the
 exit status was the same every time (an inconclusive check may warn; it must never flip pass and fail).
 
-    python benchmarks/main_job.py [--runs 10] [--within 600] [--json PATH] [-- extra pytest args]
+    python benchmarks/main_job.py [--runs 10] [--within 600] [--json PATH] [--output DIR] [-- extra pytest args]
+
+--output DIR: each run's whole terminal output goes to DIR/run-N.txt.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pytest_distperf.jsonio import write_json_atomic  # noqa: E402
 MAIN_JOB = ("-m", "pytest", "--distperf", "-m", "zero3", "-p", "no:cacheprovider")
 
 
-def one_run(index: int, within: float, extra: list[str]) -> dict:
+def one_run(index: int, within: float, extra: list[str], output: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"distperf-main-job-{index}-") as scratch:
         clone = os.path.join(scratch, "clone")
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), clone], check=True)
@@ -39,10 +41,14 @@ def one_run(index: int, within: float, extra: list[str]) -> dict:
         try:
             proc = subprocess.run([sys.executable, *MAIN_JOB, f"--distperf-json={report}", *extra], cwd=clone,
                                   env=env, capture_output=True, text=True, timeout=within + 300)
-            rc, tail = proc.returncode, proc.stdout[-3000:]
+            rc, text = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as e:
-            rc, tail = None, (e.stdout or b"")[-3000:].decode(errors="replace") if isinstance(e.stdout, bytes) \
-                else str(e.stdout or "")[-3000:]
+            rc, text = None, e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else str(e.stdout or "")
+        tail = text[-3000:]
+        if output:
+            os.makedirs(output, exist_ok=True)
+            with open(os.path.join(output, f"run-{index}.txt"), "w") as f:
+                f.write(text)
         wall = time.monotonic() - started
         checks, outcomes = [], Counter()
         if os.path.exists(report):
@@ -72,11 +78,12 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--within", type=float, default=600.0, help="seconds each run must end within")
     ap.add_argument("--json", help="write every run's record here (rewritten after each run)")
+    ap.add_argument("--output", help="write each run's terminal output to OUTPUT/run-N.txt")
     ap.add_argument("extra", nargs="*", help="more pytest arguments, after --")
     args = ap.parse_args()
     runs: list[dict] = []
     for i in range(1, args.runs + 1):
-        r = one_run(i, args.within, args.extra)
+        r = one_run(i, args.within, args.extra, args.output)
         runs.append(r)
         print(f"run {i}: exit {r['rc']}, {r['wall_s']:.0f} s, tests {r['tests']}  ({r['summary']})", flush=True)
         for c in r["checks"]:
