@@ -187,7 +187,9 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     pytester.makepyfile(faults=FAULTS)
     pytester.makepyfile(TEST_FILE.format(fn="hang_in_rank_one", timeout=600))
     env = dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--distperf", "-p", "no:cacheprovider", "-q"],
+    # -X faulthandler: should pytest not end after Ctrl-C, SIGABRT makes it print every thread's stack
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "pytest", "--distperf", "-p",
+                             "no:cacheprovider", "-q"],
                             cwd=str(pytester.path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while len(tagged_processes(tag)) < 4 and time.monotonic() < deadline:  # pytest, agent, 2 ranks
@@ -196,7 +198,12 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     time.sleep(1)
     interrupted = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail("pytest had not ended 60 s after Ctrl-C; where it was:\n" + out.decode(errors="replace")[-8000:])
     while tagged_processes(tag) and time.monotonic() - interrupted < 15:
         time.sleep(0.2)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
