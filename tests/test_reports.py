@@ -154,3 +154,14 @@ def test_check_tables_show_the_pair_to_pair_variation():
     assert row[header.index("pair-to-pair"):].split()[0] == "4.3%"
     md = markdown_summary([ReportEntry("t.py::test_a", "passed", 1.0, [check, unpaired], {}, None)])
     assert "| pairs | pair-to-pair | limit |" in md and "| 6 | 4.3% | 1.1 |" in md and "| - | - | 1.1 |" in md
+
+
+def test_a_job_shared_by_several_tests_is_one_row_in_the_job_table():
+    from pytest_distperf.report import terminal
+
+    run = {"kind": "run", "label": "ddp tiny x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1, "run_cv": 0.05,
+           "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 1000.0, "peak_memory": 1 << 20,
+           "optimizer_bytes_per_param": 12.0}
+    grown = {**run, "runs": 5}  # the same comparison, extended for a later test: its own row
+    lines = terminal.render([("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown])])
+    assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["3x10", "5x10"]

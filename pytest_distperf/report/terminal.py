@@ -114,8 +114,9 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 baselines.append(_baseline_row(nodeid, r))
     lines: list[str] = []
     if runs:
+        unique_runs = list(dict.fromkeys(map(tuple, runs)))  # a job shared by several tests: its row once
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
-                         "opt B/param"], runs)
+                         "opt B/param"], [list(row) for row in unique_runs])
         lines += [f"  {LEGEND}"]
     if checks:
         lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit",
