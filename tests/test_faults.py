@@ -122,6 +122,15 @@ def tag(monkeypatch):
     assert not left, f"processes left behind: {[p.pid for p in left]}"
 
 
+# The inner pytest of the Ctrl-C tests: `python -m pytest`, but with Python's Ctrl-C handler whatever this process
+# inherited. A shell starts a background job (`cmd &`, nohup) with SIGINT ignored, exec keeps it ignored, and Python
+# then installs no KeyboardInterrupt handler: the SIGINT these tests send would do nothing. -X faulthandler: SIGABRT
+# makes an inner pytest that did not end print every thread's stack.
+INNER_PYTEST = [sys.executable, "-X", "faulthandler", "-c",
+                "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "import pytest; sys.exit(pytest.console_main())"]
+
+
 def run_fault(pytester, fn, timeout=120):
     pytester.makepyfile(faults=FAULTS)
     pytester.makepyfile(TEST_FILE.format(fn=fn, timeout=timeout))
@@ -187,9 +196,7 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     pytester.makepyfile(faults=FAULTS)
     pytester.makepyfile(TEST_FILE.format(fn="hang_in_rank_one", timeout=600))
     env = dict(os.environ)
-    # -X faulthandler: should pytest not end after Ctrl-C, SIGABRT makes it print every thread's stack
-    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "pytest", "--distperf", "-p",
-                             "no:cacheprovider", "-q"],
+    proc = subprocess.Popen(INNER_PYTEST + ["--distperf", "-p", "no:cacheprovider", "-q"],
                             cwd=str(pytester.path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while len(tagged_processes(tag)) < 4 and time.monotonic() < deadline:  # pytest, agent, 2 ranks
@@ -209,6 +216,51 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
     assert not tagged_processes(tag)
     assert time.monotonic() - interrupted < 15
+
+
+def started_with_sigint_ignored(pytester, command):
+    """`command` (an inner pytest running one test that waits) started as from a shell's background job, SIGINT
+    ignored; returned once its test runs."""
+    pytester.makepyfile("""
+        import pathlib
+        import time
+
+        def test_wait():
+            pathlib.Path("started").touch()
+            time.sleep(120)
+    """)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through fork and exec
+    try:
+        proc = subprocess.Popen(command + ["-p", "no:cacheprovider", "-q"], cwd=str(pytester.path),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    deadline = time.monotonic() + 60
+    while not (pytester.path / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (pytester.path / "started").exists(), "the inner test never started"
+    return proc
+
+
+def test_the_inner_pytest_takes_ctrl_c_also_when_started_from_a_background_job(pytester):
+    plain = started_with_sigint_ignored(pytester, [sys.executable, "-m", "pytest"])
+    try:  # the control: plain `python -m pytest` started so ignores the Ctrl-C
+        plain.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            plain.wait(timeout=3)
+    finally:
+        plain.kill()
+        plain.communicate()
+    (pytester.path / "started").unlink()
+    proc = started_with_sigint_ignored(pytester, INNER_PYTEST)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail("the inner pytest did not end 30 s after Ctrl-C:\n" + out.decode(errors="replace")[-2000:])
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
 
 
 LOG_A_FAILED_RANK = """
