@@ -225,24 +225,33 @@ def test_reading_a_missing_sqlite_file_is_an_error_and_creates_nothing(tmp_path)
 
 
 # -- migrations --------------------------------------------------------------------------------------------------
-def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
+OLD_SESSION_AT = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
+
+
+def _old_database(url: str, version: int, session_id: str, rows: list[dict]) -> tuple[int, set[str]]:
+    """A database at schema `version` holding one session with `rows` (measurement columns of that version, as
+    code of that version wrote them). Returns the session's key and the measurement columns the version had."""
     engine = sa.create_engine(_engine_url(url))
-    when = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
     with engine.begin() as conn:
-        assert schema.migrate(conn, "test", target=1) == (0, 1)
-        v1 = sa.MetaData()
-        sessions = sa.Table("distperf_sessions", v1, autoload_with=conn)
-        measurements = sa.Table("distperf_measurements", v1, autoload_with=conn)
-        assert "kind" not in measurements.c and "config_hash" not in measurements.c
+        assert schema.migrate(conn, "test", target=version) == (0, version)
+        old = sa.MetaData()
+        sessions = sa.Table("distperf_sessions", old, autoload_with=conn)
+        measurements = sa.Table("distperf_measurements", old, autoload_with=conn)
         pk = conn.execute(sessions.insert().values(
-            session_id="old", report_digest="0" * 64, created_at=when, recorded_at=when,
+            session_id=session_id, report_digest="0" * 64, created_at=OLD_SESSION_AT, recorded_at=OLD_SESSION_AT,
             git_commit="f" * 40, host="h", environment="{}")).inserted_primary_key[0]
-        conn.execute(measurements.insert(), [
-            {"session_pk": pk, "machine_class": "mc", "test": "t.py::x", "job": "ddp tiny x2 cpu", "metric": metric,
-             "run_index": 0, "value": value, "unit": unit, "direction": "lower"}
-            for metric, value, unit in (("step_time", 0.1, "s"), ("peak_memory", 1e8, "bytes"),
-                                        ("comms.all_gather.calls_per_step", 4, "calls"))])
+        conn.execute(measurements.insert(), [{"session_pk": pk, **row} for row in rows])
     engine.dispose()
+    return pk, set(measurements.c.keys())
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
+    _, columns_v1 = _old_database(url, 1, "old", [
+        {"machine_class": "mc", "test": "t.py::x", "job": "ddp tiny x2 cpu", "metric": metric, "run_index": 0,
+         "value": value, "unit": unit, "direction": "lower"}
+        for metric, value, unit in (("step_time", 0.1, "s"), ("peak_memory", 1e8, "bytes"),
+                                    ("comms.all_gather.calls_per_step", 4, "calls"))])
+    assert "kind" not in columns_v1 and "config_hash" not in columns_v1
 
     with HistoryStore(url) as store:
         assert store.migrated == (1, schema.SCHEMA_VERSION)
@@ -257,7 +266,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
     assert columns == set(schema.measurements.c.keys())
     assert "ix_distperf_measurements_series" in indexes
     assert sorted(versions) == list(range(1, schema.SCHEMA_VERSION + 1))
-    assert rows[0].session_id == "old" and rows[0].created_at == when and rows[0].git_commit == "f" * 40
+    assert rows[0].session_id == "old" and rows[0].created_at == OLD_SESSION_AT and rows[0].git_commit == "f" * 40
     assert rows[0].host_load is None  # not measured then
     # ... and it takes new sessions like a fresh one
     assert record_session(url, load()).rows > 0
@@ -271,23 +280,12 @@ def test_summed_comms_rows_of_a_version_3_database_are_kept_as_a_series_of_their
     job = test["jobs"][0]["label"]
     metric = "comms.all_gather.calls_per_step"
     old = [(metric, 40.0, "calls"), ("comms.all_gather.bytes_per_step", 7481344.0, "bytes"), ("step_time", 0.1, "s")]
-    engine = sa.create_engine(_engine_url(url))
-    when = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
-    with engine.begin() as conn:
-        assert schema.migrate(conn, "test", target=3) == (0, 3)
-        v3 = sa.MetaData()
-        sessions = sa.Table("distperf_sessions", v3, autoload_with=conn)
-        measurements = sa.Table("distperf_measurements", v3, autoload_with=conn)
-        assert "comms_scope" not in measurements.c
-        pk = conn.execute(sessions.insert().values(
-            session_id="summed", report_digest="0" * 64, created_at=when, recorded_at=when, git_commit="f" * 40,
-            host="h", environment="{}")).inserted_primary_key[0]
-        conn.execute(measurements.insert(), [
-            {"session_pk": pk, "machine_class": test["machine_class"], "test": test["nodeid"], "job": job,
-             "metric": name, "run_index": 0, "value": value, "unit": unit, "direction": "lower",
-             "kind": "time" if unit == "s" else "count", "config_hash": None, "host_load": None}
-            for name, value, unit in old])
-    engine.dispose()
+    pk, columns_v3 = _old_database(url, 3, "summed", [
+        {"machine_class": test["machine_class"], "test": test["nodeid"], "job": job, "metric": name, "run_index": 0,
+         "value": value, "unit": unit, "direction": "lower", "kind": "time" if unit == "s" else "count",
+         "config_hash": None, "host_load": None}
+        for name, value, unit in old])
+    assert "comms_scope" not in columns_v3
 
     new_rows = read_report(doc)[1]
     assert record_session(url, doc).rows == len(new_rows)
