@@ -247,6 +247,7 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
                                f"{where}: distperf(max_repeats=...)")
     test_budget = _positive(marker_kwargs.get("test_budget", settings.test_budget), float,
                             f"{where}: distperf(test_budget=...)")
+    repeats = min(repeats, max_repeats)  # the budget bounds every verdict's pairs, its first look included
     nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "

@@ -73,6 +73,9 @@ def test_adaptive_repeats_and_strict_from_option_ini_and_marker():
     assert build_settings(True, {"strict": None}, {"strict": "true"}).strict
     plan = plan_test(s, {"max_repeats": 4, "test_budget": 30}, gpus=0, where="t.py::x")
     assert (plan.max_repeats, plan.test_budget) == (4, 30.0)
+    # The budget bounds the first look too: 2 pairs at most, not the 3 a side a test starts with.
+    capped = plan_test(build_settings(True, {"max_repeats": "2"}, {}), {}, gpus=0, where="t.py::x")
+    assert (capped.repeats, capped.max_repeats) == (2, 2)
     with pytest.raises(SettingsError, match="--distperf-max-repeats: expected a number of pairs from 2 to 64"):
         build_settings(True, {"max_repeats": "100"}, {})
     with pytest.raises(SettingsError, match="ini option distperf_strict: expected true or false"):
