@@ -6,6 +6,7 @@ import pytest
 
 USER_FUNCTIONS = """
 import os
+import signal
 import torch
 import torch.distributed as dist
 
@@ -14,7 +15,11 @@ def gather_ranks(scale):
     out = [torch.zeros(1) for _ in range(dist.get_world_size())]
     dist.all_gather(out, t)
     return {"rank": dist.get_rank(), "world": dist.get_world_size(), "seen": [scale * x.item() for x in out],
-            "backend": dist.get_backend(), "elastic": "TORCHELASTIC_RUN_ID" in os.environ}
+            "backend": dist.get_backend(), "elastic": "TORCHELASTIC_RUN_ID" in os.environ,
+            # CPU ranks are forked from the agent: they must start as a spawned rank would
+            "handlers": [signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)]
+                        + [signal.getsignal(signal.SIGINT) is signal.default_int_handler],
+            "threads": (torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"))}
 
 def raise_in_rank_one():
     if dist.get_rank() == 1:
@@ -34,6 +39,8 @@ def test_user_function_runs_in_every_rank_and_values_come_back(pytester):
             assert [v["rank"] for v in values] == [0, 1]
             assert all(v["seen"] == [0.0, 10.0] and v["world"] == 2 and v["backend"] == "gloo" for v in values)
             assert all(v["elastic"] for v in values)  # started by torch elastic
+            assert all(v["handlers"] == [True] * 4 for v in values)  # Python's own signal handlers, not the agent's
+            assert all(str(v["threads"][0]) == v["threads"][1] for v in values)  # the launch's OMP_NUM_THREADS
             assert not [k for k in os.environ if k.startswith("TORCHELASTIC_")]  # pytest's env untouched
     """)
     pytester.runpytest("--distperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)

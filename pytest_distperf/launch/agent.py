@@ -16,6 +16,12 @@ import uuid
 from typing import Any
 
 SHUTDOWN_GRACE_SECONDS = 3
+# CPU ranks are forked from this agent, which has torch imported already: a rank skips its own `import torch`
+# and, leaving through os._exit, its interpreter teardown -- the larger part of a short job's launch. This agent
+# runs no tensor op (so no OpenMP pool exists to break in a child) and passes the ranks' OMP_NUM_THREADS in its
+# own environment, so a forked rank gets the same threads as a spawned one. CUDA ranks are spawned: CUDA does
+# not survive fork.
+START_METHODS = {"cpu": "fork", "cuda": "spawn"}
 
 
 def main(job_dir: str) -> int:
@@ -46,13 +52,13 @@ def main(job_dir: str) -> int:
         local_addr=rendezvous.LOOPBACK,
         max_restarts=0,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method=START_METHODS[job.device],
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
         **_shutdown_grace(LaunchConfig),
     )
 
     try:
-        values = elastic_launch(config, rank_main)(job_dir)
+        values = elastic_launch(config, rank_main if config.start_method == "spawn" else forked_rank_main)(job_dir)
         jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
         return 0
     except ChildFailedError as e:
@@ -63,6 +69,17 @@ def main(job_dir: str) -> int:
 
         jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e))))
         return 2
+
+
+def forked_rank_main(job_dir: str) -> Any:
+    """rank_main in a forked rank. A spawned rank starts with Python's signal handlers; a forked one would keep
+    torch elastic's from this agent (they raise in the main thread instead of ending the rank), so restore them."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from pytest_distperf.rank.worker import rank_main
+
+    return rank_main(job_dir)
 
 
 def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:

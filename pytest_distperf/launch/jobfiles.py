@@ -210,6 +210,11 @@ def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
     return out
 
 
+def exit_time(job_dir: str, rank: int) -> float:
+    """When the agent saw rank's process end (see write_exit)."""
+    return os.path.getmtime(os.path.join(job_dir, f"exit-rank{rank}.txt"))
+
+
 def signal_name(number: int) -> str:
     """SIGKILL for 9; the number itself for one Python does not name."""
     try:

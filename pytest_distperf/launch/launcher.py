@@ -1,6 +1,6 @@
 """Start a job's ranks and get their return values back: the one way ranks are started.
 
-pytest process ──Popen (own session)──► agent (torch elastic_launch, spawn, c10d on
+pytest process ──Popen (own session)──► agent (torch elastic_launch, fork/spawn, c10d on
 127.0.0.1:0, no restarts) ──► N ranks. This module owns the wall-clock timeout: on expiry
 every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
 gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
@@ -188,13 +188,17 @@ def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]
     return min(own, key=lambda f: (raised_at.get(f.rank, float(f.timestamp) + 1.0), f.rank))
 
 
-def _with_unreported_raisers(job_dir: str, failures: list[jobfiles.RankFailure]) -> list[jobfiles.RankFailure]:
-    """The failures torch elastic reported, plus the ranks that raised but that it did not report: it reports the
-    first failed process it sees, which can be a peer that failed a moment after the rank that raised first."""
+def _with_unreported_failures(job_dir: str, failures: list[jobfiles.RankFailure]) -> list[jobfiles.RankFailure]:
+    """The failures torch elastic reported, plus those it did not: it reports the first failed process it sees,
+    which can be a peer that failed a moment after the rank that raised first, or after the rank that a signal
+    killed (its peer, failing on the broken connection, may end in the same monitoring interval)."""
     known = {f.rank for f in failures}
     exits = jobfiles.read_exits(job_dir)
+    raised = jobfiles.read_failure_times(job_dir)
+    killed = {rank: jobfiles.exit_time(job_dir, rank) for rank, (how, status) in exits.items()
+              if how == "signal" and jobfiles.signal_name(status) != "SIGTERM" and rank not in raised}
     extra = []
-    for rank, at in sorted(jobfiles.read_failure_times(job_dir).items()):
+    for rank, at in sorted({**raised, **killed}.items()):
         if rank in known:
             continue
         how, status = exits.get(rank, ("exit", 1))
@@ -206,7 +210,7 @@ def _with_unreported_raisers(job_dir: str, failures: list[jobfiles.RankFailure])
 
 
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
-    failures = _with_unreported_raisers(job_dir, failures)
+    failures = _with_unreported_failures(job_dir, failures)
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)"]
