@@ -195,7 +195,7 @@ def no_core_dumps() -> None:
 
 def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
     """How rank's process ended: "exit <code>" or "signal <number>" (the first record stays)."""
-    path = os.path.join(job_dir, f"exit-rank{rank}.txt")
+    path = _exit_path(job_dir, rank)
     if not os.path.exists(path):
         _write_atomic(path, f"{'exit' if exited else 'signal'} {status}".encode())
 
@@ -212,7 +212,11 @@ def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
 
 def exit_time(job_dir: str, rank: int) -> float:
     """When the agent saw rank's process end (see write_exit)."""
-    return os.path.getmtime(os.path.join(job_dir, f"exit-rank{rank}.txt"))
+    return os.path.getmtime(_exit_path(job_dir, rank))
+
+
+def _exit_path(job_dir: str, rank: int) -> str:
+    return os.path.join(job_dir, f"exit-rank{rank}.txt")
 
 
 def signal_name(number: int) -> str:
