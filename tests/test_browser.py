@@ -41,7 +41,9 @@ def test_ddp_step_time_within_10x_fsdp2(distperf):
     pair(distperf).assert_step_time_within(10.0)
 
 
-@pytest.mark.distperf(world_size=2, repeats=2, known_gap={"cpu": "browser test: a limit no job meets"})
+# Three pairs: with two (one degree of freedom) a noisy box can leave even this limit inside the interval, and an
+# undecided known gap skips instead of failing as declared.
+@pytest.mark.distperf(world_size=2, repeats=3, max_repeats=3, known_gap={"cpu": "browser test: a limit no job meets"})
 def test_ddp_step_time_within_a_thousandth_of_fsdp2(distperf):
     pair(distperf).assert_step_time_within(0.001)
 
