@@ -120,6 +120,11 @@ def _max_repeats(value: Any, where: str) -> int:
     return n
 
 
+def first_look(repeats: int, max_repeats: int) -> int:
+    """Pairs (or runs) a verdict starts with: the budget bounds every verdict's pairs, its first look included."""
+    return min(repeats, max_repeats)
+
+
 def _flag(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -163,7 +168,8 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
                     session_budget=None if session_budget is None else _positive(session_budget, float, sb_where),
                     strict=_flag(strict, s_where))
     return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
-                    timeout=_positive(timeout, float, t_where), repeats=_positive(repeats, int, r_where),
+                    timeout=_positive(timeout, float, t_where),
+                    repeats=first_look(_positive(repeats, int, r_where), adaptive["max_repeats"]),
                     shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs, lock_gpu_clocks=clocks,
                     cluster=build_cluster(pick), **adaptive)
 
@@ -247,7 +253,7 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
                                f"{where}: distperf(max_repeats=...)")
     test_budget = _positive(marker_kwargs.get("test_budget", settings.test_budget), float,
                             f"{where}: distperf(test_budget=...)")
-    repeats = min(repeats, max_repeats)  # the budget bounds every verdict's pairs, its first look included
+    repeats = first_look(repeats, max_repeats)
     nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "

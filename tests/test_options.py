@@ -76,6 +76,7 @@ def test_adaptive_repeats_and_strict_from_option_ini_and_marker():
     # The budget bounds the first look too: 2 pairs at most, not the 3 a side a test starts with.
     capped = plan_test(build_settings(True, {"max_repeats": "2"}, {}), {}, gpus=0, where="t.py::x")
     assert (capped.repeats, capped.max_repeats) == (2, 2)
+    assert build_settings(True, {"max_repeats": "2"}, {}).repeats == 2  # as the header says it
     with pytest.raises(SettingsError, match="--distperf-max-repeats: expected a number of pairs from 2 to 64"):
         build_settings(True, {"max_repeats": "100"}, {})
     with pytest.raises(SettingsError, match="ini option distperf_strict: expected true or false"):

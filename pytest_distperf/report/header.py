@@ -46,8 +46,7 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
     device, why = device_reason(settings, gpus)
     shape = settings.shape_cuda if device == "cuda" else settings.shape_cpu
     lines = [f"distperf: device {device} ({why}); world size {settings.world_size}; shape {shape}; "
-             f"{min(settings.repeats, settings.max_repeats)} runs a side, up to {settings.max_repeats} pairs while "
-             f"inconclusive "
+             f"{settings.repeats} runs a side, up to {settings.max_repeats} pairs while inconclusive "
              f"({settings.test_budget:g} s a test" + (f", {settings.session_budget:g} s a session"
                                                       if settings.session_budget else "")
              + f"); job timeout {settings.timeout:g} s"]
