@@ -100,6 +100,43 @@ def test_frontend_ddp_trains_like_raw_ddp_on_cpu(pytester, name):
     result.assert_outcomes(passed=1)
 
 
+def test_trainer_runs_its_loop_on_the_rank_main_thread(pytester):
+    # Where users run Trainer.fit: a loop on a second thread ran the reporter's CPU-offloaded optimizer of
+    # Lightning-AI/pytorch-lightning#18336 much slower (benchmarks/seed004_reporter.py --fit-thread).
+    pytester.makepyfile(loopthread="""
+        import threading
+
+        import torch
+        from pytest_distperf.rank.workload import build_model, make_batch, resolve_shape
+        from pytest_distperf.workloads import Workload
+
+        def main_thread_only():
+            shape = resolve_shape("tiny")
+
+            def loss(model, batch):
+                thread = threading.current_thread()
+                if thread is not threading.main_thread():
+                    raise RuntimeError(f"the training loop ran on thread {thread.name!r}, not the main thread")
+                return model(*batch)
+
+            return Workload(model=lambda: build_model(shape, 1234, torch.device("cpu")),
+                            batch=lambda step, rank: make_batch(shape, 1234, step, rank),
+                            loss=loss)
+    """)
+    pytester.makepyfile("""
+        import pytest
+
+        pytestmark = pytest.mark.distperf(world_size=2, device="cpu", repeats=1)
+
+        def test_loop_thread(distperf):
+            run = distperf.run(distperf.job("lightning_trainer", workload="loopthread:main_thread_only",
+                                            steps=2, warmup=1))
+            assert len(run.ranks[0].step_times) == 2
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 def test_cuda_only_combinations_skip_on_cpu_with_the_reason(pytester):
     pytester.makepyfile("""
         import pytest

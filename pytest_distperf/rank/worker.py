@@ -133,15 +133,8 @@ def _pytest_outcome(e: BaseException) -> str | None:
 
 def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir: str,
                  progress: "jobfiles.Progress | None") -> RankResult:
-    import torch
-
-    from pytest_distperf import strategies
-
-    from pytest_distperf.rank import breakdown, prepare
-    from pytest_distperf.rank.clocks import ClockSampler
-    from pytest_distperf.rank.hostload import CpuMeter
-    from pytest_distperf.rank.timing import (StepTimer, host_peak_rss, host_rss, read_cuda_peaks, reset_cuda_peaks,
-                                        reset_host_peak)
+    from pytest_distperf.rank import prepare
+    from pytest_distperf.rank.timing import StepTimer, host_rss
 
     # A strategy on a workload, or the user's own step (rank/prepare.py); library and user-module
     # imports happen in load(), before the memory baseline.
@@ -155,9 +148,29 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     if progress:
         progress.update("building model and strategy")
     prepared = prepare.build(loaded)
+
+    def measure() -> RankResult:
+        return _measure(job, prepared, loaded.ctx, timer, t0, rss_before, rank, device, job_dir, progress)
+
+    # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as
+    # its users do, and the measurement on a second thread: a loop on a second thread is not the users' loop
+    # (benchmarks/seed004_reporter.py --fit-thread).
+    run_loop = getattr(prepared.adapter, "run_loop", None)
+    return run_loop(measure) if run_loop else measure()
+
+
+def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_before: int, rank: int,
+             device: Any, job_dir: str, progress: "jobfiles.Progress | None") -> RankResult:
+    """Warm-up, timing, probes and breakdown of a built adapter; ends with the adapter's close()."""
+    from pytest_distperf import strategies
+    from pytest_distperf.rank import breakdown, prepare
+    from pytest_distperf.rank.clocks import ClockSampler
+    from pytest_distperf.rank.hostload import CpuMeter
+    from pytest_distperf.rank.timing import host_peak_rss, read_cuda_peaks, reset_cuda_peaks, reset_host_peak
+
     trainer, batches = prepared.adapter, prepared.batches
     timer.sync()
-    build_seconds = time.perf_counter() - t0
+    build_seconds = time.perf_counter() - t0  # an adapter's run_loop calls measure once its setup is done
 
     t0 = time.perf_counter()
     for i in range(job.warmup_steps):
@@ -219,7 +232,7 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         step_breakdown=step_breakdown,
         cpu_window=cpu_window,
         gpu_window=gpu_window,
-        extra={"launch": prepare.launch_facts(job, loaded.ctx, trainer)},
+        extra={"launch": prepare.launch_facts(job, ctx, trainer)},
     )
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up
