@@ -24,6 +24,9 @@ from pytest_distperf.launch.profiles import PROFILES
 from pytest_distperf.spec import FunctionRef, JobSpec
 from pytest_distperf.results import RankResult
 
+# torch's error for CUDA in a process forked after its parent asked torch about CUDA (torch elastic's LaunchConfig
+# calls torch.cuda.is_available() in the agent).
+FORKED_CUDA_REFUSAL = "Cannot re-initialize CUDA in forked subprocess"
 EXIT_OUTCOME = 75  # the rank stopped on pytest.skip/xfail; its outcome file says which
 
 
@@ -85,6 +88,10 @@ def rank_main(job_dir: str) -> Any:
         jobfiles.write_failure_time(job_dir, rank)
         if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
             raise RuntimeError(_oom_message(rank, device)) from e
+        if device.type == "cpu" and FORKED_CUDA_REFUSAL in str(e):
+            raise RuntimeError(f"rank {rank}: this CPU job used CUDA (torch refuses CUDA in a CPU rank, which is "
+                               "forked from the launch agent); a CPU job must not touch a GPU -- its numbers would "
+                               "mix devices") from e
         outcome = _pytest_outcome(e)
         if outcome is None:
             raise  # @record writes the traceback for the launcher; the agent stops the other ranks
