@@ -22,6 +22,11 @@ and the adapter object has
     torch_optimizer() -> optimizer    (optional) holds the state and master weights (optimizer bytes,
                                       the placement probe)
     close()                           (optional) after the last step, while the process group is up
+    run_loop(measure) -> value        (optional) for a library that owns the training loop (Lightning's
+                                      Trainer.fit): run the loop on the calling thread, the rank's main
+                                      thread, where its users run it, and `measure` -- the worker's
+                                      warm-up, timing, probes, breakdown and close(), which call step()
+                                      -- on a second thread once setup is done; return measure's value
 
 A strategy is registered by a `registry.Strategy` record (name, adapter module, options and their
 checks, how its users launch it): the built-in ones in BUILTIN below, a library's through the entry-point
