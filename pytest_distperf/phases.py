@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from pytest_distperf.errors import PhaseError
 
 # The PhaseClock of the breakdown step in progress, or None. A process-wide global, not a
-# thread-local: a framework may run the user's code on a thread of its own (Lightning's fit).
+# thread-local: a framework's loop may run the user's code on another thread than the measurement (Lightning's fit).
 _clock: Any = None
 _open: str | None = None
 

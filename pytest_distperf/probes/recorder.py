@@ -44,7 +44,7 @@ def _default_device() -> torch.device:
 def _all_threads() -> dict[str, Any]:
     """Record ops of every thread, not only the one that started the profiler: on CUDA the backward
     pass (FSDP2's backward all-gathers and reduce-scatters, ZeRO-3's hooks) runs on autograd's device
-    threads, and Lightning's Trainer runs its loop on a thread of its own. The first GPU run, without
+    threads, and Lightning's Trainer runs its loop on another thread than the measurement. The first GPU run, without
     this, counted FSDP2's 25 forward all-gathers of a step but none of its backward collectives, while
     75 NCCL kernels ran. Older torch has no such switch: it then records the calling thread only."""
     try:

@@ -24,8 +24,8 @@ STEPS = 3  # breakdown steps per job: a median robust to one outlier, a few seco
 class PhaseClock:
     """Laps of one step, each ended by a device synchronisation. `sync` is StepTimer.sync.
 
-    start() and stop() may run on one thread and lap() on another (the Trainer adapter's
-    fit thread), as long as they follow each other in time.
+    start() and stop() may run on one thread and lap() on another (the Trainer adapter's loop on
+    the main thread, the measurement on a second), as long as they follow each other in time.
     """
 
     def __init__(self, sync: Callable[[], None]):

@@ -67,7 +67,7 @@ class CudaMarks:
         self._new_event = new_event or (lambda: torch.cuda.Event(enable_timing=True))
         self._spare = [self._new_event() for _ in range(2 * steps)]
         # The stream the steps' work is queued on: the current one of this thread when the window opens
-        # (the default stream; a front-end running its loop on a thread of its own queues there too).
+        # (the default stream; a front-end's loop on another thread queues there too).
         self._stream = stream if stream is not None else torch.cuda.current_stream(device)
 
     def mark(self) -> Any:
