@@ -84,5 +84,9 @@ class BaselineUnmatchedWarning(DistPerfWarning):
     """A test has no baseline file, but its machine-class folder holds others (a renamed or moved test?)."""
 
 
+class BaselineNoisyWarning(DistPerfWarning):
+    """A baseline just saved is spread too widely for an unchanged job ever to pass its limit against it."""
+
+
 class DistPerfInconclusive(DistPerfWarning):
     """A verdict's interval straddles its limit after the repeats allowed; `--distperf-strict` fails it instead."""

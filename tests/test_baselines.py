@@ -190,9 +190,16 @@ def test_ddp(distperf):
 
 def test_save_then_compare_round_trip_a_a_passes(pytester: pytest.Pytester):
     pytester.makepyfile(test_perf=PERF_TEST)
-    saved = pytester.runpytest(*INNER_OPTS, "--distperf-save")
+    saved = pytester.runpytest(*INNER_OPTS, "--distperf-save", "--distperf-json", "saved.json")
     saved.assert_outcomes(passed=1)
     path = pytester.path / "baselines" / machine_dir() / "test_perf--test_ddp.json"
+    # what the file lets the gate decide is said as it is saved, not "no baseline yet"
+    saved.stdout.fnmatch_lines(["saved baselines: what each lets the gate decide*",
+                                "test_ddp*ddp tiny x2 cpu*step_time*3*+5.0%*"])
+    assert "no baseline yet" not in saved.stdout.str()
+    [resolution] = [r for r in json.loads((pytester.path / "saved.json").read_text())["tests"][0]["baseline_saved"]
+                    if r["metric"] == "step_time"]
+    assert resolution["runs"] == 3 and resolution["file"].endswith("test_perf--test_ddp.json")
     doc = json.loads(path.read_text())
     assert doc["test"] == "test_perf.py::test_ddp" and doc["machine_class"] == machine_dir()
     assert doc["machine"]["device"] == "cpu" and doc["environment"]["torch"]

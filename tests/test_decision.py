@@ -187,6 +187,20 @@ def test_unpaired_edge_cases():
     assert wide.lo < 0.98 and wide.hi > 1.02
 
 
+def test_a_baselines_resolution_is_the_reach_of_the_interval_of_an_equally_spread_candidate():
+    stored = [1.0, 1.08, 0.95, 1.02, 0.97, 1.05]
+    design = Design(max_pairs=6)
+    factor = d.unpaired_resolution(stored, 6, design)
+    est = d.unpaired([1.3 * x for x in stored], stored, design)  # the same spread, 1.3x slower
+    assert est.hi / est.ratio == pytest.approx(factor) and est.ratio / est.lo == pytest.approx(factor)
+    # so a candidate fails a limit exactly when its ratio clears limit x factor
+    assert d.decide(d.unpaired([1.01 * 1.1 * factor * x for x in stored], stored, design), 1.1).outcome == FAIL
+    assert d.decide(d.unpaired([0.99 * 1.1 * factor * x for x in stored], stored, design), 1.1).outcome == INCONCLUSIVE
+    assert d.unpaired_resolution(stored, 12, Design(max_pairs=12)) < factor  # more candidate runs reach less far
+    assert d.unpaired_resolution([1.0], 6, design) is None  # one stored run: no spread to go by
+    assert d.unpaired_resolution([5.0, 5.0, 5.0], 6, design) == 1.0  # an exact metric
+
+
 def test_records_round_trip_through_json():
     v = d.decide(d.paired([1.2, 1.25, 1.18, 1.22], [1.0, 1.01, 0.99, 1.0]), 1.1)
     again = d.Verdict.from_json(v.to_json())

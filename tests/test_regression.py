@@ -7,6 +7,8 @@ The end-to-end regression is injected as real extra matmul work inside the step
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 
 import pytest
@@ -16,6 +18,7 @@ from pytest_distperf.gate.store import JobEntry, MetricSeries
 from pytest_distperf.config import SettingsError
 from pytest_distperf.gate.policy import Policy, policy_for
 from pytest_distperf.gate.regression import decide_job, decide_metric, is_failing
+from pytest_distperf.report.terminal import render
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it:
 # a busy 2-core box varies by tens of percent run to run, and with fewer runs a side the 98 % interval is too wide
@@ -346,3 +349,38 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     path.write_text(json.dumps(doc))
     with pytest.warns(BaselineEnvironmentWarning, match=r"torch 0.0.1 -> "):
         make_gate(tmp_path, save=False)
+
+
+def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
+    import warnings
+
+    from pytest_distperf.errors import BaselineNoisyWarning
+    from pytest_distperf.measure.decision import Budget
+    from pytest_distperf.spec import JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
+    _, gate = make_gate(tmp_path, save=True)
+    gate.budget = Budget(max_pairs=12)
+    gate.check(job, [fake_run(job, (99, 100, 101)[i % 3]) for i in range(12)])  # 1 % spread
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BaselineNoisyWarning)
+        landing = gate.finish(test_passed=True)
+    saved = {r["metric"]: r for r in landing.records if r["kind"] == "baseline_saved"}
+    assert set(saved) == {"step_time", "peak_memory"}  # counts are exact: nothing to resolve
+    quiet = saved["step_time"]
+    assert quiet["can_pass"] and 0.05 < quiet["fails_above"] < 0.08 and quiet["candidate_runs"] == 12
+    assert quiet["file"] == os.path.relpath(gate.path, tmp_path) and quiet["test"] == "t.py::test_x"
+
+    # a burst of other load through the save: said when it is saved, with what it costs
+    _, gate = make_gate(tmp_path, save=True)
+    gate.budget = Budget(max_pairs=6)
+    gate.check(job, [fake_run(job, ms) for ms in (100, 180, 95, 300, 110, 100)])
+    with pytest.warns(BaselineNoisyWarning, match=r"t.py::test_x: saved .*t--test_x.json, but ddp tiny x2 cpu: "
+                      r"step_time recorded over 6 run\(s\), run-to-run 4\d.\d%: against 6 run\(s\) as spread, a "
+                      r"change fails above \+\d+.\d%, and an unchanged job cannot pass the \+5.0% limit"):
+        landing = gate.finish(test_passed=True)
+    noisy = next(r for r in landing.records if r["kind"] == "baseline_saved" and r["metric"] == "step_time")
+    assert not noisy["can_pass"] and noisy["fails_above"] > 0.5
+    lines = "\n".join(render([("t.py::test_x", landing.records)]))
+    assert "no baseline yet" not in lines  # it was just saved
+    assert re.search(r"test_x +ddp tiny x2 cpu +step_time +6 +4\d.\d% +\+5.0% +\+\d+.\d% +no: interval ×/÷", lines)

@@ -30,7 +30,8 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from pytest_distperf.errors import BaselineEnvironmentWarning, BaselineUnmatchedWarning, DistPerfInconclusive
+from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineUnmatchedWarning,
+                                    DistPerfInconclusive)
 from pytest_distperf.gate import fingerprint
 from pytest_distperf.gate.store import (BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
@@ -101,16 +102,71 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
     elif any(x <= 0 for x in (*baseline.runs, *current.runs)) and current.kind == "time":
         v.status, v.note = "inconclusive", "non-positive times cannot be compared"
     else:
-        if current.kind == "time":
-            t = policy.time_threshold
-            v.threshold_text = f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
-        else:
-            floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
-            t = max(policy.memory_threshold, floor)
-            v.threshold_text = (f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = "
-                                f"+{fmt_bytes(t * baseline.center)}")
+        t, v.threshold_text = limit_of(baseline, policy)
         _decide_interval(v, baseline, current, t, design)
     return v
+
+
+def limit_of(baseline: MetricSeries, policy: Policy) -> tuple[float, str]:
+    """A time or memory metric's relative limit against this baseline, and how reports name it."""
+    if baseline.kind == "time":
+        t = policy.time_threshold
+        return t, f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
+    floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
+    t = max(policy.memory_threshold, floor)
+    return t, f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = +{fmt_bytes(t * baseline.center)}"
+
+
+@dataclass
+class Resolution:
+    """What a saved baseline lets the gate decide for one time or memory metric, against as many candidate runs
+    as the budget allows, spread as the stored runs are (decision.unpaired_resolution)."""
+
+    job: str
+    metric: str
+    runs: int
+    run_cv: float | None
+    candidate_runs: int
+    limit: float  # relative: +5 % is 0.05
+    factor: float | None  # the interval's reach each side of the ratio; None: too few runs for one
+
+    @property
+    def fails_above(self) -> float | None:
+        """The smallest change that can FAIL (relative); None: none can."""
+        return None if self.factor is None else (1.0 + self.limit) * self.factor - 1.0
+
+    @property
+    def can_pass(self) -> bool:
+        """Whether an unchanged job can PASS the limit at all: the interval must fit below 1 + limit."""
+        return self.factor is not None and self.factor <= 1.0 + self.limit
+
+    def text(self) -> str:
+        spread = f"run-to-run {self.run_cv:.1%}" if self.run_cv is not None else "no run-to-run spread yet"
+        head = f"{self.job}: {self.metric} recorded over {self.runs} run(s), {spread}"
+        if self.factor is None:
+            return f"{head}: too few runs for an interval, so no verdict can be decided against it"
+        return (f"{head}: against {self.candidate_runs} run(s) as spread, a change fails above "
+                f"{fmt_pct(self.fails_above)}" + ("" if self.can_pass else
+                f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
+                f"{self.factor:.2f} each side)"))
+
+    def to_record(self, test: str, path: str) -> dict[str, Any]:
+        return {"kind": "baseline_saved", "test": test, "file": path, **asdict(self),
+                "fails_above": self.fails_above, "can_pass": self.can_pass}
+
+
+def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design) -> list[Resolution]:
+    """The time and memory metrics of a job about to be saved, each with what it will let the gate decide."""
+    out = []
+    for name, series in metrics.items():
+        if series.kind == "count" or not policy.gates(name):
+            continue
+        limit, _ = limit_of(series, policy)
+        runs = [max(x, 1.0e-300) for x in series.runs]  # as the verdict takes them (_decide_interval)
+        out.append(Resolution(job=job, metric=name, runs=len(runs), run_cv=series.variation,
+                              candidate_runs=design.max_pairs, limit=limit,
+                              factor=decision.unpaired_resolution(runs, design.max_pairs, design)))
+    return out
 
 
 def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
@@ -380,13 +436,25 @@ class BaselineGate:
             except BaselineError as e:
                 return Landing(True, f"distperf --distperf-save: {e}", props, detail, records)
             props.append(("distperf.baseline.saved", detail["saved"]))
-            return Landing(False, None, props, detail, records)
+            return Landing(False, None, props, detail, records + self._resolutions(detail["saved"]))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
                 warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}"),
                               stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
+
+    def _resolutions(self, path: str) -> list[dict[str, Any]]:
+        """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
+        rel = os.path.relpath(path, self.session.rootdir)
+        found = [r for m in self.measured.values() if m.runs
+                 for r in resolutions(m.key, metrics_from_runs(m.runs), self.policy, self.design)]
+        for r in found:
+            if not r.can_pass:
+                warnings.warn(BaselineNoisyWarning(
+                    f"{self.nodeid}: saved {rel}, but {r.text()}: record it on a quieter machine, or with more "
+                    f"runs (--distperf-max-repeats)"), stacklevel=2)
+        return [r.to_record(self.nodeid, rel) for r in found]
 
     def _save(self) -> str:
         jobs = {}

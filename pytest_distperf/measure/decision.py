@@ -448,6 +448,22 @@ def unpaired(candidate: Sequence[float], reference: Sequence[float], design: Des
     return Estimate(lo=lo, hi=hi, df=df, **common)
 
 
+def unpaired_resolution(reference: Sequence[float], n: int, design: Design = Design()) -> float | None:
+    """How far the unpaired interval reaches each side of its ratio, as a factor, after `n` candidate runs as
+    spread as these stored runs: a candidate then fails a limit L only when its ratio exceeds L x factor, and
+    passes only when its ratio is below L / factor. None when the stored runs have no spread to go by (fewer
+    than 2 runs); 1.0 for runs without any spread (exact metrics)."""
+    m = len(reference)
+    if m < 2 or n < 2:
+        return None
+    _, var = _mean_var(_logs(reference, "reference"))
+    if var == 0.0:
+        return 1.0
+    nominal = nominal_level("unpaired", n, design.max_pairs, design.alpha, m)
+    half = t_upper_inv(nominal, float(min(n, m) - 1)) * math.sqrt(var * (1.0 / m + 1.0 / n))
+    return math.exp(min(half, 690.0))
+
+
 def exact(ratio: float) -> Estimate:
     """A ratio of exact counts (collectives, bytes): no sampling noise, the interval is the value."""
     return Estimate(ratio=ratio, lo=ratio, hi=ratio, level=1.0, method="exact", n_pairs=1, n_reference=1)

@@ -33,7 +33,7 @@ class ReportEntry:
     nodeid: str
     outcome: str  # passed | failed | skipped | error
     duration: float
-    records: list[dict[str, Any]] = field(default_factory=list)  # kind: run | check | baseline | probe
+    records: list[dict[str, Any]] = field(default_factory=list)  # kind: run | check | baseline | probe | baseline_saved
     detail: dict[str, Any] | None = None  # machine class, environment, jobs with per-rank metrics
     message: str | None = None  # the failure text
 
@@ -63,7 +63,7 @@ def json_report(entries: Iterable[ReportEntry], environment: dict[str, Any], inv
             "nodeid": e.nodeid, "outcome": e.outcome, "duration": e.duration, "message": e.message,
             **(e.detail or {}),
             "runs": e.of_kind("run"), "checks": e.of_kind("check"), "verdicts": e.of_kind("baseline"),
-            "probes": e.of_kind("probe"),
+            "probes": e.of_kind("probe"), "baseline_saved": e.of_kind("baseline_saved"),
         } for e in entries],
     }
 

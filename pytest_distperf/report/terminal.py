@@ -80,6 +80,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     runs, checks, probes = [], [], []
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
+    saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
+    saved_jobs: set[tuple[str, str]] = set()
     for nodeid, records in records_by_test:
         for r in records:
             if r["kind"] == "run":  # measure/figures.JobFigures
@@ -108,6 +110,9 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 ])
             elif r["kind"] == "probe":
                 probes.append(_probe_row(r))
+            elif r["kind"] == "baseline_saved":
+                saved_jobs.add((nodeid, r["job"]))
+                saved.append(_saved_row(nodeid, r))
             elif r["kind"] == "baseline" and r.get("status") == "new":
                 unrecorded.setdefault((nodeid, r["job"]), []).append(r["metric"])
             elif r["kind"] == "baseline":
@@ -127,8 +132,22 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
                                _merge_shared(baselines))
+    unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
         lines += [f"  {job} ({len(metrics)} metrics) in {nodeid.split('::')[-1]}: "
                   f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()]
+    if saved:
+        lines += ["", "saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
+        lines += _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
+                        saved)
     return lines
+
+
+def _saved_row(nodeid: str, r: dict[str, Any]) -> list[str]:
+    """One metric of a job just saved (gate/regression.Resolution records)."""
+    cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
+    factor = r.get("factor")
+    passes = "yes" if r["can_pass"] else ("no: too few runs" if factor is None else f"no: interval ×/÷{factor:.2f}")
+    return [nodeid.split("::")[-1], r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}",
+            "-" if r.get("fails_above") is None else fmt_pct(r["fails_above"]), passes]
