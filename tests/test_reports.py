@@ -165,3 +165,13 @@ def test_a_job_shared_by_several_tests_is_one_row_in_the_job_table():
     grown = {**run, "runs": 5}  # the same comparison, extended for a later test: its own row
     lines = terminal.render([("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown])])
     assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["3x10", "5x10"]
+
+
+def test_a_workload_that_counts_no_tokens_shows_no_rate():
+    from pytest_distperf.report import terminal
+
+    run = {"kind": "run", "label": "fsdp2 my_model:make_workload x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1,
+           "run_cv": 0.05, "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 0.0, "peak_memory": 1 << 20,
+           "optimizer_bytes_per_param": 12.0}
+    [row] = [line for line in terminal.render([("t.py::test_a", [run])]) if line.startswith("fsdp2")]
+    assert row.split()[13:16] == ["-", "1.00", "MiB"]  # tok/s, then peak memory

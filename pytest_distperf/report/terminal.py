@@ -88,7 +88,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 runs.append([
                     r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
                     "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}",
-                    f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}", fmt_rate(r["tokens_per_s"]),
+                    f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}",
+                    fmt_rate(r["tokens_per_s"]) if r["tokens_per_s"] else "-",  # 0: a workload that counts no tokens
                     fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}",
                 ])
             elif r["kind"] == "check":
