@@ -53,6 +53,15 @@ def test_an_interval_that_holds_the_floor_is_inconclusive():
     assert "holds the limit" in v.note
 
 
+def test_an_inconclusive_verdict_says_when_the_stored_runs_keep_it_undecided():
+    burst = [100, 180, 95, 300, 110, 100]  # a baseline recorded through a burst of other load
+    v = decide_time(burst, [105, 100, 98, 102, 101, 99])
+    assert v.status == "inconclusive" and v.note.startswith("the interval holds the limit")
+    assert "the stored runs' spread (46.2% run-to-run over 6) lets no unchanged job pass within 12 runs" in v.note
+    # a quiet baseline: this run's own spread is what leaves it undecided, and the note does not blame the baseline
+    assert "stored runs' spread" not in decide_time([100, 101, 99] * 4, [103, 97, 106]).note
+
+
 def test_a_small_change_whose_interval_stays_below_the_floor_passes():
     assert decide_time([100, 100.1, 99.9] * 2, [101, 101.1, 100.9] * 2).status == "pass"
     # the floor is the smallest slowdown worth failing for, however quiet the machine: +3.5 % never fails at 5 %

@@ -192,6 +192,11 @@ def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, des
         v.status = "inconclusive"
         v.note = (f"the interval holds the limit ({runs})" if not worse.unbounded
                   else f"too few runs for an interval ({runs}): a side with one run has no variation")
+        reach = decision.unpaired_resolution([max(x, 1.0e-300) for x in b.runs], design.max_pairs, design)
+        if reach is not None and reach > 1.0 + t and b.variation is not None:  # the stored runs keep it undecided
+            v.note += (f"; the stored runs' spread ({b.variation:.1%} run-to-run over {len(b.runs)}) "
+                       f"lets no unchanged job pass within {design.max_pairs} runs: record the baseline again on a "
+                       f"quieter machine or with more runs")
     elif decision.decide(worse, 1.0 / (1.0 + t), "at_least").outcome == FAIL:
         v.status, v.note = "improved", f"better by more than the limit over the whole interval ({runs}): refresh the baseline"
     else:
@@ -439,8 +444,8 @@ class BaselineGate:
             return Landing(False, None, props, detail, records + self._resolutions(detail["saved"]))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
-                warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}"),
-                              stacklevel=2)
+                warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
+                                                   f"{v.note}"), stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
 
