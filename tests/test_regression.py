@@ -379,6 +379,10 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     quiet = saved["step_time"]
     assert quiet["can_pass"] and 0.05 < quiet["fails_above"] < 0.08 and quiet["candidate_runs"] == 12
     assert quiet["file"] == os.path.relpath(gate.path, tmp_path) and quiet["test"] == "t.py::test_x"
+    from pytest_distperf.gate.regression import resolutions
+    from pytest_distperf.gate.store import metrics_from_runs
+    from pytest_distperf.measure.decision import Design
+    assert resolutions("j", metrics_from_runs([]), Policy(), Design()) == []  # a job that never ran: nothing said
 
     # a burst of other load through the save: said when it is saved, with what it costs
     _, gate = make_gate(tmp_path, save=True)

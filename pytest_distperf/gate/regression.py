@@ -159,14 +159,22 @@ def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, desi
     """The time and memory metrics of a job about to be saved, each with what it will let the gate decide."""
     out = []
     for name, series in metrics.items():
-        if series.kind == "count" or not policy.gates(name):
+        if series.kind == "count" or not series.runs or not policy.gates(name):
             continue
         limit, _ = limit_of(series, policy)
-        runs = [max(x, 1.0e-300) for x in series.runs]  # as the verdict takes them (_decide_interval)
-        out.append(Resolution(job=job, metric=name, runs=len(runs), run_cv=series.variation,
-                              candidate_runs=design.max_pairs, limit=limit,
-                              factor=decision.unpaired_resolution(runs, design.max_pairs, design)))
+        out.append(Resolution(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
+                              candidate_runs=design.max_pairs, limit=limit, factor=_reach(series, design)))
     return out
+
+
+def _positive(runs: list[float]) -> list[float]:
+    """Run values as the interval takes them: a memory growth of 0 is kept as a tiny positive value."""
+    return [max(x, 1.0e-300) for x in runs]
+
+
+def _reach(baseline: MetricSeries, design: Design) -> float | None:
+    """The interval's reach against these stored runs at the budget (decision.unpaired_resolution)."""
+    return decision.unpaired_resolution(_positive(baseline.runs), design.max_pairs, design)
 
 
 def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
@@ -179,7 +187,7 @@ def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
 
 def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design) -> None:
     """Time and memory: the core's unpaired interval of current/baseline against 1 + t (and 1/(1 + t))."""
-    est = decision.unpaired([max(x, 1.0e-300) for x in c.runs], [max(x, 1.0e-300) for x in b.runs], design)
+    est = decision.unpaired(_positive(c.runs), _positive(b.runs), design)
     v.delta, v.level, v.threshold = est.ratio - 1, est.level, t
     v.low = None if est.lo is None else est.lo - 1
     v.high = None if est.hi is None else est.hi - 1
@@ -192,7 +200,7 @@ def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, des
         v.status = "inconclusive"
         v.note = (f"the interval holds the limit ({runs})" if not worse.unbounded
                   else f"too few runs for an interval ({runs}): a side with one run has no variation")
-        reach = decision.unpaired_resolution([max(x, 1.0e-300) for x in b.runs], design.max_pairs, design)
+        reach = _reach(b, design)
         if reach is not None and reach > 1.0 + t and b.variation is not None:  # the stored runs keep it undecided
             v.note += (f"; the stored runs' spread ({b.variation:.1%} run-to-run over {len(b.runs)}) "
                        f"lets no unchanged job pass within {design.max_pairs} runs: record the baseline again on a "
@@ -436,12 +444,14 @@ class BaselineGate:
             if not test_passed or not self.measured:
                 detail["saved"] = None
                 return Landing(False, None, props, detail, records)
+            jobs = {m.key: JobEntry(label=m.key, config_hash=m.config_hash, config=m.config,
+                                    metrics=metrics_from_runs(m.runs)) for m in self.measured.values()}
             try:
-                detail["saved"] = self._save()
+                detail["saved"] = self._save(jobs)
             except BaselineError as e:
                 return Landing(True, f"distperf --distperf-save: {e}", props, detail, records)
             props.append(("distperf.baseline.saved", detail["saved"]))
-            return Landing(False, None, props, detail, records + self._resolutions(detail["saved"]))
+            return Landing(False, None, props, detail, records + self._resolutions(detail["saved"], jobs))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
                 warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
@@ -449,11 +459,10 @@ class BaselineGate:
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
 
-    def _resolutions(self, path: str) -> list[dict[str, Any]]:
+    def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[dict[str, Any]]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
         rel = os.path.relpath(path, self.session.rootdir)
-        found = [r for m in self.measured.values() if m.runs
-                 for r in resolutions(m.key, metrics_from_runs(m.runs), self.policy, self.design)]
+        found = [r for key, entry in jobs.items() for r in resolutions(key, entry.metrics, self.policy, self.design)]
         for r in found:
             if not r.can_pass:
                 warnings.warn(BaselineNoisyWarning(
@@ -461,11 +470,7 @@ class BaselineGate:
                     f"runs (--distperf-max-repeats)"), stacklevel=2)
         return [r.to_record(self.nodeid, rel) for r in found]
 
-    def _save(self) -> str:
-        jobs = {}
-        for m in self.measured.values():
-            jobs[m.key] = JobEntry(label=m.key, config_hash=m.config_hash, config=m.config,
-                                   metrics=metrics_from_runs(m.runs))
+    def _save(self, jobs: dict[str, JobEntry]) -> str:
         doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),
                            environment=self.environment, saved_at=now_iso(), jobs=jobs)
         return self.session.store.save(doc)
