@@ -17,6 +17,34 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class WorkResult:
+    """What one rank's steps asked of the machine, per profiled step of the work phase (rank/work.py defines each
+    figure). Times are seconds, memory bytes; a list is None where the figure was not measured, and
+    `not_measured` then says why."""
+
+    steps: int
+    gpu_time: list[float] | None = None  # compute kernels + memcpy/memset
+    gpu_compute_time: list[float] | None = None
+    gpu_comm_time: list[float] | None = None  # communication kernels (their duration includes waiting for peers)
+    gpu_copy_time: list[float] | None = None  # memcpy and memset
+    gpu_busy: list[float] | None = None  # union of every GPU activity's interval, all streams
+    kernels: list[int] | None = None
+    flops: list[int] | None = None
+    aten_ops: list[int] | None = None
+    instructions: list[int] | None = None  # user space, the rank's main thread
+    state_bytes: int | None = None  # CPU: parameters, gradients, optimizer state (tensor bytes)
+    step_peak_bytes: list[int] | None = None  # CPU: tensor bytes a step allocates above its start, at most
+    not_measured: dict[str, str] = field(default_factory=dict)
+
+    def median(self, name: str) -> float | None:
+        """The figure's median over the profiled steps; None when not measured."""
+        import statistics
+
+        values = getattr(self, name)
+        return float(statistics.median(values)) if values else None
+
+
+@dataclass
 class RankResult:
     """What one rank of a strategy job measured. Times are seconds, memory bytes."""
 
@@ -39,6 +67,7 @@ class RankResult:
     step_breakdown: dict[str, float] = field(default_factory=dict)
     cpu_window: "CpuWindow | None" = None  # CPU readings over the timed loop (hostload.py); None off Linux
     gpu_window: "GpuWindow | None" = None  # GPU clocks, throttling, power over the timed loop (clocks.py); CUDA only
+    work: WorkResult | None = None  # the work phase (rank/work.py); None when the job ran none
     # Where it ran, on jobs of several nodes (set by rank/entry.py); None / 0 under the local launcher.
     host: str | None = None
     node_rank: int = 0

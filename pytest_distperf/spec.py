@@ -42,6 +42,8 @@ class JobSpec:
     # Probe phase after timing (pytest_distperf.probes): which probes, over how many profiled steps.
     probes: tuple[str, ...] = ()
     probe_steps: int = 3
+    # Work phase after timing (rank/work.py): steps per pass; 0 runs none.
+    work_steps: int = 2
     # A user's workload factory (pytest_distperf.workloads) instead of the built-in GPT, and its arguments.
     workload: FunctionRef | None = None
     workload_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -83,7 +85,7 @@ class JobSpec:
         a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
         """
         d = asdict(self)
-        for k in ("sys_path", "progress", "adapter", "full_options"):
+        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps"):
             d.pop(k)
         if not self.probes:  # jobs without probes keep the hash they had before probes existed
             d.pop("probes")

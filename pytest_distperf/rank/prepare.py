@@ -36,6 +36,7 @@ class Prepared:
     batches: list[tuple]  # warm-up + timed steps; empty tuples for a user step
     num_params: int  # global parameter count (0 for a user step)
     tokens_per_step: int  # global tokens per step, all ranks (0 when unknown)
+    model: Any = None  # the workload's module as built (the adapter wraps it); None for a user step
 
 
 def ref_text(ref: FunctionRef) -> str:
@@ -138,7 +139,7 @@ def _build_strategy(loaded: Loaded) -> Prepared:
                                        f"returned {type(adapter).__name__}, which has no step(*batch) method")
     batches = make_batches(w, ctx.rank, job.warmup_steps + job.steps, ctx.device)
     tokens = (w.tokens_per_batch or 0) * job.world_size
-    return Prepared(adapter=adapter, batches=batches, num_params=num_params, tokens_per_step=tokens)
+    return Prepared(adapter=adapter, batches=batches, num_params=num_params, tokens_per_step=tokens, model=model)
 
 
 def _with_loss_class() -> Any:

@@ -207,11 +207,19 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
     peak_rss = host_peak_rss()
 
     optimizer = getattr(trainer, "torch_optimizer", lambda: None)()  # optional in the adapter protocol
+    timed = batches[job.warmup_steps:]
+    work = None
+    if job.work_steps:  # after timing and the memory reads, like the probes: what the step asks of the machine
+        from pytest_distperf.rank import work as work_phase
+
+        if progress:
+            progress.update("work figures")
+        work = work_phase.measure(lambda i: trainer.step(*timed[i % len(timed)]), job.work_steps, timer.sync,
+                                  device, model=prepared.model, optimizer=optimizer)
     probe_result = None
     if job.probes:  # after timing and the memory reads, so probes never change what they report
         from pytest_distperf.probes.runner import run_probe_phase
 
-        timed = batches[job.warmup_steps:]
         probe_result = run_probe_phase(
             probes=job.probes, steps=job.probe_steps, step=lambda i: trainer.step(*timed[i % len(timed)]),
             sync=timer.sync, device=device, optimizer=optimizer, group_size=job.world_size,
@@ -239,6 +247,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
         step_breakdown=step_breakdown,
         cpu_window=cpu_window,
         gpu_window=gpu_window,
+        work=work,
         extra={"launch": prepare.launch_facts(job, ctx, trainer)},
     )
     close = getattr(trainer, "close", None)
