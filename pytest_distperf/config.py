@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
 }
 MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in gate/policy.py:policy_for
-               "time_threshold", "time_k", "memory_threshold", "memory_floor", "baseline_metrics",
+               "time_threshold", "time_k", "work_threshold", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.probes)
                "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
 

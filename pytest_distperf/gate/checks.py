@@ -20,8 +20,9 @@ from typing import Any, Callable
 from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
-from pytest_distperf.measure.figures import JobFigures, job_figures, memory_kind, run_peak_memory, run_step_time
-from pytest_distperf.measure.stats import max_relative_difference
+from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figures, memory_kind, run_peak_memory,
+                                             run_step_time, run_work, work_not_measured)
+from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank import breakdown
 from pytest_distperf.results import RunResult
@@ -126,6 +127,24 @@ class SideSummary:
         return (f"{self.label}: step time {fmt_seconds(f.step_time)}{cv}, steps p10 {fmt_seconds(f.step_p10)} - "
                 f"p90 {fmt_seconds(f.step_p90)}, over {f.runs} run(s) x {f.steps} steps")
 
+    def run_work(self, metric: str) -> list[float]:
+        """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
+        values = [run_work(r).get(metric) for r in self.runs]
+        if any(v is None for v in values):
+            why = work_not_measured(self.runs).get(WORK_METRICS[metric][0], "the job ran no work phase")
+            import pytest
+
+            pytest.skip(f"{metric} of {self.label}: {why}")
+        return [float(v) for v in values]  # type: ignore[arg-type]
+
+    def gpu_line(self) -> str:
+        f, times = self.figures, self.run_work("gpu_time")
+        share = f", GPU busy {f.gpu_busy_share:.0%} of the step" if f.gpu_busy_share is not None else ""
+        cv = relative_spread(times)
+        spread = f" (run-to-run {cv:.2%})" if cv is not None else ""
+        return (f"{self.label}: GPU kernel time {fmt_seconds(f.work['gpu_time'])}{spread} a step{share}, "
+                f"wall step time {fmt_seconds(f.step_time)}, over {f.runs} run(s)")
+
     def memory_line(self) -> str:
         mems = self.run_peak_memories
         return (f"{self.label}: {memory_kind(self.runs[0].spec.device)} {fmt_bytes(self.figures.peak_memory)} "
@@ -229,6 +248,28 @@ class Comparison:
         __tracebackhide__ = True
         return self._ratio_check("peak_memory", k, lambda s: s.run_peak_memories, lambda s: s.figures.peak_memory,
                                  "bytes", SideSummary.memory_line, "peak memory")
+
+    def assert_gpu_time_within(self, k: float) -> Check:
+        """Fail unless A's GPU kernel time per step (compute + memcpy/memset, measure/figures.py) is at most k x
+        B's: the same interval over the interleaved pairs as step time, on a figure the host's noise does not
+        move. Skips where it was not measured (CPU jobs)."""
+        __tracebackhide__ = True
+        self.a.run_work("gpu_time"), self.b.run_work("gpu_time")  # skip before any pair is added
+        return self._ratio_check("gpu_time", k, lambda s: s.run_work("gpu_time"),
+                                 lambda s: s.figures.work["gpu_time"], "s", SideSummary.gpu_line, "GPU kernel time")
+
+    def assert_flops_within(self, k: float) -> Check:
+        """Fail unless A's FLOPs per step are at most k x B's (exact counts: no interval)."""
+        __tracebackhide__ = True
+        fa, fb = max(self.a.run_work("flops_per_step")), max(self.b.run_work("flops_per_step"))
+        ratio = fa / fb if fb else float("inf")
+        v = decision.decide(decision.exact(ratio), k)
+        check = Check.from_verdict("flops", self.a.label, self.b.label, fa, fb, "FLOP", v)
+        self._add(check)
+        if v.outcome == FAIL:
+            raise DistPerfCheckFailed(f"FLOPs per step of {self.a.label} are {ratio:.4f}x {self.b.label}'s "
+                                      f"({fa:.4g} vs {fb:.4g}), above the {k:.2f}x limit (exact counts)", check)
+        return check
 
     def assert_losses_match(self, rtol: float) -> Check:
         """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at

@@ -18,6 +18,9 @@ REMOVED_MARKER_KEYS = {"time_k": "the gate no longer scales its threshold with t
 @dataclass(frozen=True)
 class Policy:
     time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
+    # The same floor for the work figures' times (gpu_time, instructions_per_step): they do not move with the
+    # host, so a floor of the wall-time floor's size would leave a real +3 % unfailable by construction.
+    work_threshold: float = 0.01
     memory_threshold: float = 0.02
     memory_floor: int = 64 << 20  # bytes
     fail_on_improvement: bool = False
@@ -44,6 +47,8 @@ def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Polic
     changes: dict[str, Any] = {}
     if "time_threshold" in marker_kwargs:
         changes["time_threshold"] = number("time_threshold", 0.0, 10.0)
+    if "work_threshold" in marker_kwargs:
+        changes["work_threshold"] = number("work_threshold", 0.0, 10.0)
     if "memory_threshold" in marker_kwargs:
         changes["memory_threshold"] = number("memory_threshold", 0.0, 10.0)
     if "memory_floor" in marker_kwargs:

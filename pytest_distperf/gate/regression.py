@@ -37,7 +37,7 @@ from pytest_distperf.gate.store import (BaselineError, BaselineFile, JobEntry, M
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock, Design
-from pytest_distperf.measure.figures import job_figures
+from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
 from pytest_distperf.gate.policy import GateSettings, Policy
@@ -102,13 +102,16 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
     elif any(x <= 0 for x in (*baseline.runs, *current.runs)) and current.kind == "time":
         v.status, v.note = "inconclusive", "non-positive times cannot be compared"
     else:
-        t, v.threshold_text = limit_of(baseline, policy)
+        t, v.threshold_text = limit_of(baseline, policy, metric)
         _decide_interval(v, baseline, current, t, design)
     return v
 
 
-def limit_of(baseline: MetricSeries, policy: Policy) -> tuple[float, str]:
+def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:
     """A time or memory metric's relative limit against this baseline, and how reports name it."""
+    if baseline.kind == "time" and metric in WORK_METRICS:
+        t = policy.work_threshold
+        return t, f"+{t:.1%} (work_threshold: the smallest change in the step's work worth failing for)"
     if baseline.kind == "time":
         t = policy.time_threshold
         return t, f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
@@ -161,7 +164,7 @@ def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, desi
     for name, series in metrics.items():
         if series.kind == "count" or not series.runs or not policy.gates(name):
             continue
-        limit, _ = limit_of(series, policy)
+        limit, _ = limit_of(series, policy, name)
         out.append(Resolution(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
                               candidate_runs=design.max_pairs, limit=limit, factor=_reach(series, design)))
     return out
@@ -248,6 +251,23 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
     return out
 
 
+def note_deciding_figure(verdicts: list[Verdict], figures: JobFigures) -> None:
+    """Where step time stays inconclusive and a work figure decided, both verdicts say which decided and why
+    wall time could not (the host-bound share, or wall time's own run-to-run spread)."""
+    wall = next((v for v in verdicts if v.metric == "step_time"), None)
+    if wall is None or wall.status != "inconclusive":
+        return
+    decided = [v for v in verdicts if v.metric in WORK_METRICS and v.status in ("pass", "fail", "improved")]
+    if not decided:
+        return
+    spread = f"wall time run-to-run {wall.current_cv:.1%}" if wall.current_cv is not None else "too few runs"
+    why = figures.host_bound_text() or spread
+    names = ", ".join(f"{v.metric} {v.status.upper()}" for v in decided)
+    wall.note = (wall.note + "; " if wall.note else "") + f"the work figures decided ({names}): {why}"
+    for v in decided:
+        v.note = (v.note + "; " if v.note else "") + f"decided where step time stayed inconclusive ({why})"
+
+
 def is_pending(v: Verdict) -> bool:
     """A verdict more runs of the candidate could decide."""
     return v.status == "inconclusive" and v.metric_kind in ("time", "memory")
@@ -268,7 +288,9 @@ def until_decided(verdicts: Callable[[], list[Verdict]], runs: Callable[[], int]
     while True:
         current = verdicts()
         n = runs()
-        wanted = (n < budget.max_pairs) if save_mode else any(is_pending(v) for v in current)
+        # A failed figure fails the test whatever more runs would show: no more runs for the undecided ones.
+        wanted = ((n < budget.max_pairs) if save_mode else
+                  any(is_pending(v) for v in current) and not any(v.status == "fail" for v in current))
         if not wanted:
             return "decided" if not save_mode else f"{n} runs recorded"
         if extend is None:
@@ -418,6 +440,8 @@ class BaselineGate:
                          reason, self.design)
         for v in out:
             v.stopped = self.stopped.get(m.key, "")
+        if m.runs:
+            note_deciding_figure(out, job_figures(m.key, m.runs))
         return out
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,

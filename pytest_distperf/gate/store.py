@@ -29,7 +29,7 @@ import math
 import os
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from pytest_distperf import jsonio
@@ -37,7 +37,7 @@ from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.jsonio import LOCK_NAME
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.figures import geometric_mean, run_peak_memory, run_step_time
+from pytest_distperf.measure.figures import geometric_mean, run_peak_memory, run_step_time, run_work
 from pytest_distperf.measure.stats import relative_spread
 
 SCHEMA_VERSION = 3
@@ -48,6 +48,13 @@ KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
     "step_time": ("s", "lower", "time"),
     "peak_memory": ("bytes", "lower", "memory"),
     "optimizer_state_bytes": ("bytes", "lower", "count"),
+    # the work figures (measure/figures.py WORK_METRICS): a time against the work threshold, counts exactly
+    "gpu_time": ("s", "lower", "time"),
+    "instructions_per_step": ("instructions", "lower", "time"),
+    "kernels_per_step": ("kernels", "lower", "count"),
+    "flops_per_step": ("FLOP", "lower", "count"),
+    "aten_ops_per_step": ("ops", "lower", "count"),
+    "train_memory": ("bytes", "lower", "memory"),
 }
 DIRECTIONS = ("lower", "higher")
 KINDS = ("time", "memory", "count")
@@ -165,6 +172,9 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
         "optimizer_state_bytes": series("optimizer_state_bytes",
                                         [float(sum(k.optimizer_state_bytes for k in r.ranks)) for r in runs]),
     }
+    work = [run_work(r) for r in runs]
+    for name in sorted(set(work[0]).intersection(*work[1:])):  # a figure every run measured
+        out[name] = series(name, [w[name] for w in work])
     per_run = [_comms_counts(r) for r in runs]
     if all(per_run):  # every run probed: the same kinds are comparable run to run
         for name in sorted(set().union(*per_run)):
@@ -231,9 +241,12 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
             "probes": _probe_metrics(k),
             # the GPU's clocks, throttle reasons, power and temperature over the timed steps (rank/clocks.py)
             "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,
+            # what the steps asked of the machine, per profiled step (rank/work.py)
+            "work": asdict(k.work) if getattr(k, "work", None) is not None else None,
         })
     load = run.host_other_load
     return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
+            "work": run_work(run),
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
             "node_step_medians": run.node_step_medians,
             "host_other_load_cores": round(load[0], 2) if load else None}

@@ -13,18 +13,27 @@
 - collectives per step (`comms.<kind>.calls_per_step` / `.bytes_per_step`): per rank, the rank with the most
   (the probes' per-step medians); never summed over ranks.
 - optimizer state: bytes summed over ranks (the whole model's state), and per parameter.
+- work figures of a run (`run_work`, from the work phase, rank/work.py): per rank the median over its profiled
+  steps of a time (`gpu_time`: compute kernels + memcpy/memset; `instructions_per_step`) and the most of any step
+  for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
+  Of a job: the geometric mean of the runs for a time, the largest run for a count. `train_memory` (CPU): the
+  training state's tensor bytes plus a step's allocation peak, the highest rank.
+- host-bound share (`gpu_busy_share`): the GPU's busy time in a step (union of its activities over all streams,
+  the busiest rank) over the step time; 1 - share is the part of a step the GPU waits for the host.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pytest_distperf.measure.stats import quantile, relative_spread
 
 if TYPE_CHECKING:
     from pytest_distperf.results import RunResult
+
+HOST_BOUND_BELOW = 0.5  # GPU busy share under which a step is host-bound
 
 # What each quantity is, for the reports' legends: (unit, scope).
 SCOPES: dict[str, tuple[str, str]] = {
@@ -34,6 +43,22 @@ SCOPES: dict[str, tuple[str, str]] = {
     "peak_memory": ("bytes", "highest rank (CUDA peak allocated; CPU: host RSS growth); geometric mean of the runs"),
     "comms": ("calls, bytes", "per step, per rank (the rank with the most)"),
     "optimizer_state_bytes": ("bytes", "summed over ranks"),
+    "gpu_time": ("s", "compute kernels + memcpy/memset per step, the busiest rank; geometric mean of the runs"),
+    "gpu_busy_share": ("share", "GPU busy time (union over streams) / step time"),
+    "kernels_per_step": ("kernels", "per step, the rank with the most"),
+    "flops_per_step": ("FLOP", "per step, the rank with the most (torch.utils.flop_counter)"),
+    "aten_ops_per_step": ("ops", "operators dispatched per step, the rank with the most"),
+    "instructions_per_step": ("instructions", "user space, the rank's main thread; the rank with the most"),
+    "train_memory": ("bytes", "CPU: parameters, gradients, optimizer state + a step's allocation peak; highest rank"),
+}
+# Work figures (rank/work.py): name -> (the WorkResult field, "time" | "count"). A time is decided on an interval
+# against the gate's work_threshold, a count exactly.
+WORK_METRICS: dict[str, tuple[str, str]] = {
+    "gpu_time": ("gpu_time", "time"),
+    "instructions_per_step": ("instructions", "time"),
+    "kernels_per_step": ("kernels", "count"),
+    "flops_per_step": ("flops", "count"),
+    "aten_ops_per_step": ("aten_ops", "count"),
 }
 
 
@@ -52,6 +77,37 @@ def run_step_time(run: "RunResult") -> float:
 def run_peak_memory(run: "RunResult") -> float:
     """A run's peak memory in bytes (at least 1, so ratios stay finite): RunResult.peak_memory."""
     return float(max(run.peak_memory, 1))
+
+
+def run_work(run: "RunResult") -> dict[str, float]:
+    """The run's work figures measured on every rank (module docstring), by metric name; `train_memory` on CPU."""
+    works = [r.work for r in run.ranks]
+    if not works or any(w is None for w in works):
+        return {}
+    out: dict[str, float] = {}
+    for name, (attr, kind) in WORK_METRICS.items():
+        values = [getattr(w, attr) for w in works]
+        if all(values):
+            out[name] = float(max(quantile(v, 0.5) if kind == "time" else max(v) for v in values))
+    if all(w.state_bytes is not None and w.step_peak_bytes for w in works):
+        out["train_memory"] = float(max(w.state_bytes + max(w.step_peak_bytes) for w in works))
+    return out
+
+
+def run_gpu_busy(run: "RunResult") -> float | None:
+    """The busiest rank's median GPU busy time per step (s); None when not measured."""
+    busy = [r.work.gpu_busy for r in run.ranks if r.work is not None and r.work.gpu_busy]
+    return max(quantile(b, 0.5) for b in busy) if busy and len(busy) == len(run.ranks) else None
+
+
+def work_not_measured(runs: Sequence["RunResult"]) -> dict[str, str]:
+    """Why a work figure is missing, from the first rank that said so."""
+    out: dict[str, str] = {}
+    for run in runs:
+        for r in run.ranks:
+            for name, why in (r.work.not_measured if r.work is not None else {}).items():
+                out.setdefault(name, why)
+    return out
 
 
 def memory_kind(device: str) -> str:
@@ -77,16 +133,36 @@ class JobFigures:
     tokens_per_s: float
     optimizer_bytes_per_param: float
     cuda_peak_reserved: int | None = None  # bytes, the highest rank's, the largest over runs
+    # The work figures (WORK_METRICS and train_memory) measured on every run: geometric mean of a time, the
+    # largest run of a count; empty when the job ran no work phase.
+    work: dict[str, float] = field(default_factory=dict)
+    gpu_busy_share: float | None = None  # GPU busy / step time, geometric mean of the runs; CUDA only
+    work_not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it is missing
+
+    @property
+    def host_bound(self) -> bool:
+        """The GPU idles more than half of the step: wall time then holds the host's noise."""
+        return self.gpu_busy_share is not None and self.gpu_busy_share < HOST_BOUND_BELOW
+
+    def host_bound_text(self) -> str | None:
+        """'host-bound: GPU busy 28 % of the step; wall-time noise is the host's' (None when not host-bound)."""
+        if not self.host_bound:
+            return None
+        spread = f" (run-to-run {self.run_cv:.1%})" if self.run_cv is not None else ""
+        return f"host-bound: GPU busy {self.gpu_busy_share:.0%} of the step; wall-time noise{spread} is the host's"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["run_step_times"] = list(self.run_step_times)
+        d["host_bound"] = self.host_bound
+        d["host_bound_text"] = self.host_bound_text()  # the one wording every report shows
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        missing = sorted(set(cls.__dataclass_fields__) - set(fields) - {"cuda_peak_reserved", "run_cv"})
+        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured"}
+        missing = sorted(set(cls.__dataclass_fields__) - set(fields) - optional)
         if missing:
             raise ValueError(f"job figures: missing {missing}")
         fields["run_step_times"] = tuple(float(x) for x in fields["run_step_times"])
@@ -101,8 +177,14 @@ def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
     step_time = geometric_mean(per_run)
     reserved = [k.cuda_peak_reserved for r in runs for k in r.ranks if k.cuda_peak_reserved]
     device = runs[0].spec.device
+    per_run_work = [run_work(r) for r in runs]
+    names = set(per_run_work[0]).intersection(*per_run_work[1:])
+    work = {n: (max(w[n] for w in per_run_work) if WORK_METRICS.get(n, ("", "memory"))[1] == "count"
+                else geometric_mean([w[n] for w in per_run_work])) for n in sorted(names)}
+    busy = [run_gpu_busy(r) for r in runs]
+    share = (geometric_mean([b / t for b, t in zip(busy, per_run)]) if all(b is not None for b in busy) else None)
     return JobFigures(
-        label=label, device=device, config_hash=runs[0].spec.config_hash(), runs=len(runs),
+        label=label, work=work, gpu_busy_share=share, work_not_measured=work_not_measured(runs), device=device, config_hash=runs[0].spec.config_hash(), runs=len(runs),
         steps=len(runs[0].step_times), step_time=step_time, run_step_times=per_run, run_cv=relative_spread(per_run),
         step_p10=quantile(steps, 0.1), step_p90=quantile(steps, 0.9),
         peak_memory=geometric_mean([run_peak_memory(r) for r in runs]), memory_kind=memory_kind(device),

@@ -56,6 +56,27 @@ def _probe_row(r: dict[str, Any]) -> list[str]:
     return [r["label"], str(r["steps"]), comms, ag, overlap, exposed, copies, pageable, "; ".join(opts) or "-", util]
 
 
+WORK_LEGEND = ("work figures: measured in steps of their own after timing (rank/work.py); GPU time: compute "
+               "kernels + memcpy/memset, busiest rank; GPU busy: share of the step time the GPU was busy; counts: "
+               "the rank with the most; train mem (CPU): parameters, gradients, optimizer state + a step's "
+               "allocation peak")
+
+
+def _work_row(r: dict[str, Any]) -> list[str]:
+    """A job's work figures (JobFigures.work) as table cells, with its host-bound note last ('' when none)."""
+    w: dict[str, float] = r["work"]
+
+    def count(name: str) -> str:
+        return f"{w[name]:.4g}" if name in w else "-"
+
+    share = r.get("gpu_busy_share")
+    note = r.get("host_bound_text") or ""
+    return [r["label"], fmt_seconds(w["gpu_time"]) if "gpu_time" in w else "-",
+            "-" if share is None else f"{share:.0%}", count("kernels_per_step"), count("flops_per_step"),
+            count("aten_ops_per_step"), count("instructions_per_step"),
+            fmt_bytes(w["train_memory"]) if "train_memory" in w else "-", note]
+
+
 def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
     """One metric of one job against its baseline (regression.Verdict records)."""
     return [nodeid.split("::")[-1], r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
@@ -77,7 +98,7 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
 
 
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    runs, checks, probes = [], [], []
+    runs, checks, probes, work_rows = [], [], [], []
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
@@ -92,6 +113,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                     fmt_rate(r["tokens_per_s"]) if r["tokens_per_s"] else "-",  # 0: a workload that counts no tokens
                     fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}",
                 ])
+                if r.get("work"):
+                    work_rows.append(_work_row(r))
             elif r["kind"] == "check":
                 ci = ""
                 if r.get("method") in ("paired", "unpaired"):
@@ -124,6 +147,12 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
                          "opt B/param"], [list(row) for row in unique_runs])
         lines += [f"  {LEGEND}"]
+    if work_rows:
+        unique_work = list(dict.fromkeys(map(tuple, work_rows)))
+        lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
+                                "instructions", "train mem"], [list(row[:-1]) for row in unique_work])
+        lines += [f"  {WORK_LEGEND}"]
+        lines += [f"  {row[0]}: {row[-1]}" for row in unique_work if row[-1]]
     if checks:
         lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit",
                                 "verdict"], checks)
