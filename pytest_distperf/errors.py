@@ -44,6 +44,15 @@ class BaselineError(FileError):
     """A baseline file or folder that cannot be used; the message names it and what to do."""
 
 
+class UnsafeFolderError(FileError):
+    """A lock, state or shared folder another user could write to (or not a plain folder); the message names
+    it, its owner and mode, and what to do."""
+
+
+class LockWaitTimeout(DistPerfError):
+    """A wait for a device lock ran past its limit; the message names the lock's holder (pid and command)."""
+
+
 class JobError(DistPerfError):
     """A job did not produce a value for every rank."""
 

@@ -67,15 +67,15 @@ class DistPerfSession:
     def start_gpu_clocks(self) -> None:
         if not self.settings.enabled or self.settings.device == "cpu":
             return
-        from pytest_distperf.errors import SettingsError
+        from pytest_distperf.errors import SettingsError, UnsafeFolderError
         from pytest_distperf.launch.allocator import lock_dir
         from pytest_distperf.launch.devices import visible_gpu_ids
         from pytest_distperf.launch.gpuclocks import SessionClocks
 
-        self.gpu_clocks = SessionClocks(self.settings.lock_gpu_clocks, lock_dir(), controller=self.is_controller)
-        try:
+        try:  # an unsafe lock folder (another user's, group-writable) is a usage error naming it
+            self.gpu_clocks = SessionClocks(self.settings.lock_gpu_clocks, lock_dir(), controller=self.is_controller)
             self.gpu_clocks.start(visible_gpu_ids())
-        except SettingsError as e:
+        except (SettingsError, UnsafeFolderError) as e:
             raise pytest.UsageError(f"distperf: {e}") from None
 
     def with_clock_skip(self, plan: TestPlan) -> TestPlan:

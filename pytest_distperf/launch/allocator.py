@@ -8,49 +8,114 @@ CPU measurement jobs: one at a time per machine (one lock), each rank given
 cores // world_size threads by the launcher, so concurrent jobs never share cores and
 skew each other's step times. CPU jobs that measure nothing (`run_function`) don't lock.
 Every grant is appended to `allocations.log` in the lock folder.
+The lock folder is created 0700 and checked on every use (launch/safefs.py); its files are opened without
+following symlinks. A wait for a lock gives up after LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) with the
+holder's pid and command, which each holder writes to `<lock>.holder` when it acquires the lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import sys
 import tempfile
 import time
 from typing import Callable, Iterator
 
-from filelock import FileLock, Timeout
+from pytest_distperf.errors import LockWaitTimeout
+from pytest_distperf.launch.safefs import check_private_folder, make_private_folder, open_nofollow
 
 POLL_SECONDS = 0.2
+LOCK_WAIT_SECONDS = 3 * 3600.0  # above any sane queue of jobs; a holder stuck longer is named in the error
+LOCK_TIMEOUT_ENV = "DISTPERF_LOCK_TIMEOUT"
 
 
 def lock_dir() -> str:
+    """The lock and state folder, created 0700 and checked (ours, no group/other write, not a symlink)."""
     path = os.environ.get("DISTPERF_LOCK_DIR") or os.path.join(tempfile.gettempdir(), f"pytest-distperf-locks-{os.getuid()}")
-    os.makedirs(path, exist_ok=True)
-    return path
+    return make_private_folder(path)
+
+
+def wait_limit() -> float:
+    text = os.environ.get(LOCK_TIMEOUT_ENV)
+    try:
+        return float(text) if text else LOCK_WAIT_SECONDS
+    except ValueError:
+        return LOCK_WAIT_SECONDS
+
+
+class FolderLock:
+    """An exclusive flock on a file of the checked lock folder, opened with O_NOFOLLOW."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        _write_holder(self.path)
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path + ".holder")
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def _write_holder(lock_path: str) -> None:
+    command = " ".join(sys.argv)[:300]
+    fd = open_nofollow(lock_path + ".holder", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"pid={os.getpid()} since={time.strftime('%Y-%m-%dT%H:%M:%S')} command={command}\n")
+
+
+def holder(lock_path: str) -> str:
+    """Who holds a lock, as its holder wrote it: "pid=... since=... command=..."."""
+    try:
+        fd = open_nofollow(lock_path + ".holder", os.O_RDONLY)
+        with os.fdopen(fd) as f:
+            return f.read(1000).strip() or "unknown (empty holder file)"
+    except OSError:
+        return "unknown (no holder file)"
 
 
 def _log(folder: str, text: str) -> None:
-    with open(os.path.join(folder, "allocations.log"), "a") as f:
+    fd = open_nofollow(os.path.join(folder, "allocations.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with os.fdopen(fd, "a") as f:
         f.write(f"{time.strftime('%H:%M:%S')} pid={os.getpid()} {text}\n")
+
+
+def _timed_out(what: str, waited: float, locks: list[FolderLock]) -> LockWaitTimeout:
+    held_by = "; ".join(f"{os.path.basename(lk.path)} held by {holder(lk.path)}" for lk in locks)
+    return LockWaitTimeout(f"gave up after {waited:.0f} s waiting for {what} ({held_by}); end that process if "
+                           f"it is stuck, or raise ${LOCK_TIMEOUT_ENV}")
 
 
 @contextlib.contextmanager
 def gpus(world_size: int, gpu_ids: list[str], owner: str, on_wait: Callable[[str], None] | None = None,
-         folder: str | None = None) -> Iterator[dict[str, str]]:
+         folder: str | None = None, timeout: float | None = None) -> Iterator[dict[str, str]]:
     """Hold `world_size` GPUs for the block; yields the environment overrides for the job."""
     if world_size > len(gpu_ids):
         raise RuntimeError(f"{owner} needs {world_size} GPUs; only {len(gpu_ids)} are visible")
     folder = folder or lock_dir()
-    locks = {g: FileLock(os.path.join(folder, f"gpu{g}.lock")) for g in gpu_ids}
+    check_private_folder(folder)
+    limit = wait_limit() if timeout is None else timeout
+    locks = {g: FolderLock(os.path.join(folder, f"gpu{g}.lock")) for g in gpu_ids}
     waited_since = None
     while True:
         held = []
         for g, lock in locks.items():
-            try:
-                lock.acquire(timeout=0)
+            if lock.try_acquire():
                 held.append(g)
-            except Timeout:
-                continue
             if len(held) == world_size:
                 break
         if len(held) == world_size:
@@ -61,6 +126,9 @@ def gpus(world_size: int, gpu_ids: list[str], owner: str, on_wait: Callable[[str
             waited_since = time.monotonic()
             if on_wait:
                 on_wait(f"{owner}: waiting for {world_size} free GPU(s) of {len(gpu_ids)}")
+        elif time.monotonic() - waited_since > limit:
+            raise _timed_out(f"{world_size} free GPU(s) of {len(gpu_ids)} in {folder}", time.monotonic() - waited_since,
+                             [lk for g, lk in locks.items() if g not in held])
         time.sleep(POLL_SECONDS)
     waited = time.monotonic() - waited_since if waited_since else 0.0
     _log(folder, f"granted GPUs {','.join(held)} to {owner} after {waited:.1f} s")
@@ -73,18 +141,23 @@ def gpus(world_size: int, gpu_ids: list[str], owner: str, on_wait: Callable[[str
 
 
 @contextlib.contextmanager
-def cpu(owner: str, on_wait: Callable[[str], None] | None = None, folder: str | None = None) -> Iterator[dict[str, str]]:
+def cpu(owner: str, on_wait: Callable[[str], None] | None = None, folder: str | None = None,
+        timeout: float | None = None) -> Iterator[dict[str, str]]:
     """Hold the machine's CPU measurement slot for the block."""
     folder = folder or lock_dir()
-    lock = FileLock(os.path.join(folder, "cpu.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    check_private_folder(folder)
+    limit = wait_limit() if timeout is None else timeout
+    lock = FolderLock(os.path.join(folder, "cpu.lock"))
+    if not lock.try_acquire():
         if on_wait:
             on_wait(f"{owner}: waiting for the CPU measurement slot (another job is measuring)")
-        lock.acquire()
-    _log(folder, f"granted the CPU slot to {owner}")
+        since = time.monotonic()
+        while not lock.try_acquire():
+            if time.monotonic() - since > limit:
+                raise _timed_out(f"the CPU measurement slot {lock.path}", time.monotonic() - since, [lock])
+            time.sleep(POLL_SECONDS)
     try:
+        _log(folder, f"granted the CPU slot to {owner}")
         yield {}
     finally:
         lock.release()

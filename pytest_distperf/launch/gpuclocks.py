@@ -6,7 +6,8 @@ locks the graphics clock of every GPU the session may use through NVML (`nvmlDev
 only, never a CUDA context) at the GPU's default applications clock, or at the MHz given, and unlocks them
 (`nvmlDeviceResetGpuLockedClocks`) when the session ends: from `pytest_unconfigure` (also after Ctrl-C), from
 atexit, and from a SIGTERM/SIGHUP handler that unlocks and then dies of the signal as before. What was locked
-is written first to a state file in the lock folder (launch/allocator.lock_dir()); a session killed outright
+is written first to a state file in the lock folder (launch/allocator.lock_dir(): 0700, its owner and mode
+checked on every read, state files opened without following symlinks); a session killed outright
 (SIGKILL, a crashed host process) leaves it behind, and the next distperf session that may use the GPUs
 unlocks them. A GPU another live session still holds locked is left locked. A lock set before the session
 (`nvidia-smi -lgc`) is not put back: say `external` where clocks are locked outside pytest, and distperf
@@ -116,10 +117,13 @@ def is_alive(state: ClockState) -> bool:
 def read_states(folder: str) -> dict[str, ClockState]:
     """Every session's state file in `folder`; an unreadable one is skipped (it is rewritten or removed by
     its session)."""
+    from pytest_distperf.launch.safefs import check_private_folder, open_nofollow
+
+    check_private_folder(folder)  # another user's folder: refused (UnsafeFolderError), never read
     out = {}
     for path in sorted(glob.glob(os.path.join(folder, STATE_PREFIX + "*.json"))):
         try:
-            with open(path) as f:
+            with os.fdopen(open_nofollow(path, os.O_RDONLY)) as f:  # a symlink planted there is not followed
                 out[path] = ClockState.from_json(json.load(f))
         except (OSError, ValueError, KeyError, TypeError):
             continue
