@@ -5,7 +5,7 @@ metric, computed as the gate computes them (`gate.store.metrics_from_runs`): `st
 step time (each step's time being the slowest rank's), `peak_memory` the run's peak, `optimizer_state_bytes`
 the sum over ranks, and, where every run of the job ran the comms probe, `comms.<kind>.calls_per_step` and
 `.bytes_per_step` per rank, the rank with the most (`gate.store.comms_counts`; bytes left out for a kind whose
-calls were not all sized). Unit, direction and kind come from `gate.store.metric_traits`. Tests that measured
+calls were not all sized), and the work figures every run measured (`runs[].work`, measure/figures.run_work). Unit, direction and kind come from `gate.store.metric_traits`. Tests that measured
 nothing (failed at set-up, run without a gate) add no rows.
 """
 
@@ -126,6 +126,12 @@ def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     if all(per_run_comms):  # every run probed: the same kinds are comparable run to run
         for name in sorted(set().union(*per_run_comms)):
             out[name] = [float(c.get(name, 0)) for c in per_run_comms]
+    work = [run.get("work") or {} for run in runs]  # the run's work figures (measure/figures.run_work)
+    for name in sorted(set(work[0]).intersection(*work[1:])):  # a figure every run measured
+        try:
+            out[name] = [float(w[name]) for w in work]
+        except (TypeError, ValueError) as e:
+            raise ReportDocumentError(f"{where}: runs[].work.{name} must be a number ({e})") from None
     return out
 
 

@@ -804,7 +804,21 @@ def _figures_line(job: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
         parts.append(f"{f['tokens_per_s']:,.0f} tokens/s")
     if f.get("optimizer_bytes_per_param") is not None:
         parts.append(f"optimizer state {f['optimizer_bytes_per_param']:.1f} B/param")
-    return '<p class="figures">' + " · ".join(parts) + "</p>"
+    work = f.get("work") or {}
+    if "gpu_time" in work:
+        parts.append(f"GPU kernel time <b>{esc(fmt_seconds(work['gpu_time']))}</b>/step")
+    if f.get("gpu_busy_share") is not None:
+        parts.append(f"GPU busy {f['gpu_busy_share']:.0%} of the step")
+    for name, what in (("kernels_per_step", "kernels"), ("flops_per_step", "FLOP"), ("aten_ops_per_step", "ops"),
+                       ("instructions_per_step", "instructions")):
+        if name in work:
+            parts.append(f"{work[name]:.4g} {what}/step")
+    if "train_memory" in work:
+        parts.append(f"training state {esc(fmt_bytes(work['train_memory']))}")
+    line = '<p class="figures">' + " · ".join(parts) + "</p>"
+    if f.get("host_bound_text"):
+        line += f'<p class="figures"><b>{esc(f["host_bound_text"])}</b></p>'
+    return line
 
 
 def _memory_kind(job: Mapping[str, Any]) -> tuple[str, str]:

@@ -105,10 +105,15 @@ def _noise_line(doc: Mapping[str, Any]) -> str:
                        if verdict_cv.get((n, str(view.job.get("label")))) is not None), None)
         if cv is not None and len(runs) > 1:
             spreads.append(float(cv))
+    host_bound = [view for view in unique_jobs(doc) if (view.job.get("figures") or {}).get("host_bound")]
     parts = []
     if spreads:
         parts.append(f"step-time run-to-run variation {min(spreads):.1%}–{max(spreads):.1%} "
                      f"(median {statistics.median(spreads):.1%}) over {len(spreads)} job(s)")
+    if host_bound:  # where wall time holds the host's noise, the work figures are what decides
+        shares = [float(v.job["figures"]["gpu_busy_share"]) for v in host_bound]
+        parts.append(f"{len(host_bound)} job(s) host-bound (GPU busy {min(shares):.0%}–{max(shares):.0%} of the "
+                     f"step): their GPU kernel time and counts decide where wall time cannot")
     if loads:
         parts.append(f"other load on the host up to {max(loads):.2f} cores")
     extra = doc.get("noise") or (doc.get("environment") or {}).get("noise")
