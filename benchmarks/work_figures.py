@@ -15,7 +15,8 @@ decided by the shipped `regression.decide_metric` with the default policy (wall 
 gpu_time against the 1 % work floor, counts exactly). FAIL on A/A is a false alarm, on +3% a catch.
 
     python benchmarks/work_figures.py --device cpu --strategy ddp                   # 2-core CPU box
-    python benchmarks/work_figures.py --device cuda --world-size 1 --strategy fsdp2,deepspeed --json wf.json
+    python benchmarks/work_figures.py --device cuda --world-size 1 --strategy fsdp2,deepspeed --width 1024 \
+        --seq 512 --batch 8 --stored 5 --rounds 5 --json wf.json                     # 1xH200
     python benchmarks/work_figures.py --from-json benchmarks/results/work-figures-1xh200.json
 """
 
@@ -111,6 +112,7 @@ def make_job(args: argparse.Namespace, strategy: str, folder: str) -> JobSpec:
     options = {"stage": 3} if strategy == "deepspeed" else {}
     return JobSpec(world_size=args.world_size, device=args.device, strategy=strategy, options=options,
                    workload=FunctionRef(MODULE, "make_workload"), steps=args.steps, warmup_steps=3,
+                   workload_kwargs={"width": args.width, "depth": args.depth, "batch_size": args.batch},
                    sys_path=[folder] + list(sys.path))
 
 
@@ -229,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--strategy", default="ddp", help="comma-separated: ddp, fsdp2, deepspeed (ZeRO-3)")
     p.add_argument("--seq", type=int, default=64, help="sequence length of the base copy (the change adds 3 %%)")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--depth", type=int, default=24)
+    p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--stored", type=int, default=6)
     p.add_argument("--rounds", type=int, default=6)

@@ -464,9 +464,10 @@ def test_distperf_history_records_a_real_session(pytester: pytest.Pytester):
     db = pytester.path / "out" / "history.db"
     result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", f"--distperf-history={db}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*distperf: wrote history: session * (6 values) in sqlite:///*history.db"])
+    result.stdout.fnmatch_lines(["*distperf: wrote history: session * (12 values) in sqlite:///*history.db"])
     found = trends(str(db))
-    assert sorted(t.key.metric for t in found) == ["optimizer_state_bytes", "peak_memory", "step_time"]
+    assert sorted(t.key.metric for t in found) == ["aten_ops_per_step", "flops_per_step", "optimizer_state_bytes",
+                                                   "peak_memory", "step_time", "train_memory"]
     assert all(t.key.test == "test_perf.py::test_ddp" and len(t.points) == 1 and len(t.points[0].runs) == 2
                for t in found)
 
