@@ -19,21 +19,33 @@ Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder eve
     result-agent{i}.pkl node agent i's AgentResult; agent{i}.log its own output
     logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
     dump-stacks.request on a timeout: each node agent has its ranks dump their stacks
+
+Every .pkl file is an authenticated pickle: "distperf-hmac-v1", then HMAC-SHA256 over the file's name and the
+pickle, with a per-session key that never touches a folder. The pytest process makes the key (32 random bytes)
+and puts it in $DISTPERF_JOB_KEY, which the local agent, torch elastic and torchrun pass to every rank and
+`srun --export=ALL` / sbatch to the other nodes; an agent started by a command template reads it from its stdin.
+A file whose MAC does not match is refused before it is unpickled (whoever can write into a shared job folder
+could otherwise run code in pytest and in every rank). Function jobs carry arbitrary Python objects, so the
+format stays pickle.
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
+import hmac
 import json
 import os
 import pickle
+import secrets
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_distperf.errors import FileError
 from pytest_distperf.spec import JobSpec
 
 JOB = "job.pkl"
@@ -61,6 +73,66 @@ class AgentResult:
     host: str | None = None  # the agent's host (jobs on several nodes)
 
 
+KEY_ENV = "DISTPERF_JOB_KEY"
+_MAGIC = b"distperf-hmac-v1\n"
+
+
+class JobFileError(FileError):
+    """A job file that fails its authentication (or has none): never unpickled."""
+
+
+def job_key(create: bool = False) -> bytes:
+    """The session's key for job files, from $DISTPERF_JOB_KEY; `create` (the pytest process): made when absent."""
+    text = os.environ.get(KEY_ENV, "")
+    if not text and create:
+        text = os.environ[KEY_ENV] = secrets.token_hex(32)  # inherited by agents and ranks started after this
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise JobFileError(f"${KEY_ENV} is {'not set' if not text else 'not a hex key'} in this process (pid "
+                           f"{os.getpid()}), so it cannot check job files; an agent on another node gets it from "
+                           f"the pytest process through its environment (srun --export=ALL, sbatch) or its stdin "
+                           f"(a --distperf-agents command template must pass stdin on, as ssh does)")
+    return key
+
+
+def key_from_stdin() -> None:
+    """A node agent started by a command template: the key comes as the first line on stdin."""
+    if os.environ.get(KEY_ENV):
+        return
+    try:
+        line = sys.stdin.readline(200).strip()
+    except (OSError, ValueError, AttributeError):
+        return
+    if line:
+        os.environ[KEY_ENV] = line
+
+
+def _mac(key: bytes, path: str, payload: bytes) -> bytes:
+    return hmac.new(key, os.path.basename(path).encode() + b"\0" + payload, hashlib.sha256).digest()
+
+
+def _dump(path: str, obj: Any, create_key: bool = False) -> None:
+    payload = pickle.dumps(obj)
+    _write_atomic(path, _MAGIC + _mac(job_key(create_key), path, payload) + payload)
+
+
+def _load(path: str) -> Any:
+    """Unpickle `path` only when its MAC matches this session's key (JobFileError naming the file otherwise)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    head = len(_MAGIC) + hashlib.sha256().digest_size
+    if not data.startswith(_MAGIC) or len(data) < head:
+        raise JobFileError(f"refusing to unpickle {path}: it carries no distperf authentication (not written by "
+                           f"this session); something else wrote into the job folder")
+    if not hmac.compare_digest(data[len(_MAGIC):head], _mac(job_key(), path, data[head:])):
+        raise JobFileError(f"refusing to unpickle {path}: its HMAC does not match this session's key "
+                           f"(${KEY_ENV}): the file was written or changed by someone else, or by another session")
+    return pickle.loads(data[head:])
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -69,22 +141,20 @@ def _write_atomic(path: str, data: bytes) -> None:
 
 
 def write_job(job_dir: str, job: JobSpec) -> None:
-    _write_atomic(os.path.join(job_dir, JOB), pickle.dumps(job))
+    _dump(os.path.join(job_dir, JOB), job, create_key=True)
 
 
 def read_job(job_dir: str) -> JobSpec:
-    with open(os.path.join(job_dir, JOB), "rb") as f:
-        return pickle.load(f)
+    return _load(os.path.join(job_dir, JOB))
 
 
 def write_result(job_dir: str, result: AgentResult) -> None:
-    _write_atomic(os.path.join(job_dir, RESULT), pickle.dumps(result))
+    _dump(os.path.join(job_dir, RESULT), result)
 
 
 def read_result(job_dir: str) -> AgentResult | None:
     try:
-        with open(os.path.join(job_dir, RESULT), "rb") as f:
-            return pickle.load(f)
+        return _load(os.path.join(job_dir, RESULT))
     except FileNotFoundError:
         return None
 
@@ -304,12 +374,11 @@ class RankPlace:
 
 
 def write_node_plan(job_dir: str, plan: NodePlan) -> None:
-    _write_atomic(os.path.join(job_dir, NODE_PLAN), pickle.dumps(plan))
+    _dump(os.path.join(job_dir, NODE_PLAN), plan, create_key=True)
 
 
 def read_node_plan(job_dir: str) -> NodePlan:
-    with open(os.path.join(job_dir, NODE_PLAN), "rb") as f:
-        return pickle.load(f)
+    return _load(os.path.join(job_dir, NODE_PLAN))
 
 
 def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
@@ -325,20 +394,19 @@ def read_rdzv_endpoint(job_dir: str) -> str | None:
 
 
 def write_rank_place(job_dir: str, place: RankPlace) -> None:
-    _write_atomic(os.path.join(job_dir, f"place-rank{place.rank}.pkl"), pickle.dumps(place))
+    _dump(os.path.join(job_dir, f"place-rank{place.rank}.pkl"), place)
 
 
 def read_rank_places(job_dir: str) -> dict[int, RankPlace]:
     out = {}
     for path in glob.glob(os.path.join(job_dir, "place-rank*.pkl")):
-        with open(path, "rb") as f:
-            place = pickle.load(f)
+        place = _load(path)
         out[place.rank] = place
     return out
 
 
 def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
-    _write_atomic(os.path.join(job_dir, f"value-rank{rank}.pkl"), pickle.dumps(value))
+    _dump(os.path.join(job_dir, f"value-rank{rank}.pkl"), value)
 
 
 def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, Any]:
@@ -346,8 +414,7 @@ def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, 
     for path in glob.glob(os.path.join(job_dir, "value-rank*.pkl")):
         rank = int(os.path.basename(path)[len("value-rank"):-len(".pkl")])
         if ranks is None or rank in ranks:
-            with open(path, "rb") as f:
-                out[rank] = pickle.load(f)
+            out[rank] = _load(path)
     return out
 
 
@@ -361,13 +428,12 @@ def agent_log_dir(job_dir: str, agent: int) -> str:
 
 
 def write_agent_result(job_dir: str, agent: int, result: AgentResult) -> None:
-    _write_atomic(os.path.join(job_dir, f"result-agent{agent}.pkl"), pickle.dumps(result))
+    _dump(os.path.join(job_dir, f"result-agent{agent}.pkl"), result)
 
 
 def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
     try:
-        with open(os.path.join(job_dir, f"result-agent{agent}.pkl"), "rb") as f:
-            return pickle.load(f)
+        return _load(os.path.join(job_dir, f"result-agent{agent}.pkl"))
     except FileNotFoundError:
         return None
 

@@ -79,6 +79,7 @@ def main(job_dir: str, agent: int) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: torch elastic's handler then stops the ranks
     jobfiles.no_core_dumps()  # as the local agent: inherited by the ranks (a core delays every crash report)
     host = socket.gethostname()
+    jobfiles.key_from_stdin()  # started by a command template: the job-file key comes on stdin
     try:
         plan = jobfiles.read_node_plan(job_dir)
         endpoint = rendezvous_endpoint(plan, job_dir, agent)

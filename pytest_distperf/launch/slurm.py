@@ -29,6 +29,7 @@ from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
 from pytest_distperf.launch.launcher import agent_environment
+from pytest_distperf.launch.safefs import check_shared_folder
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec import JobSpec
 
@@ -91,6 +92,7 @@ class SlurmLauncher:
         plan = nodes.plan_nodes(job, self.nodes, endpoint=None)
         if self.shared_dir:
             os.makedirs(self.shared_dir, exist_ok=True)
+            check_shared_folder(self.shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
         job_dir = tempfile.mkdtemp(prefix="job-", dir=self.shared_dir or base_dir)
         jobfiles.write_job(job_dir, job)
         jobfiles.write_node_plan(job_dir, plan)

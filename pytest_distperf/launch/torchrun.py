@@ -30,6 +30,7 @@ from pytest_distperf.errors import JobTimeout
 from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.launcher import agent_environment, end_tree, threads_per_rank
 from pytest_distperf.launch.node_agent import free_port
+from pytest_distperf.launch.safefs import check_shared_folder
 from pytest_distperf.spec import JobSpec
 
 NODE_AGENT = "pytest_distperf.launch.node_agent"
@@ -60,6 +61,7 @@ class TorchrunLauncher:
                                 join_timeout=self.join_timeout)
         if self.shared_dir:
             os.makedirs(self.shared_dir, exist_ok=True)
+            check_shared_folder(self.shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
         job_dir = tempfile.mkdtemp(prefix="job-", dir=self.shared_dir or base_dir)
         jobfiles.write_job(job_dir, job)
         jobfiles.write_node_plan(job_dir, plan)
@@ -154,7 +156,7 @@ class _Agents:
         elif self.how != "srun":
             for i in range(1, self.plan.nodes):
                 command = self.how.format(command=shlex.join(node_agent_command(self.job_dir, i)), index=i)
-                self._popen(i, ["/bin/sh", "-c", command], elsewhere)
+                self._popen(i, ["/bin/sh", "-c", command], elsewhere, key_on_stdin=True)  # ssh passes no env
 
     def _agent_env(self, agent: int) -> dict[str, str]:
         """Every agent here: each gets its own slice of the GPUs the job was given."""
@@ -166,11 +168,19 @@ class _Agents:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[agent * per:(agent + 1) * per])
         return env
 
-    def _popen(self, agent: int, command: list[str], env: dict[str, str]) -> None:
+    def _popen(self, agent: int, command: list[str], env: dict[str, str], key_on_stdin: bool = False) -> None:
         log = open(jobfiles.agent_log(self.job_dir, agent), "wb")
         self._logs.append(log)
-        self.procs[agent] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+        # A templated agent (e.g. over ssh) gets the job-file key on stdin: never on a command line (ps shows it)
+        self.procs[agent] = proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE if key_on_stdin
+                                                    else subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                    start_new_session=True)
+        if key_on_stdin and proc.stdin is not None:
+            try:
+                proc.stdin.write(jobfiles.job_key().hex().encode() + b"\n")
+                proc.stdin.close()
+            except OSError:
+                pass  # the agent died at once: its exit is reported as usual
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs.values())
