@@ -93,10 +93,31 @@ class DistPerf:
         self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=pairs_deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
                              if settings.session_budget else "")
-        self.clock = Clock()
+        self.clock = Clock(started=self._budget_now(), now=self._budget_now)
+        self._slot_wait = 0.0  # the last launch's wait for its measurement slot (RunResult.slot_wait_seconds)
         if gate is not None:
             gate.budget = self.budget
         self._run_records: dict[int, int] = {}  # id of a job's run list -> its "run" record in self.records
+
+    def _budget_now(self) -> float:
+        """The budgets' clock: monotonic time less what this process's jobs spent waiting for a measurement slot
+        (another session's job held it), so a test's and the session's budget count only their own time."""
+        return time.monotonic() - getattr(self.cache, "slot_wait_seconds", 0.0)
+
+    @contextlib.contextmanager
+    def _timed_slot(self, slot: Any, what: str, owner: str) -> Any:
+        """Enter the allocator's slot, timing the wait: it goes to RunResult.slot_wait_seconds, off the budgets,
+        and into a progress line."""
+        started = time.monotonic()
+        with slot as env:
+            waited = time.monotonic() - started
+            self._slot_wait = waited
+            if hasattr(self.cache, "slot_wait_seconds"):
+                self.cache.slot_wait_seconds += waited
+            if self._progress and waited >= 0.5:
+                self._progress(f"{owner}: got {what} after waiting {waited:.1f} s (not counted against the test's "
+                               f"or the session's budget)")
+            yield env
 
     @property
     def device(self) -> str:
@@ -150,6 +171,7 @@ class DistPerf:
                 user["workload"] = userjobs.function_ref(workload, f"distperf.job(workload={workload!r})",
                                                          "workload factory")
                 user["workload_kwargs"] = dict(workload_kwargs or {})
+                userjobs.check_call(workload, (), user["workload_kwargs"], "workload factory", "workload_kwargs")
             elif workload_kwargs:
                 raise UsageError("distperf.job(workload_kwargs=...) needs workload=... (the factory they go to)")
         if isinstance(shape, dict):
@@ -172,6 +194,7 @@ class DistPerf:
         with userjobs.naming(self.nodeid):
             ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")
             args, kwargs = userjobs.check_step_arguments(args, kwargs, "distperf.step_job")
+            userjobs.check_call(make_step, args, kwargs, "step factory", "distperf.step_job(args=..., kwargs=...)")
             probes = (probe_names.validate(probes, "distperf.step_job(probes=...)") if probes is not None
                       else self.plan.probes)
             if probe_steps < 1:
@@ -230,9 +253,10 @@ class DistPerf:
         if job.device == "cuda":
             if not local_ranks:  # every rank elsewhere (SLURM): their nodes own their GPUs
                 return contextlib.nullcontext({})
-            return allocator.gpus(local_ranks, visible_gpu_ids(), owner, self._progress)
+            return self._timed_slot(allocator.gpus(local_ranks, visible_gpu_ids(), owner, self._progress),
+                                    f"{local_ranks} GPU(s)", owner)
         if job.function is None:
-            return allocator.cpu(owner, self._progress)
+            return self._timed_slot(allocator.cpu(owner, self._progress), "the CPU measurement slot", owner)
         return contextlib.nullcontext({})
 
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
@@ -262,8 +286,10 @@ class DistPerf:
 
     def _run(self, job: JobSpec) -> RunResult:
         start = time.monotonic()
+        self._slot_wait = 0.0
         values = self._launch(job)
-        result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
+        result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
+                           slot_wait_seconds=self._slot_wait)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)
@@ -360,7 +386,12 @@ class DistPerf:
     def _record_run(self, label: str, runs: list[RunResult]) -> None:
         """The job's figures (measure/figures.py) as every report shows them; a run list that grew (adaptive
         repeats) replaces its record."""
-        record = {"kind": "run", **job_figures(label, runs).to_json()}
+        record = {"kind": "run", **job_figures(label, runs).to_json(),
+                  # per run: seconds it waited for its measurement slot (off the budgets; fixture._timed_slot)
+                  "slot_wait_seconds": [round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs]}
+        departures = (getattr(runs[0].ranks[0], "extra", None) or {}).get("departures") if runs[0].ranks else None
+        if departures:  # where the adapter departs from its library's defaults (docs/adapters.md)
+            record["departures"] = dict(departures)
         if id(runs) in self._run_records:
             self.records[self._run_records[id(runs)]] = record
             return

@@ -23,6 +23,7 @@ session_key = pytest.StashKey[DistPerfSession]()
 plan_key = pytest.StashKey[TestPlan]()
 fixture_key = pytest.StashKey["DistPerf"]()
 policy_key = pytest.StashKey["Policy"]()
+registry_session_key = pytest.StashKey[bool]()  # this config set the strategy registry aside (begin_session)
 
 TOPIC_MARKERS = {
     "zero3": "DeepSpeed ZeRO stage 3 performance checks",
@@ -138,14 +139,36 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "distperf-session")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before the rootdir's conftests are imported: a fresh registry of strategies for this session, so that a
+    conftest's `register(...)` at import is kept (an earlier in-process session's registrations are set aside
+    and come back at pytest_unconfigure). Only when the registry was imported already: nothing heavy here."""
+    import sys
+
+    strategies = sys.modules.get("pytest_distperf.strategies")
+    if strategies is not None:
+        strategies.REGISTRY.begin_session()
+        early_config.stash[registry_session_key] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import sys
+
+    strategies = sys.modules.get("pytest_distperf.strategies")
+    if strategies is not None and config.stash.get(registry_session_key, False):
+        strategies.REGISTRY.end_session()
+    elif strategies is not None:  # first imported during this session: nothing earlier to bring back
+        strategies.REGISTRY.reset()
+
+
 def _load_strategies() -> None:
     """The strategies libraries register (entry-point group pytest_distperf.strategies): a broken one stops the
     session here, naming it, before any test runs."""
     from pytest_distperf.errors import StrategyError
     from pytest_distperf.strategies import REGISTRY
 
-    REGISTRY.reset()
-    try:
+    try:  # conftests imported before pytest_configure keep what they register (begin_session set the rest aside)
         REGISTRY.load_entry_points()
     except StrategyError as e:
         raise pytest.UsageError(f"distperf: {e}") from None

@@ -84,6 +84,7 @@ class RunResult:
     spec: JobSpec
     ranks: list[RankResult]
     wall_seconds: float
+    slot_wait_seconds: float = 0.0  # of wall_seconds: waiting for the CPU measurement slot or the GPUs (allocator)
 
     @property
     def step_times(self) -> list[float]:

@@ -61,6 +61,43 @@ def function_ref(obj: Callable[..., Any] | str, where: str, kind: str) -> Functi
     return FunctionRef(module=obj.__module__, qualname=qualname, file=_source_file(obj, None))
 
 
+def _resolve_target(obj: Callable[..., Any] | str) -> Any:
+    """The callable a checked reference names (function_ref() checked it already)."""
+    if not isinstance(obj, str):
+        return obj
+    module_name, _, qualname = obj.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def check_call(obj: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any], kind: str, given: str) -> None:
+    """The arguments the ranks will call a workload or step factory with, bound to its signature here, in the
+    pytest process: a wrong keyword is an error naming the factory and its parameters before any rank starts
+    (not a TypeError in rank 0 after a full launch). `given` says where they came from, e.g. 'workload_kwargs'."""
+    target = _resolve_target(obj)
+    name = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: the ranks will tell
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        params = [p for p in signature.parameters.values()]
+        names = ", ".join(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)) or "none"
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
+        keyword_ok = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        unknown = [k for k in kwargs if k not in keyword_ok] if not takes_any else []
+        if unknown:
+            what = (f"has no parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                    f"(given in {given})")
+        else:
+            what = f"cannot be called with {given}: {e}"
+        raise WorkloadError(f"{kind} {name} {what}; its parameters are: {names}") from None
+
+
 def _source_file(obj: Any, module: Any) -> str | None:
     try:
         return inspect.getsourcefile(obj)

@@ -15,7 +15,8 @@ process loads it to check a job's options before any rank starts)::
 The adapter module (imported only inside the ranks) follows the adapter protocol of
 `pytest_distperf.strategies` (``build(model, ctx, **options)`` returning an object with ``step``;
 optional ``close``, ``step_breakdown``, ``torch_optimizer``, and a module-level
-``model_init_context``). A test or conftest can also `register()` a Strategy for the session.
+``model_init_context``; docs/adapters.md). A conftest (at import or in a hook), a fixture or a test can also
+`register()` a Strategy for the session; registrations and entry points are both kept for the whole session.
 
 An entry point that does not load, is not a Strategy, is named differently from its Strategy,
 takes a built-in name, or names an adapter module that cannot be found is a usage error when
@@ -91,6 +92,7 @@ class Registry:
         self._extra: dict[str, Strategy] = {}
         self._origin: dict[str, str] = {}  # name -> where it was registered (for messages)
         self._entry_points_loaded = False
+        self._saved: list[tuple[dict[str, Strategy], dict[str, str], bool]] = []  # begin_session() .. end_session()
 
     def names(self) -> list[str]:
         self.load_entry_points()
@@ -121,10 +123,23 @@ class Registry:
         self._origin.pop(name, None)
 
     def reset(self) -> None:
-        """A new pytest session: forget what an earlier one registered, read the entry points again."""
+        """Forget every registration and read the entry points again on next use."""
         self._extra.clear()
         self._origin.clear()
         self._entry_points_loaded = False
+
+    def begin_session(self) -> None:
+        """A pytest session starts, before its conftests are imported (plugin.pytest_load_initial_conftests):
+        what was registered before (an outer in-process session) is set aside, so this session sees only its own
+        conftests', tests' and entry points' strategies; end_session() brings it back."""
+        self._saved.append((dict(self._extra), dict(self._origin), self._entry_points_loaded))
+        self.reset()
+
+    def end_session(self) -> None:
+        """The session that begin_session() started ends: its registrations go, the earlier ones come back."""
+        if self._saved:
+            extra, origin, loaded = self._saved.pop()
+            self._extra, self._origin, self._entry_points_loaded = extra, origin, loaded
 
     def load_entry_points(self) -> None:
         """Load the group once; a broken entry point raises StrategyError naming it and its distribution."""

@@ -1,0 +1,220 @@
+"""What a new user trips over (issue #30), each reproduced as a user would meet it, from README only.
+
+README's snippets are copied out of README.md itself (not retyped), so these tests follow it. Most projects
+stop before any rank starts; the few real jobs are trivial 2-rank CPU steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE")
+
+
+def readme_block(first_line: str, lang: str = "python") -> str:
+    """The README code block whose first line is `first_line`, verbatim."""
+    for block in re.findall(rf"```{lang}\n(.*?)```", README, re.S):
+        if block.splitlines()[0].strip() == first_line:
+            return block
+    raise AssertionError(f"README.md has no ```{lang} block starting with {first_line!r}")
+
+
+# An adapter README's Strategy record names ("mylib.adapter"): the protocol at its smallest.
+MYLIB_ADAPTER = """
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+class Mine:
+    def __init__(self, model, ctx, *, lr, weight_decay, bucket_mb):
+        self.model = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+        self.opt = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def step(self, *batch):
+        loss = self.model(*batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        return loss.detach()
+
+
+def build(model, ctx, **options):
+    return Mine(model, ctx, **options)
+"""
+
+
+# -- 1. register(...) in a conftest, as README shows it -------------------------------------------------------
+def test_readme_conftest_registration_is_kept(pytester: pytest.Pytester):
+    pytester.mkpydir("mylib")
+    (pytester.path / "mylib" / "adapter.py").write_text(MYLIB_ADAPTER)
+    pytester.makeconftest(readme_block("# conftest.py"))
+    pytester.makepyfile(test_mine="""
+        def test_registered(distperf):
+            job = distperf.job("mylib_zero", options={"bucket_mb": 10})
+            assert job.describe() == "mylib_zero[bucket_mb=10] tiny x2 cpu"
+
+        def test_its_options_are_checked(distperf):
+            distperf.job("mylib_zero", options={"bucket": 10})
+    """)
+    result = pytester.runpytest(*INNER)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*strategy 'mylib_zero' has no option(s) 'bucket'; its options are: bucket_mb, lr, "
+                                 "weight_decay*"])
+    # The next session in this process starts from the built-in strategies: nothing leaks from the last one.
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest(*INNER, "-k", "test_registered")
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["*unknown strategy 'mylib_zero'*"])
+
+
+def test_conftest_and_entry_point_registrations_are_both_kept(pytester: pytest.Pytester):
+    site = pytester.path / "site"
+    info = site / "mylib_ep-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib-ep\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pytest_distperf.strategies]\nep_zero = mylib_ep:STRATEGY\n")
+    (site / "mylib_ep.py").write_text("from pytest_distperf import Strategy\n"
+                                      "STRATEGY = Strategy(name='ep_zero', adapter='mylib.adapter', "
+                                      "options={'bucket_mb': 25})\n")
+    pytester.syspathinsert(site)
+    pytester.mkpydir("mylib")
+    (pytester.path / "mylib" / "adapter.py").write_text(MYLIB_ADAPTER)
+    pytester.makeconftest(readme_block("# conftest.py"))
+    pytester.makepyfile(test_mine="""
+        from pytest_distperf.strategies import REGISTRY
+
+        def test_both(distperf):
+            assert {"mylib_zero", "ep_zero"} <= set(REGISTRY.names())
+            distperf.job("mylib_zero")
+            distperf.job("ep_zero")
+    """)
+    pytester.runpytest(*INNER).assert_outcomes(passed=1)
+
+
+# -- 2. the adapter protocol, documented ----------------------------------------------------------------------
+def test_the_adapter_protocol_is_documented_and_linked():
+    doc = (ROOT / "docs" / "adapters.md").read_text()
+    assert "docs/adapters.md" in README
+    for needle in ("build(model, ctx, **options)", "step(*batch)", "torch_optimizer()", "step_breakdown(*batch)",
+                   "close()", "run_loop(measure)", "model_init_context(ctx, **options)", "make_optimizer(",
+                   "`extra`", "departures", "register(", "pytest_distperf.strategies", "StrategyError"):
+        assert needle in doc, needle
+    from pytest_distperf.strategies import RankContext
+
+    for name in RankContext.__dataclass_fields__:  # every field of the context is described
+        assert f"`{name}`" in doc, name
+    manifest = (ROOT / "MANIFEST.in").read_text()
+    assert "graft docs" in manifest  # the sdist holds it (.ci/run checks every tracked file is in the sdist)
+
+
+# -- 3. workload kwargs and step arguments checked against the factory before any rank -----------------------
+FACTORIES = """
+from pytest_distperf import Workload
+
+def make_workload(depth=4, width=8):
+    raise AssertionError("never called in the pytest process")
+
+def make_step(numel, *, scale=1.0):
+    raise AssertionError("never called in the pytest process")
+"""
+
+
+def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester):
+    pytester.makepyfile(mybench=FACTORIES)
+    pytester.makepyfile(test_mine="""
+        import mybench
+
+        def test_workload_kwarg(distperf):
+            distperf.job("fsdp2", workload="mybench:make_workload", workload_kwargs={"chan": 3})
+
+        def test_step_kwarg(distperf):
+            distperf.step_job(mybench.make_step, args=(4,), kwargs={"scaling": 2.0})
+
+        def test_step_missing_arg(distperf):
+            distperf.measure_function("mybench:make_step")
+
+        def test_right_ones(distperf):
+            distperf.job("fsdp2", workload="mybench:make_workload", workload_kwargs={"depth": 2})
+            distperf.step_job(mybench.make_step, args=(4,), kwargs={"scale": 2.0})
+    """)
+    started = time.monotonic()
+    result = pytester.runpytest(*INNER)
+    result.assert_outcomes(passed=1, failed=3)
+    assert time.monotonic() - started < 60  # no rank started (a launch alone takes seconds)
+    result.stdout.fnmatch_lines([
+        "*WorkloadError: test_mine.py::test_workload_kwarg: workload factory mybench:make_workload has no "
+        "parameter 'chan' (given in workload_kwargs); its parameters are: depth, width*",
+        "*WorkloadError: test_mine.py::test_step_kwarg: step factory mybench:make_step has no parameter 'scaling' "
+        "(given in distperf.step_job(args=..., kwargs=...)); its parameters are: numel, scale*",
+        "*WorkloadError: test_mine.py::test_step_missing_arg: step factory mybench:make_step cannot be called with distperf.step_job(args=..., "
+        "kwargs=...): missing a required argument: 'numel'; its parameters are: numel, scale*",
+    ])
+
+
+# -- 4. budgets count the test's own time, not the wait for the measurement slot ------------------------------
+def test_slot_wait_is_off_the_budget_clock():
+    from pytest_distperf.fixture import DistPerf
+    from pytest_distperf.measure.decision import Budget, Clock, stop_reason
+    from pytest_distperf.session import RunCache
+
+    dp = DistPerf.__new__(DistPerf)
+    dp.cache = RunCache()
+    clock = Clock(started=dp._budget_now(), now=dp._budget_now)
+    clock.started -= 50.0  # the test has run 50 s ...
+    dp.cache.slot_wait_seconds += 45.0  # ... 45 s of them waiting for another session's job
+    assert 4.0 < clock.elapsed() < 6.0
+    assert stop_reason(1, Budget(max_pairs=12, seconds=10.0), clock) is None
+    session_deadline = time.monotonic() + 1.0  # the session budget has 1 s left by the wall clock
+    assert stop_reason(1, Budget(max_pairs=12, deadline=session_deadline), clock) is None  # 46 s left of its own
+
+
+STEP = """
+import torch
+import torch.distributed as dist
+
+def make_step():
+    x = torch.ones(16)
+    def step():
+        dist.all_reduce(x)
+        return x.sum()
+    return step
+"""
+
+
+def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Path, monkeypatch):
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    monkeypatch.setenv("DISTPERF_LOCK_DIR", str(locks))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
+                               f"lock = FileLock({str(locks / 'cpu.lock')!r}); lock.acquire(); print('held', flush=True)\n"
+                               "time.sleep(4)\nlock.release()\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"  # another session's job holds the slot
+        pytester.makepyfile(steps=STEP)
+        pytester.makepyfile(test_mine="""
+            import pytest
+
+            @pytest.mark.distperf(world_size=2)
+            def test_one(distperf):
+                distperf.run(distperf.step_job("steps:make_step", steps=2, warmup=1))
+        """)
+        report = pytester.path / "report.json"
+        result = pytester.runpytest(*INNER, "-v", f"--distperf-json={report}")
+    finally:
+        holder.wait(timeout=30)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*waiting for the CPU measurement slot*",
+                                 "*got the CPU measurement slot after waiting * s (not counted against the test's "
+                                 "or the session's budget)*"])
+    runs = json.loads(report.read_text())["tests"][0]["runs"]
+    assert len(runs[0]["slot_wait_seconds"]) == 1 and runs[0]["slot_wait_seconds"][0] > 1.0
