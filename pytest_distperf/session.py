@@ -41,6 +41,16 @@ class RunCache:
     slot_wait_seconds: float = 0.0
 
 
+def failure_text(report: pytest.TestReport, max_lines: int = 3, max_chars: int = 600) -> str:
+    """What a failed test's reports show as its reason: the exception's message (pytest's reprcrash: the
+    'E ...' line, e.g. 'StrategyError: unknown strategy ...'), its first lines; else the failure text's first
+    non-empty lines (a baseline gate failure is a plain message)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None) or str(report.longrepr or "")
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()][:max_lines]
+    return "\n".join(lines)[:max_chars]
+
+
 class DistPerfSession:
     """Settings, shared runs, the baseline gate and the report collectors of one pytest process."""
 
@@ -96,12 +106,15 @@ class DistPerfSession:
         detail = getattr(report, "distperf_detail", None)
         if report.when == "call" and records:
             self.summary_records.append((report.nodeid, records))
+            self._count_undecided(report, records)
         if not self.is_controller or (detail is None and not records):
             return
         from pytest_distperf.report.files import ReportEntry
 
         if hasattr(report, "wasxfail"):  # else an xfail reads as a skip (or a pass) in the reports
             detail = {**(detail or {}), "xfail_reason": report.wasxfail}
+        if report.failed:  # the reason, not only the traceback's last line ('.../userjobs.py:33: StrategyError')
+            detail = {**(detail or {}), "failure": failure_text(report)}
         if report.when == "call" or (report.failed and report.nodeid not in self.entries):
             outcome = report.outcome if report.when == "call" else "error"
             self.entries[report.nodeid] = ReportEntry(report.nodeid, outcome, report.duration, records, detail,
@@ -140,13 +153,30 @@ class DistPerfSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    def _count_undecided(self, report: pytest.TestReport, records: list[dict[str, Any]]) -> None:
+        """A test with an undecided (inconclusive) verdict also counts as `undecided` in pytest's stats line
+        ('4 passed, 1 undecided'), which turns it yellow; its outcome (and the exit status) stay as they are."""
+        from pytest_distperf.report.undecided import is_undecided
+
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or not self.is_controller or not any(is_undecided(r) for r in records):
+            return
+        add = getattr(tr, "_add_stats", None)  # also resets pytest's colour of the stats line
+        if add is not None:
+            add("undecided", [report])
+        else:
+            tr.stats.setdefault("undecided", []).append(report)
+
     def terminal_summary(self, terminalreporter: Any) -> None:
         if self.summary_records:
             from pytest_distperf.report import terminal
+            from pytest_distperf.report.undecided import summary_lines
 
             terminalreporter.write_sep("=", "distperf")
             for line in terminal.render(self.summary_records):
                 terminalreporter.write_line(line)
+            for i, line in enumerate(summary_lines(self.summary_records, self.settings.strict)):
+                terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
         for line in self.written:
             terminalreporter.write_line(f"distperf: wrote {line}")
         for line in self.write_errors:

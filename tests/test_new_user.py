@@ -218,3 +218,95 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
                                  "or the session's budget)*"])
     runs = json.loads(report.read_text())["tests"][0]["runs"]
     assert len(runs[0]["slot_wait_seconds"]) == 1 and runs[0]["slot_wait_seconds"][0] > 1.0
+
+
+# -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------
+def _undecided_baseline_record() -> dict:
+    from pytest_distperf.gate.policy import Policy
+    from pytest_distperf.gate.regression import Verdict
+
+    v = Verdict(test="t.py::test_conv", job="my_ddp conv x2 cpu", metric="step_time", metric_kind="time", unit="s",
+                direction="lower", status="inconclusive", baseline=0.100, current=0.1618, baseline_cv=0.19,
+                current_cv=0.221, baseline_runs=4, current_runs=6, delta=0.618, low=-0.073, high=1.822, level=0.98,
+                threshold=0.05, threshold_text="time_threshold", stopped="max 6 runs")
+    return v.to_record(Policy())
+
+
+def test_undecided_text_says_estimate_why_and_noise():
+    from pytest_distperf.report.undecided import summary_lines, undecided_text
+
+    text = undecided_text(_undecided_baseline_record())
+    assert text == ("+62 % estimated, undecided: this machine's run-to-run is 22 % (6 runs; interval "
+                    "[-7.3%, +182.2%] holds the +5.0% limit; stopped: max 6 runs)")
+    lines = summary_lines([("t.py::test_conv", [_undecided_baseline_record()])])
+    assert lines[0] == ("distperf: 1 undecided (inconclusive) verdict: they neither passed nor failed; their tests "
+                        "pass (--distperf-strict makes an undecided verdict fail the test)")
+    assert lines[1] == f"  test_conv: step_time of my_ddp conv x2 cpu: {text}"
+    assert "fail their tests (--distperf-strict)" in summary_lines([("t", [_undecided_baseline_record()])], True)[0]
+
+
+def test_undecided_in_the_job_summary_and_the_pr_comment():
+    from pytest_distperf.report.files import ReportEntry, json_report, markdown_summary
+    from pytest_distperf.report.pr_comment import render_pr_comment
+
+    entry = ReportEntry("t.py::test_conv", "passed", 1.0, [_undecided_baseline_record()], {})
+    expected = "+62 % estimated, undecided: this machine's run-to-run is 22 %"
+    summary = markdown_summary([entry])
+    assert "**⚠ 1 undecided (inconclusive) verdict(s)**" in summary and expected in summary
+    comment = render_pr_comment(json_report([entry], {}, {}))
+    assert "**⚠ 1 undecided**" in comment and expected in comment
+
+
+INCONCLUSIVE_CHECK = """
+from pytest_distperf.gate.checks import Check
+
+def test_slow_step(distperf):
+    check = Check(name="step_time", a="mine conv x2 cpu", b="ddp conv x2 cpu", a_value=0.162, b_value=0.100,
+                  ratio=1.618, low=0.927, high=2.822, threshold=1.10, outcome="inconclusive", unit="s",
+                  level=0.98, method="paired", pairs=6, pair_cv=0.221, stopped="max 6 pairs")
+    distperf.records.append({"kind": "check", **check.to_dict()})
+
+def test_plain(distperf):
+    pass
+"""
+
+
+def test_undecided_in_the_terminal_summary_and_stats_line(pytester: pytest.Pytester):
+    pytester.makepyfile(test_mine=INCONCLUSIVE_CHECK)
+    result = pytester.runpytest(*INNER)
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0  # the exit status policy: undecided passes, unless --distperf-strict
+    result.stdout.fnmatch_lines([
+        "distperf: 1 undecided (inconclusive) verdict: they neither passed nor failed; their tests pass "
+        "(--distperf-strict makes an undecided verdict fail the test)",
+        "  test_slow_step: step_time (mine conv x2 cpu vs ddp conv x2 cpu): 1.62x estimated against a 1.1x limit, "
+        "undecided: this machine's pair-to-pair variation is 22 % (6 pairs; interval [0.927, 2.822] holds the "
+        "limit; stopped: max 6 pairs)",
+        "*= 2 passed, 1 undecided in *",
+    ])
+    assert result.parseoutcomes()["undecided"] == 1
+
+
+# -- 6. reports carry the failure's message -----------------------------------------------------------------
+def test_a_failure_message_reaches_every_report(pytester: pytest.Pytester, monkeypatch):
+    pytester.makepyfile(test_mine="""
+        def test_bad_strategy(distperf):
+            distperf.job("my_ddp")
+    """)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = {name: pytester.path / name for name in ("r.json", "r.html", "comment.md")}
+    result = pytester.runpytest(*INNER, f"--distperf-json={out['r.json']}", f"--distperf-html={out['r.html']}",
+                                f"--distperf-pr-comment={out['comment.md']}")
+    result.assert_outcomes(failed=1)
+    reason = "unknown strategy 'my_ddp'; known strategies: accelerate, ddp"
+    test = json.loads(out["r.json"].read_text())["tests"][0]
+    assert test["failure"].startswith("pytest_distperf.errors.StrategyError: test_mine.py::test_bad_strategy: "
+                                      + reason)
+    comment = out["comment.md"].read_text()
+    row = next(line for line in comment.splitlines() if "test_bad_strategy" in line)
+    assert "test outcome: pytest_distperf.errors.StrategyError" in row and reason in row
+    assert reason in summary.read_text().split("<summary>")[1].split("</summary>")[0]
+    html = out["r.html"].read_text()
+    assert "unknown strategy &#x27;my_ddp&#x27;" in html or "unknown strategy 'my_ddp'" in html
+    assert "userjobs.py:33: StrategyError</span>" not in html

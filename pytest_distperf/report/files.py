@@ -80,6 +80,14 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
     lines = ["## distperf", "",
              f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
              + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+    from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
+
+    found = undecided((e.nodeid, e.records) for e in entries)
+    if found:  # as visible as a failure: an undecided verdict is not a pass
+        lines += [f"**⚠ {len(found)} undecided (inconclusive) verdict(s)**: neither passed nor failed "
+                  f"({STRICT_HINT})", ""]
+        lines += [f"- `{_md([_short_test(n)])[0]}`: {_md([subject(r)])[0]}: {_md([undecided_text(r)])[0]}"
+                  for n, r in found] + [""]
     jobs = [(e, r) for e in entries for r in e.of_kind("run")]
     if jobs:
         lines += ["| test | job | runs | step time | run-to-run | peak memory |", "|---|---|---|---|---|---|"]
@@ -110,7 +118,10 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
                                                 f"{c['threshold']:g}", OUTCOME_MARK[c["outcome"]]])) + " |")
         lines.append("")
     for e in failed:
-        lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}</summary>", "", "```text",
+        reason = " ".join(((e.detail or {}).get("failure") or "").split())[:300]  # session.failure_text
+        reason = reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}" + (f": {_md([reason])[0]}" if reason else "")
+                  + "</summary>", "", "```text",
                   (e.message or "(no message)").strip()[:4000], "```", "</details>", ""]
     return "\n".join(lines) + "\n"
 

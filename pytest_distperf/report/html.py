@@ -653,8 +653,9 @@ def verdict_rows(doc: Mapping[str, Any]) -> list[VerdictRow]:
         own = [_check_row(t, c, xfailed) for c in _checks(t)] + [_verdict_row(t, v, xfailed) for v in _verdicts(t)]
         if not own or test_outcome(t) in ("fail", "error") and not any(r.outcome == "fail" for r in own):
             message = (t.get("message") or "").strip().splitlines()
+            failure = " ".join((t.get("failure") or "").split())  # the exception's message (session.failure_text)
             own.append(VerdictRow(t["nodeid"], "test", "test outcome", "–", "–", "–", test_outcome(t),
-                                  message[-1][:200] if message else ""))
+                                  failure[:300] if failure else (message[-1][:200] if message else "")))
         rows += own
     return rows
 

@@ -70,7 +70,8 @@ def _listed_row(s: SharedRow) -> str:
     r = s.row
     more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
     verdict = f"✗ {r.outcome}, fails" if r.fails else f"{_mark(r.outcome)} {r.outcome}"
-    return (f"| {verdict} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(r.subject)} | "
+    what = f"{r.subject}: {r.note}" if r.kind == "test" and r.note else r.subject  # the failure's reason
+    return (f"| {verdict} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(what)} | "
             f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
 
 
@@ -152,6 +153,13 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
         table += [_listed_row(s) for s in listed]
     else:
         table = ["No failing, inconclusive or improved metric."]
+    from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
+
+    found = undecided((t["nodeid"], list(t.get("checks") or []) + list(t.get("verdicts") or []))
+                      for t in doc.get("tests") or [])
+    if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
+        table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]
+        table += [f"- `{_cell(_short(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
     xfails = [s for s in rows if s.row.outcome == "xfail"]
     room = MAX_LINES - len(head) - len(table) - len(tail)
     if xfails and room >= 2:  # known gaps, by name, when the budget has room (a blank line ends a table)
