@@ -225,6 +225,7 @@ class DistPerf:
         # Strategy jobs are deterministic configurations: one that failed fails the next test that shares it
         # without a relaunch. User functions (run_function) are always run.
         key = job.config_hash() if job.function is None else None
+        self._prepare_ops(job)
         with outcomes.as_pytest_outcome():
             if key in self.cache.failed_jobs:
                 nodeid, error = self.cache.failed_jobs[key]
@@ -243,6 +244,22 @@ class DistPerf:
         if job.probes and not self.settings.keep_jobs:
             _drop_scratch(values)
         return values
+
+    def _prepare_ops(self, job: JobSpec) -> None:
+        """DeepSpeed's JIT ops this job will load, built before it (once; strategies/ds_ops.py), never inside a
+        timed step; the build holds the CPU measurement slot and says what it builds and where it caches it."""
+        from pytest_distperf.strategies import ds_ops
+
+        ops = ds_ops.needed(job.strategy, dict(job.full_options or job.options), job.device)
+        if not ops:
+            return
+        from pytest_distperf.launch import allocator
+
+        say = getattr(self, "notice", None) or self._progress
+        owner = f"{self.nodeid} [DeepSpeed op build]"
+        with userjobs.naming(self.nodeid):
+            ds_ops.ensure(ops, job.device, say,
+                          slot=self._timed_slot(allocator.cpu(owner, say), "the CPU measurement slot", owner))
 
     def _devices(self, job: JobSpec, local_ranks: int):
         """The devices this job owns on this host while it runs (see allocator.py for the policy)."""

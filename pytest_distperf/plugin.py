@@ -318,6 +318,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
                   str(tmp_path_factory.getbasetemp()), progress, gate=gate, pairs_deadline=session.pairs_deadline)
     request.node.stash[fixture_key] = dp
+    dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp
 
 

@@ -310,3 +310,58 @@ def test_a_failure_message_reaches_every_report(pytester: pytest.Pytester, monke
     html = out["r.html"].read_text()
     assert "unknown strategy &#x27;my_ddp&#x27;" in html or "unknown strategy 'my_ddp'" in html
     assert "userjobs.py:33: StrategyError</span>" not in html
+
+
+# -- 7. DeepSpeed's JIT ops built (or found) before the first timed job ---------------------------------------
+def test_deepspeed_ops_needed_by_a_job():
+    from pytest_distperf.strategies.ds_ops import needed
+
+    assert needed("deepspeed", {"stage": 3, "offload_optimizer": None}, "cpu") == ["ShareMemCommBuilder"]
+    assert needed("deepspeed", {"stage": 3, "offload_optimizer": "cpu"}, "cpu") == ["ShareMemCommBuilder",
+                                                                                    "CPUAdamBuilder"]
+    assert needed("deepspeed", {"offload_optimizer": "nvme"}, "cuda") == ["CPUAdamBuilder"]
+    assert needed("deepspeed", {"offload_optimizer": None}, "cuda") == []
+    assert needed("accelerate", {"engine": "deepspeed", "offload_optimizer": None}, "cpu") == ["ShareMemCommBuilder"]
+    assert needed("fsdp2", {"offload": True}, "cpu") == []
+
+
+def test_missing_ops_are_built_once_in_a_child_with_a_progress_line(tmp_path: Path, monkeypatch):
+    from pytest_distperf.strategies import ds_ops
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(ds_ops, "_checked", set())
+    folder = ds_ops.cache_dir()
+    (Path(folder) / "deepspeed_shm_comm").mkdir(parents=True)
+    (Path(folder) / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")  # built already
+    calls, lines, held = [], [], []
+
+    class Slot:
+        def __enter__(self):
+            held.append(True)
+
+        def __exit__(self, *exc):
+            held.append(False)
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"].get("DS_ACCELERATOR"), held[-1]))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    built = ds_ops.ensure(["ShareMemCommBuilder", "CPUAdamBuilder"], "cpu", lines.append, run=fake_run, slot=Slot())
+    assert built == ["CPUAdamBuilder"]
+    assert calls == [([sys.executable, "-m", "pytest_distperf", "build-ops", "CPUAdamBuilder"], "cpu", True)]
+    assert lines[0].startswith(f"building DeepSpeed's JIT op(s) cpu_adam before the first timed job (once; cached in "
+                               f"{folder}")
+    assert "python -m pytest_distperf build-ops" in lines[0] and lines[1].startswith("built DeepSpeed's op(s) cpu_adam")
+    assert ds_ops.ensure(["ShareMemCommBuilder", "CPUAdamBuilder"], "cpu", lines.append, run=fake_run) == []
+    assert len(calls) == 1  # once a session
+
+
+def test_the_setup_command_prebuilds_the_ops():
+    listed = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "--list"], capture_output=True,
+                            text=True, cwd=ROOT)
+    assert listed.returncode == 0, listed.stderr
+    assert "deepspeed_shm_comm (ShareMemCommBuilder):" in listed.stdout and "cpu_adam (CPUAdamBuilder):" in listed.stdout
+    assert "build-ops" in README and "deepspeed_shm_comm" in README and "cpu_adam" in README
+    bad = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "FusedAdamBuilder"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "choose from ShareMemCommBuilder, CPUAdamBuilder" in bad.stderr

@@ -1,0 +1,135 @@
+"""DeepSpeed's JIT-built ops, built (or found in the cache) before the first timed job, never inside one.
+
+DeepSpeed compiles some of its C++ ops on first use, with torch's extension loader, into the extension cache
+(`$TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions/<py>_<cpu|cuXY>/<op>/`): a minute to several on a
+small box. Two of them are on the path of this plugin's jobs:
+
+- `deepspeed_shm_comm` (`ShareMemCommBuilder`): every DeepSpeed job on CPU; DeepSpeed builds it in
+  `deepspeed.init_distributed`, so without it prebuilt the first CPU job sat in "warm-up step 1/3" for 178 s;
+- `cpu_adam` (`CPUAdamBuilder`): optimizer offload (`offload_optimizer="cpu"|"nvme"`), on CPU and on CUDA.
+
+The pytest process checks the cache before the first DeepSpeed job of a session (a file test, no DeepSpeed
+import) and builds what is missing in a child process (`python -m pytest_distperf build-ops ...`, this module's
+command), holding the CPU measurement slot so the build disturbs no other job's timing, with a progress line
+that names the op and the cache folder. The set-up command pre-builds them: `python -m pytest_distperf build-ops`
+(both ops; `--list` says which are built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+# builder class -> the op's name (its folder and .so in the extension cache)
+OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "CPUAdamBuilder": "cpu_adam"}
+_checked: set[tuple[str, ...]] = set()  # op sets this process found built (or built): not checked again
+
+
+def cache_root() -> str:
+    """torch's extension cache (torch.utils.cpp_extension: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions)."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                   "torch_extensions")
+
+
+def cache_dir(cuda_version: str | None | bool = False) -> str:
+    """The folder torch builds this interpreter's extensions in: <root>/py311_cpu (or _cu128 on a CUDA build)."""
+    if cuda_version is False:
+        try:
+            import torch
+
+            cuda_version = torch.version.cuda
+        except ImportError:
+            cuda_version = None
+    py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    cu = "cpu" if not cuda_version else f"cu{str(cuda_version).replace('.', '')}"
+    return os.path.join(cache_root(), f"{py}_{cu}")
+
+
+def is_built(builder: str, folder: str | None = None) -> bool:
+    name = OPS[builder]
+    return os.path.exists(os.path.join(folder or cache_dir(), name, f"{name}.so"))
+
+
+def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[str]:
+    """The op builders a job of this strategy will JIT-load: DeepSpeed (also as a front-end's engine) on CPU
+    needs the shared-memory collectives, optimizer offload needs DeepSpeed's CPU Adam."""
+    engine = options.get("engine")
+    if strategy != "deepspeed" and engine != "deepspeed":
+        return []
+    ops = ["ShareMemCommBuilder"] if device == "cpu" else []
+    if options.get("offload_optimizer"):
+        ops.append("CPUAdamBuilder")
+    return ops
+
+
+def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None] | None = None,
+           run: Callable[..., Any] = subprocess.run, slot: Any = None) -> list[str]:
+    """Build the ops that are not in the cache yet, in a child process, before a timed job; returns the ops
+    built. `slot`: a context manager held while building (the CPU measurement slot)."""
+    import contextlib
+
+    builders = tuple(sorted(set(builders)))
+    if not builders or builders in _checked:
+        return []
+    folder = cache_dir()
+    missing = [b for b in builders if not is_built(b, folder)]
+    if not missing:
+        _checked.add(builders)
+        return []
+    say = progress or (lambda text: None)
+    names = ", ".join(OPS[b] for b in missing)
+    say(f"building DeepSpeed's JIT op(s) {names} before the first timed job (once; cached in {folder}; "
+        f"`python -m pytest_distperf build-ops` pre-builds them)")
+    env = dict(os.environ)
+    if device == "cpu":  # the ranks' view: DeepSpeed's CPU accelerator, no GPU
+        env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
+    started = time.monotonic()
+    with slot if slot is not None else contextlib.nullcontext():
+        done = run([sys.executable, "-m", "pytest_distperf", "build-ops", *missing], env=env, capture_output=True,
+                   text=True)
+    if getattr(done, "returncode", 0) != 0:
+        tail = "\n".join(((getattr(done, "stdout", "") or "") + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
+        from pytest_distperf.errors import StrategyError
+
+        raise StrategyError(f"building DeepSpeed's op(s) {names} failed (cache {folder}); the build's last "
+                            f"lines:\n{tail}\n(run `python -m pytest_distperf build-ops` to see it all)")
+    say(f"built DeepSpeed's op(s) {names} in {time.monotonic() - started:.0f} s (cached in {folder})")
+    _checked.add(builders)
+    return missing
+
+
+# -- `python -m pytest_distperf build-ops` -------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("builders", nargs="*", metavar="BUILDER",
+                        help=f"op builders to build (default: all of {', '.join(OPS)})")
+    parser.add_argument("--list", action="store_true", help="say which ops are built, build nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    builders = list(args.builders or OPS)
+    unknown = [b for b in builders if b not in OPS]
+    if unknown:
+        print(f"unknown op builder(s) {', '.join(unknown)}; choose from {', '.join(OPS)}", file=sys.stderr)
+        return 2
+    folder = cache_dir()
+    if args.list:
+        for b in builders:
+            print(f"{OPS[b]} ({b}): {'built' if is_built(b, folder) else 'not built'} in {folder}")
+        return 0
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    for b in builders:
+        started = time.monotonic()
+        builder = accelerator.create_op_builder(b)
+        if builder is None:
+            print(f"{OPS[b]} ({b}): not used by DeepSpeed's {type(accelerator).__name__}; skipped")
+            continue
+        print(f"{OPS[b]} ({b}): building or loading, cache {folder} ...", flush=True)
+        builder.load()
+        print(f"{OPS[b]} ({b}): ready in {time.monotonic() - started:.1f} s", flush=True)
+    return 0
