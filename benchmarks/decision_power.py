@@ -1,106 +1,235 @@
-"""Simulated power of the decision core (pytest_distperf.measure.decision), as shipped.
+"""Simulated operating characteristic of the decision core (pytest_distperf.measure.decision): the shipped design
+(planned looks, Pocock-type spending, Bonferroni over the looks) beside the previous one (a look after every
+pair, Kim-DeMets power-3 spending through the recursive integration, 0.7 of the error spent, Student's t at the
+nominal levels).
 
-Each simulated sequence is one comparison run the way the harness runs it: `--start` pairs (the test's
-repeats), then `decision.until_decided` adds one pair at a time while the verdict is INCONCLUSIVE, up
-to `--max-pairs`. Run times are log-normal: a run's log time has sd CV; the two runs of an interleaved
-pair share a drift term, so their correlation is rho and a pair's log ratio has sd CV sqrt(2 (1 - rho)).
-The unpaired mode draws `--stored` baseline runs once per sequence and grows only the candidate.
+Each simulated sequence is one comparison as the harness runs it: the first look's pairs (3), then pairs while
+INCONCLUSIVE, up to the budget (12): the new design steps to its planned looks (3 -> 6 -> 12), the old one added
+one pair at a time and looked after each. The intervals are the core's own: its nominal levels (decision.look_levels;
+for the old design decision.critical_values with power-3 spending) and decision.t_upper_inv, applied here to many
+sequences at once with numpy (the per-sequence decision, decision.until_decided, is the same rule; tests/
+test_decision.py runs it on sequences).
 
-It prints, per noise level, slowdown and limit: FAIL / PASS / INCONCLUSIVE rates (95 % Wilson interval
-of the FAIL rate) and the pairs used (median, 90th percentile, max). A/A rows (slowdown 0) give the
-false-alarm rate; the others the catch rate. Real run times are in detection_power.py.
+Effects are in SDs of the quantity the interval is made of -- a pair's log ratio (paired), or a candidate run's log
+value minus a stored run's (unpaired) -- beyond the limit (+: a FAIL is right) or inside it (-: a PASS is right);
+0 puts the limit at the true ratio, where a FAIL is a false FAIL and a PASS a false PASS. A run's log value has one
+of three noise shapes, standardised to sd 1: gaussian (log-normal run times), skewed (gamma run times of shape 4,
+CV 50 %: the log is skewed, -0.53), t3 (Student's t with 3 df: heavy tails). A pair's log ratio is the difference of
+two such runs (a drift common to the pair cancels). Unpaired: m stored runs drawn once per sequence, spread
+0.25-2x the candidate's. A stress case beyond the contract, stragglers: a log value that is itself strongly skewed
+(a centred gamma of shape 2, skewness 1.4), for A alone in a pair and for both sides unpaired; both error directions
+are reported, so the mirrored skew is covered.
 
-    python benchmarks/decision_power.py                              # the closing note's table
-    python benchmarks/decision_power.py --cv 0.016 --rho 0.5 --effects 0,0.03,0.05 --floors 0
-    python benchmarks/decision_power.py --mode unpaired --stored 12 --cv 0.016 --floors 0,0.05
+    python benchmarks/decision_power.py                        # writes benchmarks/results/decision-power.md
+    python benchmarks/decision_power.py --sequences 5000 --out -   # quicker, to stdout
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - a benchmark, not the plugin
+    sys.exit("benchmarks/decision_power.py needs numpy (pip install numpy)")
+
 from pytest_distperf.measure import decision  # noqa: E402
-from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Design  # noqa: E402
-from pytest_distperf.measure.stats import wilson  # noqa: E402
+
+N, FIRST = decision.DEFAULT_MAX_PAIRS, decision.FIRST_LOOK
+ALPHA = (1.0 - decision.DEFAULT_CONFIDENCE) / 2.0  # one side's error over all looks
+EFFECTS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 12.0)
+SHAPES = ("gaussian", "skewed", "t3")
+STRESS = "stragglers"
+STORED = (2, 3, 5, 12, 40)
+SPREADS = (0.25, 1.0, 2.0)  # stored runs' spread relative to the candidate's
 
 
-def sequence(rng: random.Random, args: argparse.Namespace, cv: float, effect: float, limit: float
-             ) -> decision.Verdict:
-    design = Design(max_pairs=args.max_pairs)
-    own = cv * math.sqrt(1.0 - args.rho)
-    shared = cv * math.sqrt(args.rho)
-    slow = math.log1p(effect)
-    a: list[float] = []
-    b: list[float] = []
-    if args.mode == "paired":
-        def add() -> None:
-            drift = rng.gauss(0.0, shared)
-            a.append(math.exp(slow + drift + rng.gauss(0.0, own)))
-            b.append(math.exp(drift + rng.gauss(0.0, own)))
+# -- the two designs: looks and one side's nominal level at each --------------------------------------------------
+def new_design(method: str, m: int = 0) -> list[tuple[int, float]]:
+    """The shipped design: its planned looks and levels (decision.Design.level)."""
+    design = decision.Design(max_pairs=N, first_look=FIRST)
+    return [(n, design.level(method, n, m)) for n in design.looks]
 
-        def look() -> decision.Verdict:
-            return decision.decide(decision.paired(a, b, design), limit)
+
+def old_design(method: str, m: int = 0) -> list[tuple[int, float]]:
+    """The previous design: a look after every pair from 2 to N on the known-variance power-3 boundary, 0.7 of
+    the error spent (its T_APPROXIMATION_SHARE), the harness starting at 3 pairs."""
+    if method == "paired":
+        times = tuple(n / N for n in range(2, N + 1))
     else:
-        b.extend(math.exp(rng.gauss(0.0, cv)) for _ in range(args.stored))
-
-        def add() -> None:
-            a.append(math.exp(slow + rng.gauss(0.0, cv)))
-
-        def look() -> decision.Verdict:
-            return decision.decide(decision.unpaired(a, b, design), limit)
-    for _ in range(args.start):
-        add()
-    return decision.until_decided(look, add, Budget(max_pairs=args.max_pairs))
+        full = 1.0 / (1.0 / m + 1.0 / N)
+        times = tuple(min(1.0, (1.0 / (1.0 / m + 1.0 / n)) / full) for n in range(2, N + 1))
+    crit = decision.critical_values(times, ALPHA * 0.7, "power3")
+    return [(n, decision.normal_upper(crit[n - 2])) for n in range(FIRST, N + 1)]
 
 
-def floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+DESIGNS: dict[str, Callable[..., list[tuple[int, float]]]] = {"old": old_design, "new": new_design}
+
+
+def t_crit(level: float, df: float) -> float:
+    return math.inf if level <= 0 else decision.t_upper_inv(level, df)
+
+
+# -- noise ---------------------------------------------------------------------------------------------------------
+_LOG_GAMMA4 = (1.2561176684318, math.sqrt(0.2838229557371))  # mean, sd of log Gamma(4): digamma(4), trigamma(4)
+
+
+def noise(rng: np.random.Generator, shape: str, size: tuple[int, ...]) -> np.ndarray:
+    """A run's log value, standardised to sd 1."""
+    if shape == "gaussian":
+        return rng.standard_normal(size)
+    if shape == "skewed":
+        return (np.log(rng.gamma(4.0, 1.0, size)) - _LOG_GAMMA4[0]) / _LOG_GAMMA4[1]
+    if shape == "t3":
+        return rng.standard_t(3, size) / math.sqrt(3.0)
+    if shape == STRESS:
+        return (rng.gamma(2.0, 1.0, size) - 2.0) / math.sqrt(2.0)
+    raise ValueError(shape)
+
+
+def pair_noise(rng: np.random.Generator, shape: str, size: tuple[int, ...]) -> np.ndarray:
+    """A pair's log ratio, sd 1: the difference of A's and B's run (stragglers: A's alone)."""
+    if shape == STRESS:
+        return noise(rng, shape, size)
+    return (noise(rng, shape, size) - noise(rng, shape, size)) / math.sqrt(2.0)
+
+
+# -- one row: many sequences at once ------------------------------------------------------------------------------
+def run(design: list[tuple[int, float]], y: np.ndarray, x: np.ndarray | None = None) -> dict[str, float]:
+    """y: S x N log values with the limit at 0 (paired: pair log ratios; unpaired: candidate log runs, x: S x m
+    stored log runs). Returns the FAIL / PASS / inconclusive rates, the first look's decision rate and the mean
+    pairs (runs) used, an inconclusive sequence counted at the budget."""
+    s = y.shape[0]
+    outcome = np.zeros(s, dtype=np.int8)  # 0 undecided, 1 FAIL, -1 PASS
+    used = np.full(s, float(N))
+    first = None
+    if x is not None:
+        m = x.shape[1]
+        mx, vx = x.mean(1), x.var(1, ddof=1)
+    for n, level in design:
+        yy = y[:, :n]
+        mean = yy.mean(1)
+        if x is None:
+            se, df = np.sqrt(yy.var(1, ddof=1) / n), n - 1
+        else:
+            mean = mean - mx
+            se, df = np.sqrt(yy.var(1, ddof=1) / n + vx / m), min(n, m) - 1
+        c = t_crit(level, df)
+        open_ = outcome == 0
+        fail = open_ & (mean - c * se > 0)
+        pas = open_ & (mean + c * se <= 0)
+        outcome[fail], outcome[pas] = 1, -1
+        used[fail | pas] = n
+        if first is None:
+            first = float((fail | pas).mean())
+    return {"fail": float((outcome == 1).mean()), "pass": float((outcome == -1).mean()),
+            "inconclusive": float((outcome == 0).mean()), "first": first or 0.0, "pairs": float(used.mean())}
+
+
+def paired_row(rng, design, shape, effect, s):
+    return run(design, effect + pair_noise(rng, shape, (s, N)))
+
+
+def unpaired_row(rng, design, shape, effect, s, m, spread):
+    scale = math.sqrt(1.0 + spread * spread)  # the sd of a candidate run minus a stored run
+    y = (effect * scale + noise(rng, shape, (s, N)))
+    x = spread * noise(rng, shape, (s, m))
+    return run(design, y, x)
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if x >= 0.001 or x == 0 else f"{100 * x:.2f}%"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=("paired", "unpaired"), default="paired")
-    ap.add_argument("--cv", default="0.016,0.03,0.10", help="run-to-run variation (sd of log run time), list")
-    ap.add_argument("--rho", type=float, default=0.5, help="correlation of the two runs of a pair (paired mode)")
-    ap.add_argument("--effects", default="0,0.03,0.05,0.15", help="injected slowdowns, list")
-    ap.add_argument("--floors", default="0,0.05", help="limits as 1 + floor (the gate's tolerance), list")
-    ap.add_argument("--start", type=int, default=3, help="pairs (or candidate runs) before the first look")
-    ap.add_argument("--max-pairs", type=int, default=decision.DEFAULT_MAX_PAIRS)
-    ap.add_argument("--stored", type=int, default=12, help="stored baseline runs (unpaired mode)")
-    ap.add_argument("--sequences", type=int, default=2000, help="simulated comparisons per row")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sequences", type=int, default=20000, help="simulated comparisons per power row")
+    ap.add_argument("--null-sequences", type=int, default=100000, help="per error-rate row (limit at the truth)")
+    ap.add_argument("--seed", type=int, default=20261202)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "decision-power.md"),
+                    help="Markdown file to write ('-': stdout)")
     args = ap.parse_args(argv)
-    if args.start < 1 or args.start > args.max_pairs:
-        ap.error("--start must be in [1, --max-pairs]")
-    rng = random.Random(args.seed)
+    rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    side = (f"interleaved pairs, rho {args.rho:g}" if args.mode == "paired"
-            else f"candidate runs against {args.stored} stored runs")
-    print(f"decision core: {Design().confidence:.0%} repeated intervals, {decision.DESIGN_SPENDING} spending, "
-          f"{side}; {args.start} before the first look, at most {args.max_pairs}; {args.sequences} sequences a row")
-    print(f"{'CV':>6}{'pair sd':>9}{'slowdown':>10}{'limit':>7}{'FAIL':>8}{'95% CI':>17}{'PASS':>8}{'inconcl.':>10}"
-          f"{'pairs med':>11}{'p90':>5}{'max':>5}")
-    for cv in floats(args.cv):
-        pair_sd = f"{cv * math.sqrt(2 * (1 - args.rho)):.1%}" if args.mode == "paired" else "-"
-        for floor in floats(args.floors):
-            for effect in floats(args.effects):
-                verdicts = [sequence(rng, args, cv, effect, 1.0 + floor) for _ in range(args.sequences)]
-                n = len(verdicts)
-                counts = {o: sum(v.outcome == o for v in verdicts) for o in (PASS, FAIL, INCONCLUSIVE)}
-                pairs = sorted(v.estimate.n_pairs for v in verdicts)
-                lo, hi = wilson(counts[FAIL], n)
-                print(f"{cv:>6.1%}{pair_sd:>9}{effect:>+10.0%}{1 + floor:>7.2f}{counts[FAIL] / n:>8.1%}"
-                      f"{f'[{lo:.1%}, {hi:.1%}]':>17}{counts[PASS] / n:>8.1%}{counts[INCONCLUSIVE] / n:>10.1%}"
-                      f"{pairs[n // 2]:>11}{pairs[int(0.9 * (n - 1))]:>5}{pairs[-1]:>5}", flush=True)
-    print(f"slowdown 0: FAIL is the false-alarm rate; otherwise the catch rate. wall time "
-          f"{time.monotonic() - started:.0f} s")
+    out: list[str] = []
+    say = out.append
+
+    say("# Decision core: operating characteristic, previous design beside the shipped one\n")
+    say(f"`python benchmarks/decision_power.py` (seed {args.seed}; {args.sequences} sequences a power row, "
+        f"{args.null_sequences} an error-rate row). Budget {N} pairs (runs), first look at {FIRST}; "
+        f"{decision.DEFAULT_CONFIDENCE:.0%} repeated intervals: at most {ALPHA:.0%} false FAILs and {ALPHA:.0%} "
+        f"false PASSes over all looks. Effects in SDs of a pair's log ratio (unpaired: of a candidate run's log "
+        f"value minus a stored run's) beyond (+) or inside (-) the limit.\n")
+    say("## Critical values (paired, Student's t at each look's nominal level)\n")
+    say("| pairs | old design | new design | fixed-size t test, same level |")
+    say("|---|---|---|---|")
+    old, new = dict(old_design("paired")), dict(new_design("paired"))
+    for n in range(FIRST, N + 1):
+        say(f"| {n} | {t_crit(old[n], n - 1):.2f} | {f'{t_crit(new[n], n - 1):.2f}' if n in new else '(no look)'} | "
+            f"{t_crit(ALPHA, n - 1):.2f} |")
+    say("")
+
+    say("## Errors with the limit at the true ratio (over all looks)\n")
+    say("| mode | stored runs | spread stored/candidate | noise | old false FAIL | old false PASS | "
+        "new false FAIL | new false PASS |")
+    say("|---|---|---|---|---|---|---|---|")
+    worst: dict[tuple[str, str], float] = {}
+    cases = [("paired", 0, 0.0)] + [("unpaired", m, r) for m in STORED for r in SPREADS]
+    for mode, m, spread in cases:
+        for shape in (*SHAPES, STRESS):
+            cells = []
+            for name, make in DESIGNS.items():
+                if mode == "paired":
+                    r = paired_row(rng, make("paired"), shape, 0.0, args.null_sequences)
+                else:
+                    r = unpaired_row(rng, make("unpaired", m), shape, 0.0, args.null_sequences, m, spread)
+                cells += [pct(r["fail"]), pct(r["pass"])]
+                for kind in ("fail", "pass"):
+                    key = (name, f"{mode} {shape}")
+                    worst[key] = max(worst.get(key, 0.0), r[kind])
+            say(f"| {mode} | {m or '-'} | {spread if mode == 'unpaired' else '-'} | {shape} | " + " | ".join(cells) + " |")
+    say("")
+    say("Worst false FAIL or false PASS:\n")
+    for (name, case), v in sorted(worst.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        say(f"- {case}, {name} design: {pct(v)}")
+    say("")
+
+    def oc(mode: str, m: int = 0, spread: float = 1.0) -> None:
+        say("| noise | effect (SDs) | design | FAIL | PASS | inconclusive | decided at the first look | mean pairs |")
+        say("|---|---|---|---|---|---|---|---|")
+        for shape in SHAPES:
+            for effect in (*EFFECTS, *(-e for e in EFFECTS)):
+                for name, make in DESIGNS.items():
+                    if mode == "paired":
+                        r = paired_row(rng, make("paired"), shape, effect, args.sequences)
+                    else:
+                        r = unpaired_row(rng, make("unpaired", m), shape, effect, args.sequences, m, spread)
+                    say(f"| {shape} | {effect:+g} | {name} | {pct(r['fail'])} | {pct(r['pass'])} | "
+                        f"{pct(r['inconclusive'])} | {pct(r['first'])} | {r['pairs']:.1f} |")
+        say("")
+
+    say("## Operating characteristic, paired (interleaved pairs)\n")
+    oc("paired")
+    say("## Operating characteristic, unpaired: candidate runs against 12 stored runs as spread\n")
+    oc("unpaired", 12, 1.0)
+    say("## Operating characteristic, unpaired: against 3 stored runs as spread\n")
+    oc("unpaired", 3, 1.0)
+    say(f"wall time {time.monotonic() - started:.0f} s")
+    text = "\n".join(out) + "\n"
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text)
+        print(text)
+        print(f"wrote {args.out}")
     return 0
 
 

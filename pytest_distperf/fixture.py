@@ -80,7 +80,7 @@ def _label(job: JobSpec) -> str:
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None,
-                 pairs_deadline: float | None = None):
+                 pairs_deadline: float | None = None, pairs_share: tuple[float, str] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir
@@ -90,9 +90,13 @@ class DistPerf:
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
         # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
         # wall clock runs from here, and the session's deadline (--distperf-session-budget).
+        # Pairs step from planned look to planned look (decision.planned_looks: the first at the test's repeats);
+        # a third or later look also keeps to the test's share of the session budget (decision.session_share).
         self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=pairs_deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
-                             if settings.session_budget else "")
+                             if settings.session_budget else "", first_look=plan.repeats,
+                             share_deadline=pairs_share[0] if pairs_share else None,
+                             share_text=pairs_share[1] if pairs_share else "")
         self.clock = Clock(started=self._budget_now(), now=self._budget_now)
         self._slot_wait = 0.0  # the last launch's wait for its measurement slot (RunResult.slot_wait_seconds)
         if gate is not None:

@@ -285,6 +285,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"distperf: {e}") from None
 
 
+def _tests_left(request: pytest.FixtureRequest) -> int:
+    """This test and the session's later ones that may run adaptive pairs (distperf tests their plan does not
+    skip), in run order: what the session budget is shared between (session.pairs_share)."""
+    items = request.session.items
+    if request.node not in items:
+        return 1
+    later = items[items.index(request.node):]
+    return sum(1 for i in later if _is_distperf(i) and getattr(i.stash.get(plan_key, None), "device", "") is not None)
+
+
 @pytest.fixture
 def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator["DistPerf"]:
     """Run strategies or your own function on N ranks started by torch's elastic launcher."""
@@ -316,7 +326,8 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         if problem:
             pytest.fail(f"distperf baseline: {problem}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
-                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, pairs_deadline=session.pairs_deadline)
+                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, pairs_deadline=session.pairs_deadline,
+                  pairs_share=session.pairs_share(_tests_left(request)))
     request.node.stash[fixture_key] = dp
     dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp

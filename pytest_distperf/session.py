@@ -69,6 +69,20 @@ class DistPerfSession:
         # --distperf-session-budget: after this moment (monotonic clock) no test starts a further pair
         self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
 
+    def pairs_share(self, tests_left: int) -> tuple[float, str] | None:
+        """A starting test's share of --distperf-session-budget (decision.session_share): an equal part of the time
+        left, `tests_left` counting it and the later tests that may run adaptive pairs; its first two planned looks
+        are held only to the session's deadline. (deadline, how a stop names it); None without a session budget."""
+        if self.pairs_deadline is None:
+            return None
+        from pytest_distperf.measure.decision import session_share
+
+        now, tests_left = time.monotonic(), max(1, tests_left)
+        left = max(0.0, self.pairs_deadline - now)
+        return session_share(now, self.pairs_deadline, tests_left), (
+            f"its share of the session budget for a third look ({left / tests_left:.0f} s: {left:.0f} s left "
+            f"for {tests_left} test{'s' if tests_left != 1 else ''})")
+
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:
         from pytest_distperf.report.header import header_lines

@@ -71,7 +71,7 @@ def test_an_inconclusive_check_runs_more_pairs_until_decided():
     with pytest.raises(DistPerfCheckFailed):
         cmp.assert_step_time_within(1.1)
     assert progress[0].startswith("step time: inconclusive after 3 pairs (") and progress[0].endswith(
-        "vs 1.10), running pair 4")
+        "vs 1.10), running pairs 4-6 for the look at 6")  # the design looks at planned pair counts (3, 6, 12)
     assert cmp.checks[0].outcome == "fail" and cmp.checks[0].pairs == len(a.runs) > 3
 
 

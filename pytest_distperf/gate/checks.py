@@ -25,6 +25,7 @@ from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figur
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank import breakdown
+from pytest_distperf.report.wording import is_words, record_bound_text
 from pytest_distperf.results import RunResult
 
 
@@ -51,6 +52,7 @@ class Check:
     run_cv_b: float | None = None
     stopped: str = ""  # why no more pairs were run
     reason: str = ""
+    next_look: int | None = None  # the design's next planned look (0: the last was reached; None: not said)
 
     @property
     def passed(self) -> bool:
@@ -64,15 +66,16 @@ class Check:
                    low=None if e.method == "exact" else e.lo, high=None if e.method == "exact" else e.hi,
                    threshold=v.limit, outcome=v.outcome, unit=unit, level=e.level, method=e.method, pairs=e.n_pairs,
                    pair_cv=e.pair_cv, run_cv_a=e.run_cv, run_cv_b=e.run_cv_reference, stopped=v.stopped,
-                   reason=v.reason, **extra)
+                   reason=v.reason, next_look=e.next_look, **extra)
 
     def interval_text(self) -> str:
+        """'[0.970, 1.160]', or words where the design cannot bound it (report/wording.record_bound_text)."""
         if self.method == "exact":
             return "exact"
-        return f"[{decision.fmt_ratio(self.low, 3, '0')}, {decision.fmt_ratio(self.high, 3, 'inf')}]"
+        return record_bound_text(asdict(self))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Check":
@@ -163,7 +166,7 @@ class Comparison:
 
     @property
     def design(self) -> Design:
-        return Design(max_pairs=max(2, self.adaptive.budget.max_pairs))
+        return self.adaptive.budget.design()  # its planned looks are those the adaptive pairs step to
 
     def _add(self, check: Check) -> None:
         self.checks.append(check)
@@ -229,9 +232,11 @@ class Comparison:
                 *(breakdown.message_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
             ]), check)
         if v.outcome == INCONCLUSIVE:
+            text = check.interval_text()
+            held = (f"against the {k:.2f}x limit: {text}" if is_words(text) else
+                    f"with the {check.level:.0%} interval {text} holding the {k:.2f}x limit")
             message = "\n".join([
-                f"{what} of {self.a.label} vs {self.b.label}: inconclusive, {check.ratio:.3f}x with the "
-                f"{check.level:.0%} interval {check.interval_text()} holding the {k:.2f}x limit after "
+                f"{what} of {self.a.label} vs {self.b.label}: inconclusive, {check.ratio:.3f}x {held} after "
                 f"{check.pairs} interleaved pair(s) ({v.stopped})",
                 f"  A {line(self.a)}", f"  B {line(self.b)}", noise.rstrip()])
             (self.adaptive.on_inconclusive or warn_inconclusive)(check, message)

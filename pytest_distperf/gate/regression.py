@@ -42,7 +42,7 @@ from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
 from pytest_distperf.gate.policy import GateSettings, Policy
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
-from pytest_distperf.report.wording import fmt_interval
+from pytest_distperf.report.wording import fmt_interval, is_words
 
 STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
@@ -71,11 +71,14 @@ class Verdict:
     threshold: float | None = None  # the relative limit the interval must clear
     threshold_text: str = ""
     stopped: str = ""  # why the candidate got no more runs
+    next_look: int | None = None  # the design's next planned look in candidate runs (0: the last was reached)
     note: str = ""
 
     def to_record(self, policy: Policy, enforced: bool = True) -> dict[str, Any]:
         """A plain record for reports; `fails`: whether this verdict fails the test (never while saving)."""
-        return {"kind": "baseline", **asdict(self), "fails": enforced and is_failing(self, policy)}
+        record = asdict(self)
+        return {"kind": "baseline", **record, "fails": enforced and is_failing(self, policy),
+                "interval_text": fmt_interval(record)}  # the words every report uses (report/wording.bound_text)
 
     @classmethod
     def from_record(cls, d: dict[str, Any]) -> "Verdict":
@@ -191,7 +194,7 @@ def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
 def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design) -> None:
     """Time and memory: the core's unpaired interval of current/baseline against 1 + t (and 1/(1 + t))."""
     est = decision.unpaired(_positive(c.runs), _positive(b.runs), design)
-    v.delta, v.level, v.threshold = est.ratio - 1, est.level, t
+    v.delta, v.level, v.threshold, v.next_look = est.ratio - 1, est.level, t, est.next_look
     v.low = None if est.lo is None else est.lo - 1
     v.high = None if est.hi is None else est.hi - 1
     worse = _worse(est, c.direction)
@@ -298,16 +301,19 @@ def until_decided(verdicts: Callable[[], list[Verdict]], runs: Callable[[], int]
         why = decision.stop_reason(n, budget, clock)
         if why:
             return why
+        target = decision.next_step(n, budget)  # the design looks only at planned run counts: step to the next
         if progress:
             if save_mode:
-                progress(f"baseline: recording {label}, run {n + 1} of {budget.max_pairs}")
+                progress(f"baseline: recording {label}, runs {n + 1}-{target} of {budget.max_pairs}")
             else:
                 v = next(v for v in current if is_pending(v))
                 progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({fmt_pct(v.delta)} "
-                         f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running run {n + 1}")
-        started = clock.now()
-        extend()
-        clock.pair_seconds.append(clock.now() - started)
+                         f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running runs {n + 1}-{target} "
+                         f"for the look at {target}")
+        for _ in range(target - n):
+            started = clock.now()
+            extend()
+            clock.pair_seconds.append(clock.now() - started)
 
 
 # -- the per-test gate ---------------------------------------------------------------------
@@ -406,7 +412,7 @@ class BaselineGate:
 
     @property
     def design(self) -> Design:
-        return Design(max_pairs=max(2, self.budget.max_pairs))
+        return self.budget.design()  # its planned looks are those until_decided steps to
 
     def _key(self, job: JobSpec) -> Measured:
         """The job's entry: the same label with another configuration gets '#2', '#3' ... (stable by order); a
@@ -544,7 +550,8 @@ def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
         why = " (--distperf-require-baseline)" if policy.require_baseline else ""
         return [f"{head}: {v.note}{why}; current {current}"]
     record = asdict(v)
-    interval = f", {v.level:.0%} interval {fmt_interval(record)}" if v.level is not None else ""
+    text = fmt_interval(record)
+    interval = ("" if v.level is None else f": {text}" if is_words(text) else f", {v.level:.0%} interval {text}")
     lines = [f"{head}: {fmt_pct(v.delta)} vs baseline{interval}; limit {v.threshold_text}",
              f"  baseline {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
              f"  current  {current}"]

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from pytest_distperf.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_pct, fmt_value
 from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
-from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
+from pytest_distperf.measure.decision import OUTCOME_MARK
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
@@ -112,7 +112,7 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
         for e, c in checks:
             ratio = f"{c['ratio']:.3f}" if c["unit"] != "rel" else f"{c['ratio']:.1e}"
             if c.get("method") == "paired":
-                ratio += f" [{fmt_ratio(c.get('low'), 3, '0')}, {fmt_ratio(c.get('high'), 3, 'inf')}]"
+                ratio += f" {fmt_interval(c)}"  # in words where the design cannot bound it (wording.bound_text)
             pairs = str(c.get("pairs")) if c.get("method") == "paired" else "-"
             lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, pairs, pair_to_pair(c),
                                                 f"{c['threshold']:g}", OUTCOME_MARK[c["outcome"]]])) + " |")

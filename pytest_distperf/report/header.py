@@ -36,6 +36,24 @@ def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
     return "cpu", f"auto: {gpus} GPU{'s' if gpus != 1 else ''} visible, tests need {ws}"
 
 
+def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
+    """The design's planned looks (measure/decision.planned_looks) and, with a session budget, how it is shared."""
+    from pytest_distperf.measure.decision import Design, planned_looks
+
+    looks = planned_looks(settings.max_repeats, settings.repeats)
+    others = sorted({planned_looks(p.max_repeats, p.repeats) for p in plans if p.device is not None} - {looks})
+    level = Design().confidence
+    line = (f"distperf: verdicts look at {', '.join(map(str, looks))} pairs (runs), {level:.0%} intervals over "
+            f"all looks (Pocock-type spending)"
+            + (f"; markers also plan {'; '.join(', '.join(map(str, o)) for o in others)}" if others else ""))
+    if settings.session_budget:
+        tests = sum(1 for p in plans if p.device is not None)
+        line += (f"; the {settings.session_budget:g} s session budget is shared: every test gets its first two looks "
+                 f"within it, a third or later look only within an equal share of the time left when the test "
+                 f"starts (time left / tests left{f', {tests} tests collected' if tests else ''})")
+    return line
+
+
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
     if not settings.enabled:
         return ["distperf: off (performance tests are skipped; run with --distperf)"]
@@ -49,7 +67,7 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
              f"{settings.repeats} runs a side, up to {settings.max_repeats} pairs while inconclusive "
              f"({settings.test_budget:g} s a test" + (f", {settings.session_budget:g} s a session"
                                                       if settings.session_budget else "")
-             + f"); job timeout {settings.timeout:g} s"]
+             + f"); job timeout {settings.timeout:g} s", looks_line(settings, plans)]
     stack = [f"{name} {v}" for name in STACK if (v := _version(name))]
     nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
     if device == "cuda" and nccl:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_distperf.errors import DistPerfError
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds, fmt_value
-from pytest_distperf.report.wording import pair_to_pair
+from pytest_distperf.report.wording import is_words, pair_to_pair, record_bound_text
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, RANK_COLOURS,
                                         SIDE_COLOURS, SVG_CSS, Chart, esc, legend, nice_ticks, padded)
 
@@ -147,13 +147,19 @@ def interval_text(record: Mapping[str, Any], delta: bool = False) -> str:
     """'[0.73, 1.63] (98%)' of a check's ratio, '[+2.0%, +20.0%] (95%)' of a verdict's change; '–' without one."""
     if not has_interval(record):
         return "–"
-    low, high = record.get("low"), record.get("high")
-    if delta:
-        lo, hi = ("-100%" if low is None else f"{low:+.1%}"), ("+∞" if high is None else f"{high:+.1%}")
-    else:
-        lo, hi = ("0" if low is None else f"{low:.3f}"), ("∞" if high is None else f"{high:.3f}")
+    text = record_bound_text(record)  # the words every report uses where the design cannot bound it
+    if is_words(text) or text == "-":
+        return text if text != "-" else "–"
     level = record.get("level")
-    return f"[{lo}, {hi}]" + (f" ({level:.0%})" if level else "")
+    return text + (f" ({level:.0%})" if level else "")
+
+
+def chart_ends(record: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The interval's ends for a chart; none (off the axis) where the words say it is not bounded, so an end of
+    1e6 does not squash the axis."""
+    if has_interval(record) and is_words(record_bound_text(record)):
+        return None, None
+    return record.get("low"), record.get("high")
 
 
 def level_text(record: Mapping[str, Any]) -> str:
@@ -750,7 +756,7 @@ def _comparisons(doc: Mapping[str, Any]) -> str:
                 name = c.get("name", "value")
             else:
                 fmt, name = (lambda v: f"{v:.3g}×"), "A/B"
-            body += interval_chart(float(c["ratio"]), c.get("low"), c.get("high"), float(c["threshold"]),
+            body += interval_chart(float(c["ratio"]), *chart_ends(c), float(c["threshold"]),
                                    c.get("direction") or "at_most", f"{name} against its limit", "ratio", outcome,
                                    value_name=name, fmt=fmt, ref=None if probe_abs else 1.0,
                                    interval=level_text(c) if has_interval(c) else None)
@@ -1043,7 +1049,7 @@ def _baselines_section(doc: Mapping[str, Any], history: Mapping[tuple[str, str, 
                 body += _baseline_distribution(t, v, base_jobs)
             if v.get("delta") is not None:
                 thr = v.get("threshold")
-                body += interval_chart(float(v["delta"]), v.get("low"), v.get("high"), None, "at_most",
+                body += interval_chart(float(v["delta"]), *chart_ends(v), None, "at_most",
                                        "change against the baseline", "delta", row.outcome, value_name="Δ",
                                        fmt=lambda x: f"{x:+.1%}", ref=0.0,
                                        band=(-thr, thr) if thr is not None else None,

@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from pytest_distperf.measure.units import fmt_pct, fmt_value
 from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
-from pytest_distperf.measure.decision import OUTCOME_MARK, fmt_ratio
+from pytest_distperf.measure.decision import OUTCOME_MARK
 from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
 
 
@@ -118,7 +118,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
             elif r["kind"] == "check":
                 ci = ""
                 if r.get("method") in ("paired", "unpaired"):
-                    ci = f" [{fmt_ratio(r.get('low'), 3, '0')}, {fmt_ratio(r.get('high'), 3, 'inf')}]"
+                    ci = f" {fmt_interval(r)}"  # in words where the design cannot bound it (wording.bound_text)
                 ratio = f"{r['ratio']:.3f}{ci}" if r["unit"] != "rel" else f"{r['ratio']:.1e}"
                 limit = f"{r['threshold']:.2f}" if r["unit"] != "rel" else f"{r['threshold']:.0e}"
                 if r.get("direction"):  # a probe check: the limit is absolute or a ratio, with its direction

@@ -38,12 +38,9 @@ def _signed_pct(x: float) -> str:
 def _interval(record: Mapping[str, Any]) -> str:
     """The verdict's interval: a check's ratio ends, a baseline verdict's ends as changes; 'unbounded' where an
     end is missing (too few runs to bound it)."""
-    low, high = record.get("low"), record.get("high")
-    if low is None or high is None:
-        return "unbounded"
-    if record.get("kind") == "check":
-        return f"[{low:.3f}, {high:.3f}]"
-    return f"[{low:+.1%}, {high:+.1%}]"
+    from pytest_distperf.report.wording import record_bound_text
+
+    return record_bound_text(record)  # the words every report uses where the design cannot bound it
 
 
 def undecided_text(record: Mapping[str, Any]) -> str:
@@ -63,6 +60,8 @@ def undecided_text(record: Mapping[str, Any]) -> str:
         else:
             noise = "too few runs to measure the noise"
         n = f"{record.get('pairs')} pairs; " if record.get("pairs") else ""
+        if not interval.startswith("["):  # words: the design could not bound it (wording.bound_text)
+            return f"{head}, undecided: {noise} ({interval}{stop})"
         return f"{head}, undecided: {noise} ({n}interval {interval} holds the limit{stop})"
     delta = record.get("delta")
     head = f"{_signed_pct(delta)} estimated" if delta is not None else "change not estimated"
@@ -73,6 +72,8 @@ def undecided_text(record: Mapping[str, Any]) -> str:
     threshold = record.get("threshold")
     limit = f" the {threshold:+.1%} limit" if threshold is not None else " the limit"
     runs = f"{record.get('current_runs')} runs; " if record.get("current_runs") else ""
+    if not interval.startswith("["):  # words: the design could not bound it (wording.bound_text)
+        return f"{head}, undecided: {noise} ({interval}{stop})"
     return f"{head}, undecided: {noise} ({runs}interval {interval} holds{limit}{stop})"
 
 
