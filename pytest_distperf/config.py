@@ -82,6 +82,9 @@ class Settings:
     session_budget: float | None = None  # wall-clock seconds per session after which no test starts a pair
     strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    # --distperf-world-size given on the command line: it overrides the markers' world_size (ini and default
+    # do not); how a 1-GPU box runs suites written for 2 ranks on its GPU
+    world_size_override: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,15 @@ class TestPlan:
 
 
 def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
+    what = "a positive integer" if kind is int else "a positive number"
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     try:
         v = kind(value)
     except (TypeError, ValueError):
-        raise SettingsError(f"{where}: expected a positive number, got {value!r}") from None
+        raise SettingsError(f"{where}: expected {what}, got {value!r}") from None
     if v <= 0:
-        raise SettingsError(f"{where}: expected a positive number, got {value!r}")
+        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     return v
 
 
@@ -171,7 +177,7 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep
                     timeout=_positive(timeout, float, t_where),
                     repeats=first_look(_positive(repeats, int, r_where), adaptive["max_repeats"]),
                     shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs, lock_gpu_clocks=clocks,
-                    cluster=build_cluster(pick), **adaptive)
+                    cluster=build_cluster(pick), world_size_override=ws_where.startswith("--"), **adaptive)
 
 
 LOCAL_AGENT_STARTS = ("local", "srun")
@@ -246,7 +252,10 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if unknown:
         raise SettingsError(f"{where}: @pytest.mark.distperf has no argument(s) {unknown}; "
                             f"it takes {', '.join(MARKER_KEYS)}")
-    ws = _positive(marker_kwargs.get("world_size", settings.world_size), int, f"{where}: distperf(world_size=...)")
+    if "world_size" in marker_kwargs:  # checked also where the command line overrides it
+        _positive(marker_kwargs["world_size"], int, f"{where}: distperf(world_size=...)")
+    ws = (settings.world_size if getattr(settings, "world_size_override", False)
+          else _positive(marker_kwargs.get("world_size", settings.world_size), int, f"{where}: distperf(world_size=...)"))
     timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
     repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
     max_repeats = _max_repeats(marker_kwargs.get("max_repeats", settings.max_repeats),

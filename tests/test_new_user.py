@@ -365,3 +365,58 @@ def test_the_setup_command_prebuilds_the_ops():
     bad = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "FusedAdamBuilder"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "choose from ShareMemCommBuilder, CPUAdamBuilder" in bad.stderr
+
+
+# -- 8. a GPU left idle: the command line's world size overrides the markers -------------------------------
+def test_command_line_world_size_overrides_markers(pytester: pytest.Pytester):
+    pytester.makepyfile(test_mine="""
+        import pytest
+
+        @pytest.mark.distperf(world_size=2)
+        def test_ws(distperf):
+            print("WORLD", distperf.world_size)
+    """)
+    result = pytester.runpytest(*INNER, "-s", "--distperf-world-size=1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["distperf: world size 1 from the command line, over every marker's world_size",
+                                 "*WORLD 1*"])
+    pytester.makeini("[pytest]\ndistperf_world_size = 1\n")  # ini (and the default) still lose to markers
+    ini = pytester.runpytest(*INNER, "-s")
+    ini.assert_outcomes(passed=1)
+    ini.stdout.fnmatch_lines(["*WORLD 2*"])
+    assert "from the command line" not in ini.stdout.str()
+
+
+def test_plan_and_header_on_a_one_gpu_box():
+    from pytest_distperf.config import build_settings, plan_test
+    from pytest_distperf.report.header import gpu_use_lines
+
+    default = build_settings(True, {}, {})
+    assert plan_test(default, {"world_size": 2}, 1, "t").device == "cpu"  # 2 ranks, 1 GPU: CPU
+    assert gpu_use_lines(default, 1, "cpu") == [
+        "distperf: 1 GPU visible but unused: jobs need 2 ranks, one GPU each; run them on the GPU with "
+        "--distperf-world-size 1 (the command line overrides the markers' world_size)"]
+    cli = build_settings(True, {"world_size": "1"}, {})
+    plan = plan_test(cli, {"world_size": 2}, 1, "t")
+    assert (plan.device, plan.world_size) == ("cuda", 1)
+    assert gpu_use_lines(cli, 1, "cuda") == [
+        "distperf: world size 1 from the command line, over every marker's world_size"]
+    forced = build_settings(True, {"device": "cpu"}, {})
+    assert "--distperf-device=cpu was given" in gpu_use_lines(forced, 2, "cpu")[0]
+    assert gpu_use_lines(default, 0, "cpu") == []
+    from pytest_distperf.errors import SettingsError
+
+    with pytest.raises(SettingsError, match=r"t: distperf\(world_size=...\): expected a positive integer"):
+        plan_test(cli, {"world_size": 0}, 1, "t")  # a bad marker value is still an error
+
+
+# -- 9. smaller ---------------------------------------------------------------------------------------------
+def test_repeats_error_says_positive_integer():
+    from pytest_distperf.config import build_settings
+    from pytest_distperf.errors import SettingsError
+
+    for value in ("0", "1.5", 2.5, "two"):
+        with pytest.raises(SettingsError, match="--distperf-repeats: expected a positive integer"):
+            build_settings(True, {"repeats": value}, {})
+    with pytest.raises(SettingsError, match="--distperf-timeout: expected a positive number"):
+        build_settings(True, {"timeout": "0"}, {})

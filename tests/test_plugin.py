@@ -67,7 +67,7 @@ def test_ini_options_set_defaults(pytester):
 
 @pytest.mark.parametrize("args,needle", [
     (["--distperf-device=tpu"], "distperf: --distperf-device: expected one of auto, cpu, cuda, got 'tpu'"),
-    (["--distperf-world-size=0"], "distperf: --distperf-world-size: expected a positive number, got '0'"),
+    (["--distperf-world-size=0"], "distperf: --distperf-world-size: expected a positive integer, got '0'"),
 ])
 def test_bad_option_values_are_usage_errors(pytester, args, needle):
     pytester.makepyfile("def test_x(): pass")

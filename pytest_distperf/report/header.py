@@ -54,6 +54,24 @@ def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
     return line
 
 
+def gpu_use_lines(settings: Settings, gpus: int, device: str) -> list[str]:
+    """GPUs present but left idle, and how to use them; or that the command line's world size overrides the
+    markers' (--distperf-world-size, config.Settings.world_size_override)."""
+    ws = settings.world_size
+    lines = []
+    if getattr(settings, "world_size_override", False):
+        lines.append(f"distperf: world size {ws} from the command line, over every marker's world_size")
+    if gpus and device == "cpu":
+        n = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+        if settings.device == "cpu":
+            how = "--distperf-device=cpu was given; drop it (or --distperf-device=auto) to use them"
+        else:
+            how = (f"jobs need {ws} ranks, one GPU each; run them on the GPU{'s' if gpus != 1 else ''} with "
+                   f"--distperf-world-size {gpus} (the command line overrides the markers' world_size)")
+        lines.append(f"distperf: {n} visible but unused: {how}")
+    return lines
+
+
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
     if not settings.enabled:
         return ["distperf: off (performance tests are skipped; run with --distperf)"]
@@ -68,6 +86,7 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
              f"({settings.test_budget:g} s a test" + (f", {settings.session_budget:g} s a session"
                                                       if settings.session_budget else "")
              + f"); job timeout {settings.timeout:g} s", looks_line(settings, plans)]
+    lines += gpu_use_lines(settings, gpus, device)
     stack = [f"{name} {v}" for name in STACK if (v := _version(name))]
     nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
     if device == "cuda" and nccl:
