@@ -420,3 +420,18 @@ def test_repeats_error_says_positive_integer():
             build_settings(True, {"repeats": value}, {})
     with pytest.raises(SettingsError, match="--distperf-timeout: expected a positive number"):
         build_settings(True, {"timeout": "0"}, {})
+
+
+def test_one_name_per_probe_figure_and_old_reports_stay_readable():
+    from pytest_distperf.gate.store import comms_counts
+    from pytest_distperf.probes.results import CollectiveStats, CommsResult, ProbeResult
+
+    stats = CollectiveStats("all_gather", [5, 5], [10 << 20, 10 << 20], [2 << 20] * 10)
+    probe = ProbeResult(rank=0, device="cpu", steps=2, probes=["comms"],
+                        comms=CommsResult(steps=2, by_kind={"all_gather": stats}, group_size=2))
+    m = probe.metrics()
+    assert m["comms.all_gather.calls_per_step"] == 5 and "comms.all_gather.per_step" not in m
+    new = comms_counts([m])
+    old = comms_counts([{"comms.all_gather.per_step": 5, "comms.all_gather.bytes_per_step": 10 << 20}])
+    assert new == old == {"comms.all_gather.calls_per_step": 5, "comms.all_gather.bytes_per_step": 10 << 20}
+    assert "all-gather" in README and "gathered output" in README  # what its bytes count is documented

@@ -329,7 +329,7 @@ def test_counts_are_checked_and_stored_bytes_only_where_every_call_has_a_size():
     ProbeAssertions(fsdp2, zero3).assert_collectives_within("all_gather", 1.5)
     # a kind with calls of unknown size keeps its count but not its bytes, in metrics and in baselines
     m = fsdp2.ranks[0].probes.metrics()
-    assert m["comms.reduce_scatter.per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in m
+    assert m["comms.reduce_scatter.calls_per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in m
     assert m["comms.all_gather.bytes_per_step"] == 1 << 20
     from pytest_distperf.gate.store import _comms_counts
 

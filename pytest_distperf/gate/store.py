@@ -208,7 +208,9 @@ def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str
     unsized: set[str] = set()
     for m in rank_metrics:
         for name, value in (m or {}).items():
-            if not (name.startswith("comms.") and name.endswith(".per_step")):
+            # comms.<kind>.calls_per_step; reports written before it was named so: comms.<kind>.per_step
+            if not (name.startswith("comms.") and name.count(".") == 2
+                    and name.endswith((".calls_per_step", ".per_step"))):
                 continue
             kind = name.split(".")[1]
             calls[kind] = max(calls.get(kind, 0), int(value))

@@ -172,7 +172,7 @@ class ProbeResult:
         m: dict[str, float] = {}
         if self.comms:
             for kind, s in sorted(self.comms.by_kind.items()):
-                m[f"comms.{kind}.per_step"] = s.per_step
+                m[f"comms.{kind}.calls_per_step"] = s.per_step  # the name verdicts, baselines and history use
                 if s.unsized:  # bytes of part of the calls are not the calls' bytes
                     continue
                 m[f"comms.{kind}.bytes_per_step"] = s.bytes_per_step

@@ -920,13 +920,13 @@ def _probes_section(doc: Mapping[str, Any], read_timeline: Callable[[str, int | 
     parts = []
     for p, tests in _probe_records(doc):
         m: Mapping[str, float] = p.get("metrics") or {}
-        kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".per_step"))
+        kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".calls_per_step"))
         body = (f'<p class="note">{p.get("steps")} profiled step(s) after timing · worst rank\'s values · tests: '
                 + ", ".join(f"<code>{esc(_short(n))}</code>" for n in tests) + "</p>")
         if kinds:
             rows = []
             for kind in kinds:
-                calls = m.get(f"comms.{kind}.per_step")
+                calls = m.get(f"comms.{kind}.calls_per_step")
                 size = (f"{fmt_bytes(m[f'comms.{kind}.size_min'])} / {fmt_bytes(m[f'comms.{kind}.size_median'])} / "
                         f"{fmt_bytes(m[f'comms.{kind}.size_max'])}" if f"comms.{kind}.size_median" in m
                         else "unsized")
@@ -935,8 +935,8 @@ def _probes_section(doc: Mapping[str, Any], read_timeline: Callable[[str, int | 
                 rows.append([esc(kind), f"{calls:g}", esc(per_step), esc(size)])
             body += _table(["collective", "calls / step", "bytes / step", "message size min / median / max"], rows,
                            "collectives")
-            charts = bar_chart([(k, float(m[f"comms.{k}.per_step"]), COMM_COLOUR,
-                                 f"{k}: {m[f'comms.{k}.per_step']:g} calls per step") for k in kinds],
+            charts = bar_chart([(k, float(m[f"comms.{k}.calls_per_step"]), COMM_COLOUR,
+                                 f"{k}: {m[f'comms.{k}.calls_per_step']:g} calls per step") for k in kinds],
                                "calls", f"collective calls per step of {p.get('label')}", "bars collectives",
                                width=WIDTH // 2)
             sized = [k for k in kinds if f"comms.{k}.bytes_per_step" in m]

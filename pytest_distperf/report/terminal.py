@@ -36,8 +36,8 @@ _LIMIT_SYMBOL = {"at_most": "<= ", "at_least": ">= ", "above": "> "}  # probe ch
 def _probe_row(r: dict[str, Any]) -> list[str]:
     """One job's probe metrics (probes.results.ProbeResult.metrics) as table cells; '-' where not measured."""
     m: dict[str, float] = r["metrics"]
-    kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".per_step"))
-    comms = " ".join(f"{_KIND_ABBREV.get(k, k)} {m[f'comms.{k}.per_step']:g}" for k in kinds) or "-"
+    kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".calls_per_step"))
+    comms = " ".join(f"{_KIND_ABBREV.get(k, k)} {m[f'comms.{k}.calls_per_step']:g}" for k in kinds) or "-"
     ag = fmt_bytes(m["comms.all_gather.size_median"]) if "comms.all_gather.size_median" in m else "-"
     overlap = f"{m['overlap.fraction']:.0%}" if "overlap.fraction" in m else "-"
     exposed = fmt_seconds(m["overlap.exposed_per_step_s"]) if "overlap.exposed_per_step_s" in m else "-"
