@@ -97,5 +97,9 @@ class BaselineNoisyWarning(DistPerfWarning):
     """A baseline just saved is spread too widely for an unchanged job ever to pass its limit against it."""
 
 
+class BaselineReplacedWarning(DistPerfWarning):
+    """--distperf-save moved an unusable baseline aside (`<name>.corrupt-<UTC time>`) and wrote a new one."""
+
+
 class DistPerfInconclusive(DistPerfWarning):
     """A verdict's interval straddles its limit after the repeats allowed; `--distperf-strict` fails it instead."""

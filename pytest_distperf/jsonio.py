@@ -1,15 +1,20 @@
 """The project's one JSON reader and writer: baselines, reports, benchmark checkpoints all go through it.
 
 Writes are atomic (temporary file in the same folder, fsync, rename, fsync the folder), optionally under the
-folder's lock file so concurrent writers (pytest-xdist workers, two sessions) serialise. Reading never writes; a
-file that is not complete, valid JSON raises FileError naming it.
+folder's lock file so concurrent writers (pytest-xdist workers, two sessions) serialise. The temporary file's
+name carries its writer's pid (`.<name>.<pid>.<random>.tmp`): under the lock, a writer removes the ones a crashed
+writer left (its pid gone, or older than STALE_TMP_SECONDS). Reading never writes and never follows a symlink;
+a file that is not complete, valid JSON, or is larger than the reader's limit, raises CorruptFileError naming it.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import tempfile
+import time
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -18,6 +23,12 @@ from pytest_distperf.errors import FileError
 
 LOCK_NAME = ".distperf.lock"
 LOCK_TIMEOUT_SECONDS = 120.0
+STALE_TMP_SECONDS = 60.0  # a temp file this old is a crash's leftover even when its pid was reused
+_TMP_PID = re.compile(r"\.(\d+)\.[^.]*\.tmp$")
+
+
+class CorruptFileError(FileError):
+    """A file whose contents cannot be used (corrupt, truncated, too large): replaceable, unlike an I/O error."""
 
 
 def dumps(obj: Any) -> str:
@@ -46,6 +57,7 @@ def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
     try:
         if guard is not None:
             guard.acquire()
+            remove_stale_tmp(folder)  # only under the lock: a live writer's temp file is never touched
         _replace(path, folder, text.encode("utf-8"))
     except Timeout:
         raise FileError(f"{path}: gave up waiting {LOCK_TIMEOUT_SECONDS:g} s for the lock "
@@ -58,7 +70,7 @@ def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
 
 
 def _replace(path: str, folder: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -82,23 +94,63 @@ def _replace(path: str, folder: str, data: bytes) -> None:
         pass
 
 
-def read_json(path: str) -> Any:
-    """Parse a JSON file; FileError (naming the file) when it is not complete, valid JSON."""
+def remove_stale_tmp(folder: str) -> list[str]:
+    """Remove the temp files of writers that crashed (pid gone, or older than STALE_TMP_SECONDS); call it under
+    the folder's lock. Returns what it removed."""
+    removed = []
+    now = time.time()
+    for tmp in glob.glob(os.path.join(glob.escape(folder), ".*.json.*.tmp")):  # only this writer's temp files
+        m = _TMP_PID.search(tmp)
+        try:
+            old = now - os.lstat(tmp).st_mtime > STALE_TMP_SECONDS
+            if old or (m and not _pid_alive(int(m.group(1)))):
+                os.unlink(tmp)
+                removed.append(tmp)
+        except OSError:
+            continue
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_json(path: str, max_bytes: int | None = None) -> Any:
+    """Parse a JSON file, never through a symlink; CorruptFileError (naming the file) when it is not complete,
+    valid JSON or is larger than `max_bytes` (checked before reading), FileError when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
+        if os.path.islink(path):
+            raise FileError(f"{path}: is a symlink; distperf reads no file through one (replace it with the "
+                            f"file itself)") from None
         raise FileError(f"cannot read {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise CorruptFileError(f"{path}: too large ({size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "
+                                   f"limit); refused without reading it")
+        try:
+            data = f.read()
+        except OSError as e:
+            raise FileError(f"cannot read {path}: {e.strerror or e}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FileError(f"{path}: corrupt (not UTF-8 text: {e.reason} at byte {e.start})") from None
+        raise CorruptFileError(f"{path}: corrupt (not UTF-8 text: {e.reason} at byte {e.start})") from None
     if not text.strip():
-        raise FileError(f"{path}: truncated (the file is empty)")
+        raise CorruptFileError(f"{path}: truncated (the file is empty)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
-            raise FileError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
-                                f"{e.msg})") from None
-        raise FileError(f"{path}: corrupt (not valid JSON: {e.msg} at line {e.lineno}, column {e.colno})") from None
+            raise CorruptFileError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
+                                   f"{e.msg})") from None
+        raise CorruptFileError(f"{path}: corrupt (not valid JSON: {e.msg} at line {e.lineno}, "
+                               f"column {e.colno})") from None

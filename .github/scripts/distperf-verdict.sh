@@ -13,6 +13,8 @@ set -euo pipefail
 MARKER="<!-- distperf-gate -->"
 EXPECTED_WORKFLOW=.github/workflows/distperf.yml
 MAX_BODY=60000  # GitHub refuses comment bodies and check summaries over 65535 characters
+MAX_REPORT=20000  # bytes of the fork-produced report in the bot's comment (sanitize-comment.sh caps and strips it)
+here=$(dirname "$0")
 
 as_checks() { GH_TOKEN="$CHECK_TOKEN" gh "$@"; }
 as_actions() { GH_TOKEN="$COMMENT_TOKEN" gh "$@"; }
@@ -76,7 +78,8 @@ trap 'rm -f "$summary"' EXIT
   echo "Plugin tests: $PLUGIN_TESTS_URL · GPU gate: $RUN_URL (reports, and on failure the job folders, are artifacts of that run)"
   echo
   if [ -s "$REPORT" ]; then
-    cat "$REPORT"
+    # The report is written by the tested (possibly a fork's) code: no HTML, no @mentions, at most MAX_REPORT bytes
+    bash "$here/sanitize-comment.sh" "$REPORT" "$MAX_REPORT"
   else
     echo "_No perf report: the GPU gate did not produce one._"
   fi

@@ -33,7 +33,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from pytest_distperf.errors import SettingsError
+from pytest_distperf.errors import SettingsError, UnsafeFolderError
 
 STATE_PREFIX = "gpu-clocks-"
 STATE_ENV = "DISTPERF_GPU_CLOCKS_STATE"
@@ -125,7 +125,7 @@ def read_states(folder: str) -> dict[str, ClockState]:
         try:
             with os.fdopen(open_nofollow(path, os.O_RDONLY)) as f:  # a symlink planted there is not followed
                 out[path] = ClockState.from_json(json.load(f))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, UnsafeFolderError):  # a planted symlink: skipped
             continue
     return out
 

@@ -9,6 +9,7 @@ then nobody else can rename or delete the private (0700) job folders made in it.
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
@@ -78,5 +79,11 @@ def check_shared_folder(path: str) -> None:
 
 
 def open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
-    """os.open without following a symlink at `path` (ELOOP when one is there)."""
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    """os.open without following a symlink at `path` (UnsafeFolderError when one is there)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFolderError(f"refusing to open {path}: it is a symlink (distperf follows none in its lock "
+                                    f"folder); remove it") from None
+        raise
