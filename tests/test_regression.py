@@ -331,10 +331,11 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     assert landing.failed and "step_time FAIL" in landing.message and "98% interval" in landing.message
     assert "pytest --distperf --distperf-save t.py::test_x" in landing.message
 
-    # undecided: the job runs again until its interval clears the floor
+    # undecided: the job runs again until its interval clears the floor (against 6 stored runs spread 1.4 % the
+    # design's last look, at 12 runs, still reaches about 5 % each side: a candidate 1 % faster clears +5 %)
     _, gate = make_gate(tmp_path, save=False)
     cur = [fake_run(job, ms) for ms in (103, 97, 106)]
-    gate.check(job, cur, extend=lambda: cur.append(fake_run(job, 100.2)))
+    gate.check(job, cur, extend=lambda: cur.append(fake_run(job, 99.0)))
     landing = gate.finish(test_passed=True)
     assert len(cur) > 3 and {r["metric"]: r["status"] for r in landing.records}["step_time"] == "pass"
 
