@@ -208,7 +208,8 @@ def paired_trial(rng: random.Random, cond: list[RunResult], ref: list[RunResult]
     for _ in range(args.repeats):
         one_more_pair()
     outcome = []
-    adaptive = Adaptive(extend=one_more_pair, budget=Budget(max_pairs=args.max_pairs), clock=Clock(),
+    adaptive = Adaptive(extend=one_more_pair, budget=Budget(max_pairs=args.max_pairs, first_look=args.repeats),
+                        clock=Clock(),
                         on_inconclusive=lambda check, message: outcome.append("inconclusive"))
     try:
         check = Comparison(a, b, adaptive=adaptive).assert_step_time_within(limit)
@@ -225,14 +226,14 @@ def gate_trial(rng: random.Random, cond: list[float], stored: list[float], floor
     base = MetricSeries(unit, direction, kind, rng.sample(stored, max(2, len(stored) * 2 // 3)))
     draws = Draws(rng, len(cond))
     cand = [cond[draws.next()] for _ in range(args.repeats)]
-    policy, design = Policy(time_threshold=floor), Design(max_pairs=args.max_pairs)
+    policy, design = Policy(time_threshold=floor), Design(max_pairs=args.max_pairs, first_look=args.repeats)
 
     def verdicts() -> list[regression.Verdict]:
         return [regression.decide_metric("bench", "job", "step_time", base, MetricSeries(unit, direction, kind, cand),
                                          policy, design)]
 
     regression.until_decided(verdicts, lambda: len(cand), lambda: cand.append(cond[draws.next()]),
-                             Budget(max_pairs=args.max_pairs), Clock())
+                             Budget(max_pairs=args.max_pairs, first_look=args.repeats), Clock())  # the design's looks
     return verdicts()[0].status, len(cand)
 
 

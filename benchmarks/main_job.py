@@ -60,12 +60,14 @@ def one_run(index: int, within: float, extra: list[str], output: str | None = No
                     checks.append({"test": test["nodeid"].split("::")[-1], "check": c["name"],
                                    "outcome": c["outcome"], "ratio": c["ratio"], "low": c.get("low"),
                                    "high": c.get("high"), "pairs": c.get("pairs"), "limit": c["threshold"],
-                                   "stopped": c.get("stopped", "")})
+                                   "stopped": c.get("stopped", ""), "interval_text": c.get("interval_text")})
         return {"run": index, "rc": rc, "wall_s": round(wall, 1), "tests": dict(outcomes), "checks": checks,
                 "summary": tail.strip().splitlines()[-1] if tail.strip() else ""}
 
 
 def _interval(c: dict) -> str:
+    if c.get("interval_text"):  # the report's own words (report/wording.bound_text), e.g. 'too few to bound'
+        return f" {c['interval_text']}"
     if c["low"] is None and c["high"] is None:
         return ""
     lo = "0" if c["low"] is None else f"{c['low']:.3f}"
