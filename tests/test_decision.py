@@ -354,3 +354,14 @@ def test_interval_wording():
     # the core's own texts use the same words
     est = d.paired([1.5, 0.6], [1.0, 1.0])
     assert est.text() == "0.949: 2 pairs at 64.8% pair-to-pair: too few to bound; next look at 3"
+
+
+def test_the_header_names_the_planned_looks_and_how_the_session_budget_is_shared():
+    from pytest_distperf.config import build_settings
+    from pytest_distperf.report.header import looks_line
+
+    line = looks_line(build_settings(True, {"session_budget": 360}, {}))
+    assert line.startswith("distperf: verdicts look at 3, 6, 12 pairs (runs)")
+    assert "360 s session budget is shared" in line and "equal share of the time left" in line
+    assert "shared" not in looks_line(build_settings(True, {"max_repeats": 8}, {}))
+    assert "look at 3, 6, 8 pairs" in looks_line(build_settings(True, {"max_repeats": 8}, {}))
