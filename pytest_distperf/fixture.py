@@ -410,7 +410,8 @@ class DistPerf:
         record = {"kind": "run", **job_figures(label, runs).to_json(),
                   # per run: seconds it waited for its measurement slot (off the budgets; fixture._timed_slot)
                   "slot_wait_seconds": [round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs]}
-        departures = (getattr(runs[0].ranks[0], "extra", None) or {}).get("departures") if runs[0].ranks else None
+        extra = (getattr(runs[0].ranks[0], "extra", None) or {}) if runs[0].ranks else {}
+        departures = extra.get("departures") or (extra.get("launch") or {}).get("departures")  # ctx.extra's
         if departures:  # where the adapter departs from its library's defaults (docs/adapters.md)
             record["departures"] = dict(departures)
         if id(runs) in self._run_records:

@@ -435,3 +435,52 @@ def test_one_name_per_probe_figure_and_old_reports_stay_readable():
     old = comms_counts([{"comms.all_gather.per_step": 5, "comms.all_gather.bytes_per_step": 10 << 20}])
     assert new == old == {"comms.all_gather.calls_per_step": 5, "comms.all_gather.bytes_per_step": 10 << 20}
     assert "all-gather" in README and "gathered output" in README  # what its bytes count is documented
+
+
+def test_a_brand_new_test_is_not_asked_whether_it_was_renamed(tmp_path: Path):
+    from pytest_distperf.gate.store import Store, file_name_for
+
+    root = tmp_path / "proj"
+    (root / "perf").mkdir(parents=True)
+    (root / "perf" / "test_a.py").write_text("def test_old(distperf):\n    pass\n\ndef test_new(distperf):\n    pass\n")
+    folder = root / "baselines" / "cpu-x-ws2"
+    folder.mkdir(parents=True)
+
+    def stored(key: str) -> None:
+        (folder / file_name_for(key)).write_text(json.dumps({"test": key}))
+
+    stored("perf/test_a.py::test_old")  # a test that still exists: its baseline says nothing about a new one
+    store = Store(str(root / "baselines"))
+    assert store.unmatched_note("cpu-x-ws2", "perf/test_a.py::test_new") is None
+    assert store.unmatched_note("cpu-x-ws2", "perf/test_b.py::test_brand_new") is None
+    stored("perf/test_a.py::test_renamed_away")  # gone from its file: the new test of that file may be it
+    note = store.unmatched_note("cpu-x-ws2", "perf/test_a.py::test_new")
+    assert note and "perf.test_a--test_renamed_away.json" in note and "renamed or moved" in note
+    assert store.unmatched_note("cpu-x-ws2", "perf/test_b.py::test_brand_new") is None
+    stored("old/test_moved.py::test_step")  # the same name, its old file gone: a moved test
+    note = store.unmatched_note("cpu-x-ws2", "perf/test_c.py::test_step")
+    assert note and "of a test with the same name" in note and "old.test_moved--test_step.json" in note
+
+
+# -- 9. every departure of an adapter from its library's defaults, in the job's reports -----------------------
+def test_deepspeed_departures_from_its_defaults():
+    from pytest_distperf.strategies.ds_config import departures
+
+    cuda = departures(bf16=True, offload_optimizer=None, user={})
+    assert set(cuda) == {"communication_data_type", "optimizer.params.torch_adam"}
+    assert cuda["communication_data_type"].startswith("fp32 (DeepSpeed's default: the gradients' dtype, bf16 here)")
+    assert set(departures(bf16=False, offload_optimizer=None, user={})) == {"optimizer.params.torch_adam"}
+    assert departures(bf16=True, offload_optimizer="cpu", user={"communication_data_type": "bf16"}) == {}
+    assert departures(bf16=False, offload_optimizer=None, user={}, own_optimizer=True) == {}
+
+
+def test_departures_reach_the_job_table():
+    from pytest_distperf.report.terminal import render
+
+    run = {"kind": "run", "label": "deepspeed[stage=3] tiny x2 cpu", "runs": 1, "steps": 2, "step_time": 0.1,
+           "run_cv": None, "step_p10": 0.1, "step_p90": 0.1, "tokens_per_s": 0, "peak_memory": 1 << 20,
+           "optimizer_bytes_per_param": 12.0,
+           "departures": {"optimizer.params.torch_adam": "true (DeepSpeed's default: its fused Adam): ..."}}
+    lines = render([("t.py::test_x", [run])])
+    assert ("  deepspeed[stage=3] tiny x2 cpu departs from its library's defaults: optimizer.params.torch_adam "
+            "true (DeepSpeed's default: its fused Adam): ...") in lines

@@ -471,24 +471,49 @@ class Store:
         return baseline
 
     def unmatched_note(self, machine_class: str, key: str) -> str | None:
-        """When this test has no file but its machine-class folder holds others: a note saying so, naming the
-        likely candidates (files of a test with the same name); None when the folder holds no other baseline."""
+        """When this test has no file but its machine-class folder holds the baseline of what looks like the same
+        test under its old key: a note naming it. A candidate is a baseline whose test is gone from where it was
+        recorded (its file is missing or no longer defines it) and that has this test's name (a moved file, or
+        baselines saved from another project root) or this test's file (a renamed test). None otherwise: a
+        brand-new test next to other tests' baselines is simply new."""
         folder = os.path.join(self.root, machine_class)
         own = file_name_for(key)
         try:
             others = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".") and n != own)
         except OSError:
             return None
-        if not others:
+        path, _, name = key.partition("::")
+        candidates, same_name = [], False
+        for n in others:
+            try:
+                other = read_json(os.path.join(folder, n)).get("test")
+            except Exception:  # unreadable or not an object: not a candidate
+                continue
+            if not isinstance(other, str) or other == key:
+                continue
+            other_path, _, other_name = other.partition("::")
+            named = bool(name) and other_name == name
+            if (named or other_path == path) and not self._test_exists(other_path, other_name):
+                candidates.append(n)
+                same_name = same_name or named
+        if not candidates:
             return None
-        name = key.rpartition("::")[2]
-        same_name = [n for n in others if n.endswith(f"--{file_name_for(name)}")]
-        shown = same_name or others
-        listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-        return (f"no baseline file {own} for this test (key {key!r}), but {folder} holds {len(others)} other "
-                f"baseline(s){' of a test with the same name' if same_name else ''}: {listed}. Was the test renamed "
-                f"or moved, or were the baselines saved from another project root? Rename the file (and its "
-                f"\"test\" field) or record it again with --distperf-save")
+        listed = ", ".join(candidates[:5]) + (f" and {len(candidates) - 5} more" if len(candidates) > 5 else "")
+        return (f"no baseline file {own} for this test (key {key!r}), but {folder} holds {len(candidates)} "
+                f"other baseline(s) of {'a test with the same name' if same_name else 'a test of this file'} that "
+                f"is no longer where it was recorded: {listed}. Was the test renamed or moved, or were the baselines "
+                f"saved from another project root? Rename the file (and its \"test\" field) or record it again "
+                f"with --distperf-save")
+
+    def _test_exists(self, rel_path: str, name: str) -> bool:
+        """Whether the test file (relative to the project root) still defines the test (by its function name)."""
+        try:
+            with open(os.path.join(self.project_root, rel_path), encoding="utf-8", errors="replace") as f:
+                source = f.read()
+        except OSError:
+            return False
+        function = name.rpartition("::")[2].partition("[")[0]
+        return not function or re.search(rf"\bdef\s+{re.escape(function)}\s*\(", source) is not None
 
     def save(self, baseline: BaselineFile) -> str:
         path = self.path_for(baseline.machine_class, baseline.test)

@@ -99,6 +99,7 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
 
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     runs, checks, probes, work_rows = [], [], [], []
+    departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
@@ -115,6 +116,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                 ])
                 if r.get("work"):
                     work_rows.append(_work_row(r))
+                if r.get("departures"):
+                    departures.setdefault(r["label"], r["departures"])
             elif r["kind"] == "check":
                 ci = ""
                 if r.get("method") in ("paired", "unpaired"):
@@ -147,6 +150,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
                          "opt B/param"], [list(row) for row in unique_runs])
         lines += [f"  {LEGEND}"]
+        lines += [f"  {label} departs from its library's defaults: "
+                  + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
     if work_rows:
         unique_work = list(dict.fromkeys(map(tuple, work_rows)))
         lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",

@@ -76,3 +76,21 @@ def build_config(*, stage: int, micro_batch: int, bf16: bool, lr: float, weight_
         "wall_clock_breakdown": False,
     }
     return merge(base, user)
+
+
+def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any],
+               own_optimizer: bool = False) -> dict[str, str]:
+    """Where build_config departs from DeepSpeed's own defaults, for the reports (ctx.extra["departures"]):
+    setting -> what this harness uses, DeepSpeed's default and why. A setting the user's ds_config gives is
+    theirs, not a departure of the adapter; nor is the optimizer where the workload brings its own."""
+    out: dict[str, str] = {}
+    if bf16 and "communication_data_type" not in user:
+        out["communication_data_type"] = (
+            "fp32 (DeepSpeed's default: the gradients' dtype, bf16 here): gradients are reduced in fp32 to match "
+            "FSDP2's reduce_dtype=float32; costs memory and bandwidth against DeepSpeed's default")
+    user_params = ((user.get("optimizer") or {}).get("params") or {}) if isinstance(user.get("optimizer"), dict) else {}
+    if not offload_optimizer and not own_optimizer and "torch_adam" not in user_params:
+        out["optimizer.params.torch_adam"] = (
+            "true (DeepSpeed's default: its fused Adam): torch's AdamW, the optimizer of the torch strategies, so a "
+            "comparison measures the sharding engine, not two Adam kernels")
+    return out

@@ -117,9 +117,11 @@ def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
 def deepspeed_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
                      offload_param: str | None, nvme_path: str | None, ds_config: dict) -> dict[str, Any]:
     """The raw deepspeed adapter's config, built by the same function with the same arguments."""
-    from pytest_distperf.strategies.ds_config import build_config
+    from pytest_distperf.strategies.ds_config import build_config, departures
 
     nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
+    ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
+                                         own_optimizer=getattr(ctx, "optimizer", None) is not None)
     return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
                         offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
                         user=ds_config)
