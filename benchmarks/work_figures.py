@@ -7,12 +7,13 @@ each sequence 3 % longer (`SEQ`), so the step does 3 % more GPU work and FLOPs. 
 names the module, not its folder, so the gate reads the changed copy as a change of the same job.
 
 Collection: a stored block of --stored runs of the base copy (the baseline), then --rounds rounds, each one run of
-`A/A` (the base copy again) and one of `+3%` (the changed copy), their order alternating. Analysis, re-sampling
+`A/A` (the base copy again) and one of `changed` (the changed copy), their order alternating. Analysis, re-sampling
 the recorded runs as benchmarks/detection_power.py does: the stored baseline is two thirds of the stored block (a
 different subset each trial); the candidate starts with --repeats runs and `regression.until_decided` adds one at a
 time while the verdict is INCONCLUSIVE, up to --max-runs, exactly as BaselineGate.check does; every metric is
 decided by the shipped `regression.decide_metric` with the default policy (wall time against its 5 % floor,
-gpu_time against the 1 % work floor, counts exactly). FAIL on A/A is a false alarm, on +3% a catch.
+gpu_time against the 1 % work floor, counts exactly). FAIL on A/A is a false alarm, on `changed` a catch; a count
+starts from one candidate run, a time from --repeats.
 
     python benchmarks/work_figures.py --device cpu --strategy ddp                   # 2-core CPU box
     python benchmarks/work_figures.py --device cuda --world-size 1 --strategy fsdp2,deepspeed --width 1024 \
@@ -75,7 +76,8 @@ class Net(nn.Module):
         self.head = nn.Linear(width, 1)
 
     def forward(self, x):
-        return self.head(self.blocks(x)).squeeze(-1)
+        x = x.to(self.head.weight.dtype)  # the strategy's precision (DeepSpeed bf16 does not cast inputs)
+        return self.head(self.blocks(x)).squeeze(-1).float()
 
 
 def loss(model, batch):
@@ -96,10 +98,10 @@ METRICS = ("step_time", "gpu_time", "kernels_per_step", "flops_per_step", "aten_
            "instructions_per_step")
 
 
-def write_workloads(root: str, seq: int) -> dict[str, str]:
-    """The base copy and the changed one (+3 % sequence), each in a folder of its own, the same module name."""
+def write_workloads(root: str, seq: int, change: float) -> dict[str, str]:
+    """The base copy and the changed one (a longer sequence), each in a folder of its own, the same module name."""
     folders = {}
-    for name, s in (("base", seq), ("changed", round(seq * 1.03))):
+    for name, s in (("base", seq), ("changed", round(seq * change))):
         folder = os.path.join(root, name)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{MODULE}.py"), "w") as f:
@@ -140,7 +142,7 @@ def record(run: RunResult) -> dict[str, Any]:
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {"args": vars(args), "strategies": {}}
     with tempfile.TemporaryDirectory() as root:
-        folders = write_workloads(root, args.seq)
+        folders = write_workloads(root, args.seq, args.change)
         for strategy in args.strategy.split(","):
             base, changed = make_job(args, strategy, folders["base"]), make_job(args, strategy, folders["changed"])
             started = time.monotonic()
@@ -150,10 +152,10 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"{strategy} stored {i + 1}/{args.stored}: {fmt(stored[-1])}")
             rounds = []
             for i in range(args.rounds):
-                order = [("A/A", base), ("+3%", changed)]
+                order = [("A/A", base), ("changed", changed)]
                 rnd = {name: record(run_once(job, args.timeout)) for name, job in (order if i % 2 == 0 else order[::-1])}
                 rounds.append(rnd)
-                log(f"{strategy} round {i + 1}/{args.rounds}: A/A {fmt(rnd['A/A'])} | +3% {fmt(rnd['+3%'])}")
+                log(f"{strategy} round {i + 1}/{args.rounds}: A/A {fmt(rnd['A/A'])} | changed {fmt(rnd['changed'])}")
             data["strategies"][strategy] = {"stored": stored, "rounds": rounds,
                                             "seconds": time.monotonic() - started}
             if args.json:
@@ -179,8 +181,9 @@ def gate_trial(rng: random.Random, metric: str, cond: list[float], stored: list[
     base = MetricSeries(unit, direction, kind, rng.sample(stored, max(2, len(stored) * 2 // 3)))
     pool = list(cond)
     rng.shuffle(pool)
-    cand = [pool.pop() for _ in range(min(args.repeats, len(pool)))]
-    design = Design(max_pairs=args.max_runs)
+    start = 1 if kind == "count" else args.repeats  # a count decides on one run; an interval needs two
+    cand = [pool.pop() for _ in range(min(start, len(pool)))]
+    design = Design(max_pairs=args.max_runs, first_look=start)
 
     def verdicts() -> list[regression.Verdict]:
         return [regression.decide_metric("bench", "job", metric, base, MetricSeries(unit, direction, kind, cand),
@@ -201,7 +204,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"\n== {strategy}, {len(stored)} stored runs, {len(rounds)} rounds, collected in {d['seconds']:.0f} s"
               + (f"; GPU busy {min(busy):.0%}-{max(busy):.0%} of the step" if busy else ""))
         print(f"{'metric':<22} {'stored run-to-run':>18} {'identical':>9}   {'A/A false alarms':>24}   "
-              f"{'+3% caught':>24}   {'runs (mean, max)':>16}")
+              f"{'changed: caught':>24}   {'runs (mean, max)':>16}")
         for metric in METRICS:
             values = [r.get(metric) for r in stored]
             if any(v is None for v in values):
@@ -209,14 +212,14 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> None:
             cv = relative_spread(values)
             same = len(set(values)) == 1
             cells = []
-            for cond in ("A/A", "+3%"):
+            for cond in ("A/A", "changed"):
                 pool = [r[cond][metric] for r in rounds]
                 trials = [gate_trial(rng, metric, pool, values, args) for _ in range(args.trials)]
                 fails = sum(status == "fail" for status, _ in trials)
                 lo, hi = wilson(fails, len(trials))
                 used = [n for _, n in trials]
                 cells.append((f"{fails / len(trials):6.1%} [{lo:.1%}, {hi:.1%}]", statistics.mean(used), max(used)))
-            delta = statistics.median(r["+3%"][metric] for r in rounds) / statistics.median(values) - 1
+            delta = statistics.median(r["changed"][metric] for r in rounds) / statistics.median(values) - 1
             print(f"{metric:<22} {('-' if cv is None else f'{cv:.3%}'):>18} {str(same):>9}   {cells[0][0]:>24}   "
                   f"{cells[1][0] + f' ({delta:+.1%})':>24}   {cells[1][1]:>6.2f}, {cells[1][2]:<3d}")
 
@@ -231,13 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--strategy", default="ddp", help="comma-separated: ddp, fsdp2, deepspeed (ZeRO-3)")
     p.add_argument("--seq", type=int, default=64, help="sequence length of the base copy (the change adds 3 %%)")
+    p.add_argument("--change", type=float, default=1.03,
+                   help="sequence factor of the changed copy (GPU kernel time grows less than the FLOPs: tile "
+                        "quantisation and kernels that do not scale with it)")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--depth", type=int, default=24)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--stored", type=int, default=6)
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeats", type=int, default=1, help="candidate runs before the first look")
+    p.add_argument("--repeats", type=int, default=2, help="candidate runs at a time figure's first look")
     p.add_argument("--max-runs", type=int, default=4, help="candidate runs at most")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
