@@ -144,6 +144,7 @@ class DistPerfSession:
             return
         from pytest_distperf.errors import BaselineError
         from pytest_distperf.history.errors import HistoryError
+        from pytest_distperf.redact import redact_args, redact_text
         from pytest_distperf.report import files
 
         gate = self.gate
@@ -151,7 +152,7 @@ class DistPerfSession:
             self.written = files.write_session_reports(
                 list(self.entries.values()), str(self.config.rootpath), self.config.getoption("distperf_json"),
                 self.config.getoption("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
-                invocation={"args": list(self.config.invocation_params.args),
+                invocation={"args": redact_args(self.config.invocation_params.args),  # no password in a report
                             "baselines": gate.settings.baselines_dir if gate else None,
                             "save": bool(gate and gate.settings.save),
                             "require_baseline": bool(gate and gate.settings.policy.require_baseline),
@@ -163,7 +164,7 @@ class DistPerfSession:
                 history_url=self.config.getoption("distperf_history", None))
         except (BaselineError, HistoryError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
-            self.write_errors.append(str(e))
+            self.write_errors.append(redact_text(str(e)))
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -30,10 +30,10 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineUnmatchedWarning,
-                                    DistPerfInconclusive)
+from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
+                                    BaselineUnmatchedWarning, DistPerfInconclusive)
 from pytest_distperf.gate import fingerprint
-from pytest_distperf.gate.store import (BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+from pytest_distperf.gate.store import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries, Store,
                                       job_identity, metrics_from_runs, now_iso, run_to_dict)
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock, Design
@@ -151,14 +151,30 @@ class Resolution:
         head = f"{self.job}: {self.metric} recorded over {self.runs} run(s), {spread}"
         if self.factor is None:
             return f"{head}: too few runs for an interval, so no verdict can be decided against it"
-        return (f"{head}: against {self.candidate_runs} run(s) as spread, a change fails above "
-                f"{fmt_pct(self.fails_above)}" + ("" if self.can_pass else
+        fails = (f"a change fails above {self.fails_above_text()}" if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
+                 else f"only a change of more than {fmt_pct(FAILS_ABOVE_CAP)} could fail (in effect, none)")
+        return (f"{head}: against {self.candidate_runs} run(s) as spread, {fails}" + ("" if self.can_pass else
                 f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
-                f"{self.factor:.2f} each side)"))
+                f"{fmt_factor(self.factor)} each side)"))
+
+    def fails_above_text(self) -> str:
+        """The smallest change that can fail, for a table cell: '> +1000%' beyond FAILS_ABOVE_CAP ('-': none)."""
+        x = self.fails_above
+        return "-" if x is None else (f"> {fmt_pct(FAILS_ABOVE_CAP)}" if x > FAILS_ABOVE_CAP else fmt_pct(x))
 
     def to_record(self, test: str, path: str) -> dict[str, Any]:
         return {"kind": "baseline_saved", "test": test, "file": path, **asdict(self),
-                "fails_above": self.fails_above, "can_pass": self.can_pass}
+                "fails_above": self.fails_above, "can_pass": self.can_pass,
+                "fails_above_text": self.fails_above_text(), "factor_text": fmt_factor(self.factor)}
+
+
+# A save table once printed "+250325810567025302437888.0%" (a few wildly spread runs): past +1000 % the figure
+# says nothing more than "no realistic change can fail", so it is shown as "> +1000%".
+FAILS_ABOVE_CAP = 10.0
+
+
+def fmt_factor(factor: float | None) -> str:
+    return "-" if factor is None else (">1000" if factor > 1000 else f"{factor:.2f}")
 
 
 def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design) -> list[Resolution]:
@@ -391,7 +407,15 @@ class BaselineGate:
         # The file's key does not move with the rootdir (store.Store): the test file from the project root.
         self.key = session.store.key_for(test_file, nodeid) if test_file else nodeid
         self.path = session.store.path_for(self.machine.name, self.key)
-        self.baseline: BaselineFile | None = session.store.load(self.path, self.key)  # BaselineError
+        # --distperf-save over an unusable file (corrupt, wrongly typed, too large): moved aside when the new one is
+        # written (_save), as the error of a run without --distperf-save promises; any other BaselineError stands.
+        self.unusable: str | None = None
+        try:
+            self.baseline: BaselineFile | None = session.store.load(self.path, self.key)  # BaselineError
+        except BaselineReplaceable as e:
+            if not session.settings.save:
+                raise
+            self.baseline, self.unusable = None, str(e)
         # No file, but the folder holds others: said when a job is decided (a test with no gated job stays quiet).
         self.unmatched = None if self.baseline else session.store.unmatched_note(self.machine.name, self.key)
         self.unmatched_said = False
@@ -503,6 +527,13 @@ class BaselineGate:
     def _save(self, jobs: dict[str, JobEntry]) -> str:
         doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),
                            environment=self.environment, saved_at=now_iso(), jobs=jobs)
+        if self.unusable:
+            aside = self.session.store.move_aside(self.path, self.key)
+            if aside:
+                warnings.warn(BaselineReplacedWarning(
+                    f"{self.nodeid}: the baseline {os.path.relpath(self.path, self.session.rootdir)} could not be "
+                    f"used ({self.unusable}); moved it aside to {os.path.basename(aside)} (nothing deleted) and "
+                    f"saved a new one"), stacklevel=2)
         return self.session.store.save(doc)
 
     def _detail(self) -> dict[str, Any]:

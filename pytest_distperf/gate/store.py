@@ -63,10 +63,24 @@ KINDS = ("time", "memory", "count")
 INJECTION_FIELDS = ("extra_work",)
 
 
+MAX_BASELINE_BYTES = 8 << 20  # 8 MiB; 12 runs x 100 steps x 20 jobs is about 1 MiB: larger is not a baseline
+
+
+class BaselineReplaceable(BaselineError):
+    """A baseline whose contents cannot be used (corrupt, truncated, wrongly typed, too large, another test's):
+    --distperf-save moves it aside (Store.move_aside) and writes a new one."""
+
+
+class BaselineTooNew(BaselineError):
+    """A baseline of a newer schema: left alone also by --distperf-save (a newer pytest-distperf reads it)."""
+
+
 def read_json(path: str) -> Any:
-    """jsonio.read_json, with a baseline file's error type."""
+    """jsonio.read_json (no symlink followed, at most MAX_BASELINE_BYTES), with a baseline file's error type."""
     try:
-        return jsonio.read_json(path)
+        return jsonio.read_json(path, max_bytes=MAX_BASELINE_BYTES)
+    except jsonio.CorruptFileError as e:
+        raise BaselineReplaceable(str(e)) from None
     except FileError as e:
         raise BaselineError(str(e)) from None
 
@@ -379,7 +393,7 @@ def parse(doc: Any, path: str) -> BaselineFile:
         raise check.fail("schema_version", "an integer", version) if "schema_version" in doc else BaselineError(
             f"{path}: not a distperf baseline (no schema_version); fix or delete the file")
     if version > SCHEMA_VERSION:
-        raise BaselineError(f"{path}: written with baseline schema {version}, newer than the {SCHEMA_VERSION} this "
+        raise BaselineTooNew(f"{path}: written with baseline schema {version}, newer than the {SCHEMA_VERSION} this "
                             f"pytest-distperf reads; upgrade pytest-distperf (the file was left as it is)")
     while version < SCHEMA_VERSION:
         if version not in MIGRATIONS:
@@ -459,16 +473,51 @@ class Store:
         return os.path.join(self.root, machine_class, file_name_for(key))
 
     def load(self, path: str, key: str) -> BaselineFile | None:
-        """The baseline in `path`, None when there is none. Never writes."""
+        """The baseline in `path`, None when there is none. Never writes. BaselineReplaceable when its contents
+        cannot be used (--distperf-save then moves it aside); a symlink or a folder is refused as such."""
         if not os.path.lexists(path):
             return None
+        if os.path.islink(path):
+            raise BaselineError(f"{path}: is a symlink, not a baseline file; distperf neither reads nor writes "
+                                f"through one: replace it with the file itself")
         if not os.path.isfile(path):
             raise BaselineError(f"{path}: expected a baseline file, found something else (a folder?)")
-        baseline = parse(read_json(path), path)
+        try:
+            baseline = parse(read_json(path), path)
+        except (BaselineTooNew, BaselineReplaceable):
+            raise
+        except BaselineError as e:  # parse's: wrongly typed, non-finite, not a baseline, too old
+            raise BaselineReplaceable(str(e)) from None
         if baseline.test != key:
-            raise BaselineError(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file was "
-                                f"renamed or copied -- move it back or delete it")
+            raise BaselineReplaceable(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file "
+                                      f"was renamed or copied -- move it back or delete it")
         return baseline
+
+    def move_aside(self, path: str, key: str) -> str | None:
+        """Under the folder's lock: rename an unusable baseline to `<name>.corrupt-<UTC time>` (never deleted), so
+        --distperf-save can write a new one. None when it has become usable (or gone) meanwhile."""
+        from filelock import FileLock, Timeout
+
+        folder = os.path.dirname(path)
+        try:
+            with FileLock(os.path.join(folder, LOCK_NAME), timeout=jsonio.LOCK_TIMEOUT_SECONDS):
+                try:
+                    self.load(path, key)
+                    return None
+                except BaselineReplaceable:
+                    pass
+                stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                aside, n = f"{path}.corrupt-{stamp}", 1
+                while os.path.lexists(aside):
+                    n += 1
+                    aside = f"{path}.corrupt-{stamp}-{n}"
+                os.rename(path, aside)
+                return aside
+        except Timeout:
+            raise BaselineError(f"{path}: gave up waiting for the lock {os.path.join(folder, LOCK_NAME)} to move "
+                                f"the unusable file aside") from None
+        except OSError as e:
+            raise BaselineError(f"{path}: cannot move the unusable file aside: {e.strerror or e}") from None
 
     def unmatched_note(self, machine_class: str, key: str) -> str | None:
         """When this test has no file but its machine-class folder holds the baseline of what looks like the same

@@ -68,9 +68,12 @@ def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | No
     from pytest_distperf.history.ingest import read_report
     from pytest_distperf.history.store import HistoryStore
 
+    from pytest_distperf.redact import redact
+
     if commit:
         report_doc = copy.deepcopy(report_doc)
         report_doc["environment"] = {**report_doc.get("environment", {}), "git_commit": commit}
+    report_doc = redact(report_doc)  # history rows never hold a secret (also for a report ingested by hand)
     session, rows = read_report(report_doc, f"{option}: the session's report")
     with HistoryStore(url, option=option) as store:
         return store.record(session, rows, session_id=session_id)
@@ -81,7 +84,9 @@ def check_url(url: str, option: str = "--distperf-history") -> str:
     _require_extra(option, "sqlalchemy")
     from pytest_distperf.history.store import resolve_url
 
-    return resolve_url(url, option).render_as_string(hide_password=True)
+    from pytest_distperf.redact import redact_text
+
+    return redact_text(resolve_url(url, option).render_as_string(hide_password=False))  # the one redaction
 
 
 def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,

@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection, Engine
 from pytest_distperf.history import schema
 from pytest_distperf.history.errors import HistoryError, HistoryUrlError
 from pytest_distperf.history.ingest import Measurement, SessionRecord
+from pytest_distperf.redact import redact_text
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
 RETRY_ATTEMPTS = 8
@@ -107,7 +108,7 @@ def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
         driver = parsed.get_driver_name() if "+" in parsed.drivername else "psycopg"
         return parsed.set(drivername=f"postgresql+{driver}")
     raise HistoryUrlError(f"{option}: unsupported database {backend!r} in "
-                          f"{parsed.render_as_string(hide_password=True)!r}; give {URL_FORMS}")
+                          f"{redact_text(parsed.render_as_string(hide_password=False))!r}; give {URL_FORMS}")
 
 
 class HistoryStore:
@@ -116,7 +117,7 @@ class HistoryStore:
     def __init__(self, url: str, option: str = DEFAULT_OPTION, create: bool = True):
         self.option = option
         self.url = resolve_url(url, option)
-        self.where = self.url.render_as_string(hide_password=True)
+        self.where = redact_text(self.url.render_as_string(hide_password=False))  # the one redaction (redact.py)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         if self.is_sqlite:
             self._prepare_sqlite_file(create)

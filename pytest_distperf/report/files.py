@@ -233,8 +233,12 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
     if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
             or (history_url and entries)):
         return written
-    environment = session_environment(entries, rootdir, device)
-    doc = json_report(entries, environment, invocation)
+    from pytest_distperf.redact import redact, redact_text
+
+    # The one redaction (redact.py): every report below is drawn from these redacted documents.
+    environment = redact(session_environment(entries, rootdir, device))
+    doc = redact(json_report(entries, environment, invocation))
+    html_url = redact_text(html_url) if html_url else html_url
     if json_path:
         write_json(json_path, doc)
         written.append(f"JSON report {json_path}")
@@ -262,10 +266,10 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
         write_pr_comment(pr_comment_path, doc, html_url, html_path)
         written.append(f"PR comment {pr_comment_path}")
     if benchmark_path:
-        write_json(benchmark_path, benchmark_json(entries, environment))
+        write_json(benchmark_path, redact(benchmark_json(entries, environment)))
         written.append(f"pytest-benchmark JSON {benchmark_path}")
     if step_summary_path and entries:
-        append_step_summary(step_summary_path, markdown_summary(entries))
+        append_step_summary(step_summary_path, redact_text(markdown_summary(entries)))
         written.append(f"job summary to {step_summary_path}")
     if history_error is not None:
         raise history_error

@@ -1281,4 +1281,6 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_html(path: str, doc: Mapping[str, Any], history: Iterable[TrendSeries] = ()) -> None:
-    write_text(path, render_html(doc, history=history))
+    from pytest_distperf.redact import redact
+
+    write_text(path, render_html(redact(doc), history=history))  # also for a document not from this session

@@ -176,4 +176,6 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
 
 def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = None,
                      html_path: str | None = None) -> None:
-    write_text(path, render_pr_comment(doc, html_url, html_path))
+    from pytest_distperf.redact import redact_text
+
+    write_text(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL

@@ -183,6 +183,7 @@ def _saved_row(nodeid: str, r: dict[str, Any]) -> list[str]:
     """One metric of a job just saved (gate/regression.Resolution records)."""
     cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
     factor = r.get("factor")
-    passes = "yes" if r["can_pass"] else ("no: too few runs" if factor is None else f"no: interval ×/÷{factor:.2f}")
-    return [nodeid.split("::")[-1], r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}",
-            "-" if r.get("fails_above") is None else fmt_pct(r["fails_above"]), passes]
+    shown = r.get("factor_text") or ("-" if factor is None else f"{factor:.2f}")  # capped: '>1000'
+    passes = "yes" if r["can_pass"] else ("no: too few runs" if factor is None else f"no: interval ×/÷{shown}")
+    fails = r.get("fails_above_text") or ("-" if r.get("fails_above") is None else fmt_pct(r["fails_above"]))
+    return [nodeid.split("::")[-1], r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}", fails, passes]
