@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_distperf.errors import DistPerfError
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds, fmt_value
-from pytest_distperf.report.wording import is_words, pair_to_pair, record_bound_text
+from pytest_distperf.report.wording import WIDE, is_words, pair_to_pair, record_bound_text
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, RANK_COLOURS,
                                         SIDE_COLOURS, SVG_CSS, Chart, esc, legend, nice_ticks, padded)
 
@@ -155,11 +155,18 @@ def interval_text(record: Mapping[str, Any], delta: bool = False) -> str:
 
 
 def chart_ends(record: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The interval's ends for a chart; none (off the axis) where the words say it is not bounded, so an end of
-    1e6 does not squash the axis."""
-    if has_interval(record) and is_words(record_bound_text(record)):
-        return None, None
-    return record.get("low"), record.get("high")
+    """The interval's ends for a chart; an end beyond 10x (or below 1/10 of) the estimate is drawn as unbounded,
+    off the axis (wording.WIDE), so an end of 1e6 does not squash the axis."""
+    low, high = record.get("low"), record.get("high")
+    if not has_interval(record) or not is_words(record_bound_text(record)):
+        return low, high
+    delta = "delta" in record and "pairs" not in record  # a baseline verdict: ends as changes
+    value = float(record.get("delta") or 0.0) + 1.0 if delta else float(record.get("ratio") or 0.0)
+    shift = 1.0 if delta else 0.0
+    wide = WIDE
+    low = None if low is None or not value > 0 or low + shift < value / wide or low + shift <= 0 else low
+    high = None if high is None or not value > 0 or high + shift > value * wide else high
+    return low, high
 
 
 def level_text(record: Mapping[str, Any]) -> str:
