@@ -319,7 +319,8 @@ def look_levels(method: str, looks: tuple[int, ...], alpha: float, n_reference: 
 def nominal_level(method: str, n: int, n_max: int, alpha: float, n_reference: int = 0,
                   first: int = FIRST_LOOK) -> float:
     """One side's nominal level of the planned look that n pairs (or n candidate runs against n_reference)
-    have reached, looks `planned_looks(n_max, first)`; 0.0 before the first look (nothing is spent there)."""
+    have reached, looks `planned_looks(n_max, first)`; 0.0 before the first look (nothing is spent there).
+    `alpha` is spent as given: Design.level also applies UNPAIRED_SHARE to unpaired looks."""
     looks = planned_looks(n_max, first)
     reached = [k for k, look in enumerate(looks) if look <= n]
     if not reached:
@@ -598,7 +599,7 @@ def decide(estimate: Estimate, limit: float, direction: str = "at_most") -> Verd
         return Verdict(PASS, limit, direction, estimate, f"{where}: the interval lies within the limit")
     if bad:
         return Verdict(FAIL, limit, direction, estimate, f"{where}: the interval lies beyond the limit")
-    why = ("the interval cannot be bounded yet" if estimate.unbounded and estimate.method != "exact"
+    why = ("the interval cannot be bounded at this look" if estimate.unbounded and estimate.method != "exact"
            else "the interval holds the limit")
     return Verdict(INCONCLUSIVE, limit, direction, estimate, f"{where}: {why}")
 
