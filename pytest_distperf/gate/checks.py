@@ -4,9 +4,9 @@ A Comparison holds the runs of both sides (interleaved A B, then B A, ...) and t
 plain records with the numbers, the interval, the limit and the outcome, which the assertion message, the
 terminal table, the reports and JUnit properties all read. Every outcome comes from the decision core
 (measure/decision.py): PASS when the interval of A/B lies within the limit, FAIL when beyond it,
-INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for another interleaved pair
-(`Adaptive.extend`, which grows the runs every test sharing this comparison sees) until decided or out of
-budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a DistPerfInconclusive warning, or
+INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for interleaved pairs up to the design's
+next planned look (`Adaptive.extend`, one pair a call, which grows the runs every test sharing this comparison
+sees) until decided or out of budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a DistPerfInconclusive warning, or
 a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
 """
 
