@@ -6,8 +6,8 @@ terminal table, the reports and JUnit properties all read. Every outcome comes f
 (measure/decision.py): PASS when the interval of A/B lies within the limit, FAIL when beyond it,
 INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for interleaved pairs up to the design's
 next planned look (`Adaptive.extend`, one pair a call, which grows the runs every test sharing this comparison
-sees) until decided or out of budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a DistPerfInconclusive warning, or
-a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
+sees) until decided or out of budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a
+DistPerfInconclusive warning, or a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
 """
 
 from __future__ import annotations
