@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in ("fail", "pass"):
                     key = (name, f"{mode} {shape}")
                     worst[key] = max(worst.get(key, 0.0), r[kind])
-            say(f"| {mode} | {m or '-'} | {spread if mode == 'unpaired' else '-'} | {shape} | " + " | ".join(cells) + " |")
+            where = f"| {mode} | {m or '-'} | {spread if mode == 'unpaired' else '-'} | {shape} | "
+            say(where + " | ".join(cells) + " |")
     say("")
     say("Worst false FAIL or false PASS:\n")
     for (name, case), v in sorted(worst.items(), key=lambda kv: (kv[0][1], kv[0][0])):
