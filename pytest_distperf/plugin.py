@@ -336,6 +336,8 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def _progress_writer(config: pytest.Config) -> Any:
     """Live lines on the terminal during a test: output capture is suspended for each write
     (as pytest's live logging does), else the lines would land in the test's captured stdout."""
+    from pytest_distperf.redact import redact_text
+
     tr = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")
     if tr is None:
@@ -344,7 +346,7 @@ def _progress_writer(config: pytest.Config) -> Any:
     def write(text: str) -> None:
         ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
         with ctx:
-            tr.write_line(f"    [distperf] {text}")
+            tr.write_line(f"    [distperf] {redact_text(text)}")  # the one redaction (redact.py)
 
     return write
 

@@ -85,10 +85,11 @@ class DistPerfSession:
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:
+        from pytest_distperf.redact import redact_text
         from pytest_distperf.report.header import header_lines
 
-        return header_lines(self.settings, self.gate, self.plans) + (
-            self.gpu_clocks.header_lines() if self.gpu_clocks else [])
+        return [redact_text(line) for line in header_lines(self.settings, self.gate, self.plans) + (
+            self.gpu_clocks.header_lines() if self.gpu_clocks else [])]  # e.g. an agents template, a URL
 
     # -- GPU clocks: locked for the session where asked, always unlocked (launch/gpuclocks.py) -------------
     def start_gpu_clocks(self) -> None:
