@@ -76,7 +76,9 @@ def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, mo
     assert md.startswith("earlier step output\n## distperf")
     assert "| test | job | metric | baseline | current | Δ | 98% interval | status |" in md
     assert "| test_ddp | ddp tiny x2 cpu | step_time |" in md
-    assert "<details><summary>✗ test_perf.py::test_broken_baseline</summary>" in md
+    # the failure's reason in the summary line, not only in the folded traceback (issue #30)
+    [line] = [x for x in md.splitlines() if x.startswith("<details><summary>✗ test_perf.py::test_broken_baseline")]
+    assert line.startswith("<details><summary>✗ test_perf.py::test_broken_baseline: ") and "truncated" in line
 
     # pytest-benchmark layout, readable by pytest-benchmark's own compare command
     bench = json.loads((pytester.path / "out" / "bench.json").read_text())
