@@ -374,3 +374,17 @@ def test_the_fork_comment_is_capped_and_stripped_before_posting(tmp_path):
     text = out.stdout
     assert len(text.encode()) <= 20_000 and "<img" not in text and "<!--" not in text
     assert "@octocat" not in text and "@org/team" not in text and "octocat" in text
+
+
+def test_an_agent_started_from_a_command_template_gets_the_key_on_stdin_only(pytester: pytest.Pytester):
+    """As over ssh, agent 1's environment lacks $DISTPERF_JOB_KEY (the template drops it): the job still runs, the
+    key having come on its stdin, and no command line carries it. One small 2-agent torchrun job on loopback."""
+    from test_multinode import TORCHRUN, run_inner
+
+    shared = pytester.path / "shared"
+    template = f"env -u {jobfiles.KEY_ENV} {{command}}"
+    result, _, _ = run_inner(pytester, [*TORCHRUN, "--distperf-agents", template, "--distperf-shared-dir",
+                                        str(shared)], "where", arg=0)
+    result.assert_outcomes(passed=1)
+    values = json.loads((pytester.path / "values.json").read_text())
+    assert {v["agent"] for v in values} == {0, 1}
