@@ -255,7 +255,8 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if "world_size" in marker_kwargs:  # checked also where the command line overrides it
         _positive(marker_kwargs["world_size"], int, f"{where}: distperf(world_size=...)")
     ws = (settings.world_size if getattr(settings, "world_size_override", False)
-          else _positive(marker_kwargs.get("world_size", settings.world_size), int, f"{where}: distperf(world_size=...)"))
+          else _positive(marker_kwargs.get("world_size", settings.world_size), int,
+                         f"{where}: distperf(world_size=...)"))
     timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
     repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
     max_repeats = _max_repeats(marker_kwargs.get("max_repeats", settings.max_repeats),

@@ -155,8 +155,9 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
         "parameter 'chan' (given in workload_kwargs); its parameters are: depth, width*",
         "*WorkloadError: test_mine.py::test_step_kwarg: step factory mybench:make_step has no parameter 'scaling' "
         "(given in distperf.step_job(args=..., kwargs=...)); its parameters are: numel, scale*",
-        "*WorkloadError: test_mine.py::test_step_missing_arg: step factory mybench:make_step cannot be called with distperf.step_job(args=..., "
-        "kwargs=...): missing a required argument: 'numel'; its parameters are: numel, scale*",
+        "*WorkloadError: test_mine.py::test_step_missing_arg: step factory mybench:make_step cannot be called with "
+        "distperf.step_job(args=..., kwargs=...): missing a required argument: 'numel'; its parameters are: "
+        "numel, scale*",
     ])
 
 
@@ -196,8 +197,9 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
     monkeypatch.setenv("DISTPERF_LOCK_DIR", str(locks))
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
-                               f"lock = FileLock({str(locks / 'cpu.lock')!r}); lock.acquire(); print('held', flush=True)\n"
-                               "time.sleep(4)\nlock.release()\n"], stdout=subprocess.PIPE, text=True)
+                               f"lock = FileLock({str(locks / 'cpu.lock')!r}); lock.acquire()\n"
+                               "print('held', flush=True)\ntime.sleep(4)\nlock.release()\n"],
+        stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"  # another session's job holds the slot
         pytester.makepyfile(steps=STEP)
@@ -360,7 +362,8 @@ def test_the_setup_command_prebuilds_the_ops():
     listed = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "--list"], capture_output=True,
                             text=True, cwd=ROOT)
     assert listed.returncode == 0, listed.stderr
-    assert "deepspeed_shm_comm (ShareMemCommBuilder):" in listed.stdout and "cpu_adam (CPUAdamBuilder):" in listed.stdout
+    assert "deepspeed_shm_comm (ShareMemCommBuilder):" in listed.stdout
+    assert "cpu_adam (CPUAdamBuilder):" in listed.stdout
     assert "build-ops" in README and "deepspeed_shm_comm" in README and "cpu_adam" in README
     bad = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "FusedAdamBuilder"],
                          capture_output=True, text=True, cwd=ROOT)

@@ -927,13 +927,17 @@ def _probes_section(doc: Mapping[str, Any], read_timeline: Callable[[str, int | 
     parts = []
     for p, tests in _probe_records(doc):
         m: Mapping[str, float] = p.get("metrics") or {}
-        kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".calls_per_step"))
+        # comms.<kind>.calls_per_step; documents written before it was named so: comms.<kind>.per_step
+        named = sorted(m.items(), key=lambda kv: kv[0].endswith(".calls_per_step"))  # the new name wins
+        calls_of = {k.split(".")[1]: float(v) for k, v in named
+                    if k.startswith("comms.") and k.count(".") == 2 and k.endswith((".calls_per_step", ".per_step"))}
+        kinds = sorted(calls_of)
         body = (f'<p class="note">{p.get("steps")} profiled step(s) after timing · worst rank\'s values · tests: '
                 + ", ".join(f"<code>{esc(_short(n))}</code>" for n in tests) + "</p>")
         if kinds:
             rows = []
             for kind in kinds:
-                calls = m.get(f"comms.{kind}.calls_per_step")
+                calls = calls_of[kind]
                 size = (f"{fmt_bytes(m[f'comms.{kind}.size_min'])} / {fmt_bytes(m[f'comms.{kind}.size_median'])} / "
                         f"{fmt_bytes(m[f'comms.{kind}.size_max'])}" if f"comms.{kind}.size_median" in m
                         else "unsized")
@@ -942,8 +946,7 @@ def _probes_section(doc: Mapping[str, Any], read_timeline: Callable[[str, int | 
                 rows.append([esc(kind), f"{calls:g}", esc(per_step), esc(size)])
             body += _table(["collective", "calls / step", "bytes / step", "message size min / median / max"], rows,
                            "collectives")
-            charts = bar_chart([(k, float(m[f"comms.{k}.calls_per_step"]), COMM_COLOUR,
-                                 f"{k}: {m[f'comms.{k}.calls_per_step']:g} calls per step") for k in kinds],
+            charts = bar_chart([(k, calls_of[k], COMM_COLOUR, f"{k}: {calls_of[k]:g} calls per step") for k in kinds],
                                "calls", f"collective calls per step of {p.get('label')}", "bars collectives",
                                width=WIDTH // 2)
             sized = [k for k in kinds if f"comms.{k}.bytes_per_step" in m]
