@@ -187,7 +187,7 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
                                         [float(sum(k.optimizer_state_bytes for k in r.ranks)) for r in runs]),
     }
     work = [run_work(r) for r in runs]
-    for name in sorted(set(work[0]).intersection(*work[1:])):  # a figure every run measured
+    for name in sorted(set(work[0]).intersection(*work[1:]) if work else ()):  # a figure every run measured
         out[name] = series(name, [w[name] for w in work])
     per_run = [_comms_counts(r) for r in runs]
     if all(per_run):  # every run probed: the same kinds are comparable run to run
