@@ -10,6 +10,9 @@
    in interleaved rounds (ABBA, so an order effect cancels). Both loops are measured the same way, as wall
    time from a synchronised start to a synchronised end. Target: <= 1 %. Also printed: what the timer
    reports (median step) against the untimed loop's wall time per step (its accuracy).
+3. The work phase's cost (rank/work.py): interleaved real strategy jobs with the work phase (JobSpec.work_steps,
+   the default) and without it (work_steps=0): the seconds it adds per job, and the timed steps' median on both
+   sides (they run before it, so they must not differ beyond the runs' own spread).
 
     python benchmarks/overhead.py [--device cpu|cuda] [--world-size 2] [--launches 5] [--rounds 8]
     python benchmarks/overhead.py --device cuda --world-size 1 --launches 0 --shape 1b   # loops only
@@ -133,6 +136,31 @@ def time_harness(ws: int, device: str) -> float:
     return time.perf_counter() - start
 
 
+def work_phase_cost(a: argparse.Namespace) -> None:
+    from pytest_distperf.measure.figures import run_step_time
+    from pytest_distperf.results import RunResult
+
+    shape = a.shape or ("350m" if a.device == "cuda" else "tiny")
+    sides: dict[int, tuple[list[float], list[float]]] = {0: ([], []), 2: ([], [])}
+    for i in range(a.work_jobs):
+        for work_steps in ((2, 0) if i % 2 else (0, 2)):  # ABBA
+            job = JobSpec(world_size=a.world_size, device=a.device, strategy="ddp", shape=shape, steps=a.steps,
+                          work_steps=work_steps, sys_path=[str(ROOT)])
+            start = time.perf_counter()
+            values = launch(job, timeout=600)
+            wall = time.perf_counter() - start
+            run = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=wall)
+            sides[work_steps][0].append(wall)
+            sides[work_steps][1].append(run_step_time(run))
+    (w0, s0), (w2, s2) = sides[0], sides[2]
+    print(f"work phase cost (ddp {shape}, {a.world_size} rank(s), {a.device}, {a.work_jobs} jobs a side, ABBA):")
+    print(f"  job wall time without / with: {statistics.median(w0):.2f} s / {statistics.median(w2):.2f} s "
+          f"(+{statistics.median(w2) - statistics.median(w0):.2f} s a job)")
+    print(f"  timed step median without / with: {statistics.median(s0) * 1e3:.2f} ms / "
+          f"{statistics.median(s2) * 1e3:.2f} ms (runs {min(s0) * 1e3:.1f}-{max(s0) * 1e3:.1f} / "
+          f"{min(s2) * 1e3:.1f}-{max(s2) * 1e3:.1f} ms)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -141,7 +169,11 @@ def main() -> None:
     p.add_argument("--shape", default=None, help="workload shape for the loop test (tiny on cpu, 350m on cuda)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--work-jobs", type=int, default=4, help="job pairs with and without the work phase; 0 skips")
     a = p.parse_args()
+
+    if a.work_jobs > 0:
+        work_phase_cost(a)
 
     if a.launches > 0:
         bare, harness = [], []
