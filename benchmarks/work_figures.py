@@ -36,11 +36,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.detection_power import run_once  # noqa: E402  (one way to run a job, holding its devices)
 from pytest_distperf.gate import regression  # noqa: E402
 from pytest_distperf.gate.policy import Policy  # noqa: E402
 from pytest_distperf.gate.store import MetricSeries, metric_traits  # noqa: E402
-from pytest_distperf.launch import allocator  # noqa: E402
-from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
 from pytest_distperf.measure.figures import run_gpu_busy, run_step_time, run_work  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread, wilson  # noqa: E402
@@ -116,20 +115,6 @@ def make_job(args: argparse.Namespace, strategy: str, folder: str) -> JobSpec:
                    workload=FunctionRef(MODULE, "make_workload"), steps=args.steps, warmup_steps=3,
                    workload_kwargs={"width": args.width, "depth": args.depth, "batch_size": args.batch},
                    sys_path=[folder] + list(sys.path))
-
-
-def run_once(job: JobSpec, timeout: float) -> RunResult:
-    owner = f"work_figures [{job.describe()}]"
-    if job.device == "cuda":
-        from pytest_distperf.launch.devices import visible_gpu_ids
-
-        devices = allocator.gpus(job.world_size, visible_gpu_ids(), owner)
-    else:
-        devices = allocator.cpu(owner)
-    start = time.monotonic()
-    with devices as env:
-        values = launch(job, timeout=timeout, env=env)
-    return RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start)
 
 
 def record(run: RunResult) -> dict[str, Any]:
