@@ -63,3 +63,16 @@ def test_resume_refuses_another_job(tmp_path, fake_runs):
     other = [a if a != "tiny" else "small" for a in JOB_ARGS]
     with pytest.raises(SystemExit, match="recorded for job"):
         detection_power.main([*other, "--resume", str(out)])
+
+
+def test_work_figures_re_analyses_a_recording(capsys):
+    """benchmarks/work_figures.py --from-json reads a recording and decides every figure it holds."""
+    from pathlib import Path
+
+    from benchmarks import work_figures
+
+    recording = Path(__file__).resolve().parents[1] / "benchmarks/results/work-figures-1xh200-deepspeed.json"
+    work_figures.main(["--from-json", str(recording), "--trials", "10"])
+    out = capsys.readouterr().out
+    assert "deepspeed, 8 stored runs, 3 rounds" in out
+    assert all(f"\n{m} " in out for m in ("step_time", "gpu_time", "kernels_per_step", "flops_per_step"))
