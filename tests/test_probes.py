@@ -315,7 +315,7 @@ def _comms_run(label: str, recorded: dict[str, list[int]], unsized: dict[str, in
     result = ProbeResult(rank=1, device="cuda", steps=2, probes=["comms"],
                          comms=CommsResult(steps=2, by_kind=by_kind, group_size=2, source="NCCL kernels"))
     run = _cuda_run(result)
-    run.spec = JobSpec(world_size=1, device="cuda", strategy=label, probes=("comms",))
+    run.spec = JobSpec(world_size=2, device="cuda", strategy=label, probes=("comms",))  # 2xH200 counts, group of 2
     return run
 
 
@@ -336,3 +336,13 @@ def test_counts_are_checked_and_stored_bytes_only_where_every_call_has_a_size():
     counts = _comms_counts(fsdp2)
     assert counts["comms.reduce_scatter.calls_per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in counts
     assert _comms_counts(zero3)["comms.all_gather.calls_per_step"] == 142
+
+
+def test_a_collectives_check_between_one_rank_jobs_skips_saying_so():
+    """At world size 1 nothing is gathered: 0 vs 0 must not read as a pass (nor turn a strict known gap into an
+    XPASS, as it did on 1xH200 with --distperf-world-size 1)."""
+    one = [_comms_run(name, {}, {}) for name in ("deepspeed", "fsdp2")]
+    for run in one:
+        run.spec = JobSpec(world_size=1, device="cuda", strategy=run.spec.strategy, probes=("comms",))
+    with pytest.raises(pytest.skip.Exception, match="ran on one rank, where no collective runs"):
+        ProbeAssertions(*one).assert_collectives_within("all_gather", 1.5)
