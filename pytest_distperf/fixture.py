@@ -80,7 +80,7 @@ def _label(job: JobSpec) -> str:
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None,
-                 pairs_deadline: float | None = None, pairs_share: tuple[float, str] | None = None):
+                 pairs_deadline: float | None = None, pairs_share: tuple[Any, str] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir

@@ -331,6 +331,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     request.node.stash[fixture_key] = dp
     dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp
+    session.test_seconds.append(dp.clock.elapsed())  # what later tests' shares reserve for each (pairs_share)
 
 
 def _progress_writer(config: pytest.Config) -> Any:

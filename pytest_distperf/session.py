@@ -10,9 +10,10 @@ distperf test runs.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -68,20 +69,27 @@ class DistPerfSession:
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
         # --distperf-session-budget: after this moment (monotonic clock) no test starts a further pair
         self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
+        self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
 
-    def pairs_share(self, tests_left: int) -> tuple[float, str] | None:
-        """A starting test's share of --distperf-session-budget (decision.session_share): an equal part of the time
-        left, `tests_left` counting it and the later tests that may run adaptive pairs; its first two planned looks
-        are held only to the session's deadline. (deadline, how a stop names it); None without a session budget."""
+    def pairs_share(self, tests_left: int) -> tuple[Callable[[float], float], str] | None:
+        """A starting test's share of --distperf-session-budget (decision.session_share), decided when its third
+        look is due: the time left but a reserve for each of the later tests that may run adaptive pairs, the
+        median of what the finished tests and this one's own first two looks have taken (so a cheap test that
+        shares another's runs does not starve, and an expensive first test does not spend later tests' looks).
+        Its first two planned looks are held only to the session's deadline. (share, how a stop names it); None
+        without a session budget."""
         if self.pairs_deadline is None:
             return None
         from pytest_distperf.measure.decision import session_share
 
-        now, tests_left = time.monotonic(), max(1, tests_left)
-        left = max(0.0, self.pairs_deadline - now)
-        return session_share(now, self.pairs_deadline, tests_left), (
-            f"its share of the session budget for a third look ({left / tests_left:.0f} s: {left:.0f} s left "
-            f"for {tests_left} test{'s' if tests_left != 1 else ''})")
+        deadline, tests_left, finished = self.pairs_deadline, max(1, tests_left), list(self.test_seconds)
+        later = tests_left - 1
+
+        def share(elapsed: float) -> float:
+            return session_share(time.monotonic(), deadline, tests_left, statistics.median(finished + [elapsed]))
+
+        return share, (f"its share of the session budget for a third look ({later} later test"
+                       f"{'s' if later != 1 else ''} each held what a test's looks have taken so far)")
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:

@@ -267,6 +267,13 @@ def test_the_session_budget_is_shared_between_the_tests_left():
         shares.append(d.session_share(0.0, left, tests_left))
         left -= spent
     assert shares == [100.0, 130.0, 220.0]
+    # with a reserve: everything but what each later test is held (a cheap test lowers it), decided when due
+    assert d.session_share(0.0, 300.0, 4, reserve_each=60.0) == 120.0
+    assert d.session_share(0.0, 100.0, 4, reserve_each=60.0) == 0.0  # the later tests' looks come first
+    held = Budget(deadline=1000.0, share_deadline=lambda elapsed: d.session_share(100.0, 400.0, 3, elapsed),
+                  share_text="its share")
+    assert d.stop_reason(6, held, Clock(started=40.0, pair_seconds=[10.0], now=lambda: 100.0)) is None  # 60 s held
+    assert d.stop_reason(6, held, Clock(started=-60.0, pair_seconds=[10.0], now=lambda: 100.0)) == "its share"
 
 
 def test_decided_sequences_stop_at_once():
@@ -362,6 +369,6 @@ def test_the_header_names_the_planned_looks_and_how_the_session_budget_is_shared
 
     line = looks_line(build_settings(True, {"session_budget": 360}, {}))
     assert line.startswith("distperf: verdicts look at 3, 6, 12 pairs (runs)")
-    assert "360 s session budget is shared" in line and "equal share of the time left" in line
+    assert "360 s session budget is shared" in line and "less a reserve for each later test" in line
     assert "shared" not in looks_line(build_settings(True, {"max_repeats": 8}, {}))
     assert "look at 3, 6, 8 pairs" in looks_line(build_settings(True, {"max_repeats": 8}, {}))

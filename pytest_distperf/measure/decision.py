@@ -617,7 +617,9 @@ class Budget:
     deadline: float | None = None
     deadline_text: str = "the session's wall-clock budget"
     first_look: int = FIRST_LOOK
-    share_deadline: float | None = None
+    # A moment, or a function of the test's elapsed seconds giving one (the session's share, decided when a third
+    # look is due: session.pairs_share).
+    share_deadline: float | Callable[[float], float] | None = None
     share_text: str = "its share of the session's wall-clock budget"
 
     def __post_init__(self) -> None:
@@ -635,12 +637,17 @@ class Budget:
         return Design(confidence=confidence, max_pairs=max(2, self.max_pairs), first_look=self.first_look)
 
 
-def session_share(now: float, deadline: float, tests_left: int) -> float:
-    """The moment after which a test may not run pairs for its third or later look: an equal share of the
-    session's time left, `tests_left` counting this test and every later one that may compare. Its first two
-    looks are held only to the session's deadline, so every test gets its next planned look before an earlier
-    one spends a later one's share on a third; what a test leaves of its share goes to those after it."""
-    return now + max(0.0, deadline - now) / max(1, tests_left)
+def session_share(now: float, deadline: float, tests_left: int, reserve_each: float | None = None) -> float:
+    """The moment after which a test may not run pairs for its third or later look. `tests_left` counts this test
+    and every later one that may compare. With `reserve_each` (what a test's looks have cost so far in this
+    session: each later test is held that much, enough for its first two looks) the share is everything but the
+    later tests' reserve; without it, an equal share of the time left. Its first two looks are held only to the
+    session's deadline, so every test gets its next planned look before an earlier one takes a third; what a test
+    leaves goes to those after it."""
+    left = max(0.0, deadline - now)
+    if reserve_each is None:
+        return now + left / max(1, tests_left)
+    return now + max(0.0, left - reserve_each * max(0, tests_left - 1))
 
 
 @dataclass
@@ -682,9 +689,12 @@ def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
         return f"wall-clock budget {budget.seconds:g} s"
     if budget.deadline is not None and clock.now() + expected > budget.deadline:
         return budget.deadline_text
-    if (budget.share_deadline is not None and budget.looks.index(target) >= 2
-            and clock.now() + expected > budget.share_deadline):
-        return budget.share_text
+    if budget.share_deadline is not None and budget.looks.index(target) >= 2:
+        share = budget.share_deadline
+        if callable(share):
+            share = share(clock.elapsed())
+        if clock.now() + expected > share:
+            return budget.share_text
     return None
 
 

@@ -49,8 +49,8 @@ def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
     if settings.session_budget:
         tests = sum(1 for p in plans if p.device is not None)
         line += (f"; the {settings.session_budget:g} s session budget is shared: every test gets its first two looks "
-                 f"within it, a third or later look only within an equal share of the time left when the test "
-                 f"starts (time left / tests left{f', {tests} tests collected' if tests else ''})")
+                 f"within it, a third or later look only within the time left less a reserve for each later test "
+                 f"(the median of what the tests' looks have taken so far{f'; {tests} tests collected' if tests else ''})")
     return line
 
 
