@@ -71,7 +71,7 @@ class DistPerfSession:
         self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
 
-    def pairs_share(self, tests_left: int) -> tuple[Callable[[float], float], str] | None:
+    def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
         """A starting test's share of --distperf-session-budget (decision.session_share), decided when its third
         look is due: the time left but a reserve for each of the later tests that may run adaptive pairs, the
         median of what the finished tests and this one's own first two looks have taken (so a cheap test that
@@ -85,8 +85,8 @@ class DistPerfSession:
         deadline, tests_left, finished = self.pairs_deadline, max(1, tests_left), list(self.test_seconds)
         later = tests_left - 1
 
-        def share(elapsed: float) -> float:
-            return session_share(time.monotonic(), deadline, tests_left, statistics.median(finished + [elapsed]))
+        def share(now: float, elapsed: float) -> float:  # on the test's clock, as its deadline is compared
+            return session_share(now, deadline, tests_left, statistics.median(finished + [elapsed]))
 
         return share, (f"its share of the session budget for a third look ({later} later test"
                        f"{'s' if later != 1 else ''} each held what a test's looks have taken so far)")

@@ -270,7 +270,7 @@ def test_the_session_budget_is_shared_between_the_tests_left():
     # with a reserve: everything but what each later test is held (a cheap test lowers it), decided when due
     assert d.session_share(0.0, 300.0, 4, reserve_each=60.0) == 120.0
     assert d.session_share(0.0, 100.0, 4, reserve_each=60.0) == 0.0  # the later tests' looks come first
-    held = Budget(deadline=1000.0, share_deadline=lambda elapsed: d.session_share(100.0, 400.0, 3, elapsed),
+    held = Budget(deadline=1000.0, share_deadline=lambda now, elapsed: d.session_share(now, 400.0, 3, elapsed),
                   share_text="its share")
     assert d.stop_reason(6, held, Clock(started=40.0, pair_seconds=[10.0], now=lambda: 100.0)) is None  # 60 s held
     assert d.stop_reason(6, held, Clock(started=-60.0, pair_seconds=[10.0], now=lambda: 100.0)) == "its share"

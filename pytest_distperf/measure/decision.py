@@ -617,9 +617,9 @@ class Budget:
     deadline: float | None = None
     deadline_text: str = "the session's wall-clock budget"
     first_look: int = FIRST_LOOK
-    # A moment, or a function of the test's elapsed seconds giving one (the session's share, decided when a third
-    # look is due: session.pairs_share).
-    share_deadline: float | Callable[[float], float] | None = None
+    # A moment, or a function of (now, the test's elapsed seconds) on the test's clock giving one (the session's
+    # share, decided when a third look is due: session.pairs_share).
+    share_deadline: float | Callable[[float, float], float] | None = None
     share_text: str = "its share of the session's wall-clock budget"
 
     def __post_init__(self) -> None:
@@ -692,7 +692,7 @@ def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
     if budget.share_deadline is not None and budget.looks.index(target) >= 2:
         share = budget.share_deadline
         if callable(share):
-            share = share(clock.elapsed())
+            share = share(clock.now(), clock.elapsed())
         if clock.now() + expected > share:
             return budget.share_text
     return None
