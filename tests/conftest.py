@@ -10,3 +10,17 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(os.path.expanduser("~
 import torch  # noqa: E402,F401
 
 import pytest_distperf.fixture  # noqa: E402,F401
+
+
+# No test of the plugin's own suite waits forever: one that hangs fails with its stack after this many seconds
+# (pytest-timeout, signal method: the suite goes on) instead of stopping CI at its wall-clock limit with no word.
+# The longest test takes about 100 s on the 2-core box. An explicit @pytest.mark.timeout wins.
+TEST_TIMEOUT_SECONDS = 900
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_SECONDS, method="signal"))
