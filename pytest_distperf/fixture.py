@@ -42,6 +42,13 @@ if TYPE_CHECKING:
     from pytest_distperf.gate.regression import BaselineGate
 
 
+def pytest_outcomes() -> tuple[type[BaseException], ...]:
+    """pytest's outcome exceptions (fail, skip, xfail): a rank's outcome on the base side is caught as its failure."""
+    import pytest
+
+    return pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception
+
+
 def _drop_scratch(values: dict[int, Any]) -> None:
     """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
     in its scratch folder (worker.py: <job folder>/scratch)."""
@@ -214,7 +221,7 @@ class DistPerf:
         return self.measure(self.step_job(make_step, **job_kwargs), repeats=repeats)
 
     # -- running -----------------------------------------------------------------------------------------------
-    def _launch(self, job: JobSpec) -> dict[int, Any]:
+    def _launch(self, job: JobSpec, remember_failure: bool = True) -> dict[int, Any]:
         from pytest_distperf.launch import outcomes
 
         started = time.monotonic()
@@ -228,7 +235,7 @@ class DistPerf:
 
         # Strategy jobs are deterministic configurations: one that failed fails the next test that shares it
         # without a relaunch. User functions (run_function) are always run.
-        key = job.config_hash() if job.function is None else None
+        key = job.config_hash() if job.function is None and remember_failure else None
         self._prepare_ops(job)
         with outcomes.as_pytest_outcome():
             if key in self.cache.failed_jobs:
@@ -306,9 +313,29 @@ class DistPerf:
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
+        """One run of the job. Head vs base (--distperf-against): with its twin on the base's code, head first in
+        even pairs, base first in odd ones (gate/against.py); a base that fails is recorded, never raised."""
+        base = self.gate.base_side(job) if hasattr(self.gate, "base_side") else None
+        if base is None:
+            return self._run_once(job)
+        base_run: RunResult | None = None
+        head_first = self.gate.head_first(job)  # type: ignore[union-attr]
+        if head_first:
+            head_run = self._run_once(job)
+        try:
+            base_run = self._run_once(base, remember_failure=False)
+        except (Exception, *pytest_outcomes()) as e:  # the base side's failure is not HEAD's
+            self.gate.base_failed(job, str(getattr(e, "msg", None) or e))  # type: ignore[union-attr]
+        if not head_first:
+            head_run = self._run_once(job)
+        if base_run is not None:
+            self.gate.add(job, head_run, base_run)  # type: ignore[union-attr]
+        return head_run
+
+    def _run_once(self, job: JobSpec, remember_failure: bool = True) -> RunResult:
         start = time.monotonic()
         self._slot_wait = 0.0
-        values = self._launch(job)
+        values = self._launch(job, remember_failure)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)

@@ -108,6 +108,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "or improved metric listed")
     group.addoption("--distperf-html-url", dest="distperf_html_url", default=None, metavar="URL",
                     help="where the HTML report will be, for the PR comment's link (default: $DISTPERF_HTML_URL)")
+    group.addoption("--distperf-against", dest="distperf_against", default=None, metavar="REF",
+                    help="head vs base: every job also runs on REF's code (a git worktree of the merge base of REF "
+                         "and HEAD), interleaved in pairs, and each metric is decided on the pairs instead of "
+                         "against stored baselines")
+    parser.addini("distperf_against", "a git ref: as --distperf-against", default=None)
+    group.addoption("--distperf-against-exact", action="store_true", dest="distperf_against_exact",
+                    help="with --distperf-against: compare against REF itself, not its merge base with HEAD")
     group.addoption("--distperf-history", dest="distperf_history", default=None, metavar="URL",
                     help="append this session's results to a history database: a file, sqlite:///PATH or "
                          "postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m pytest_distperf history URL` "
@@ -135,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.enabled:
         _load_strategies()
     session = DistPerfSession(config, settings, _gate_session(config, settings.enabled, settings.strict))
+    session.against = _base_checkout(config, settings.enabled)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "distperf-session")
 
@@ -156,6 +164,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import sys
 
     strategies = sys.modules.get("pytest_distperf.strategies")
+    session = config.stash.get(session_key, None)
+    if session is not None and session.against is not None:
+        session.against.remove()
     if strategies is not None and config.stash.get(registry_session_key, False):
         strategies.REGISTRY.end_session()
     elif strategies is not None:  # first imported during this session: nothing earlier to bring back
@@ -202,6 +213,26 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
     except (SettingsError, BaselineError) as e:
         raise pytest.UsageError(f"distperf: {e}") from None
     return gate
+
+
+def _base_checkout(config: pytest.Config, enabled: bool) -> Any:
+    """--distperf-against=REF: REF's code checked out beside HEAD's for the session (gate/against.py)."""
+    ref = config.getoption("distperf_against") or config.getini("distperf_against")
+    if not ref:
+        if config.getoption("distperf_against_exact"):
+            raise pytest.UsageError("distperf: --distperf-against-exact needs --distperf-against=REF")
+        return None
+    if not enabled:
+        raise pytest.UsageError("distperf: --distperf-against needs --distperf (it compares what the tests measure)")
+    if config.getoption("distperf_save"):
+        raise pytest.UsageError("distperf: --distperf-against compares head with base in this session; "
+                                "--distperf-save records stored baselines: give one of them")
+    from pytest_distperf.gate import against
+
+    try:
+        return against.prepare(str(config.rootpath), ref, bool(config.getoption("distperf_against_exact")))
+    except SettingsError as e:
+        raise pytest.UsageError(f"distperf: {e}") from None
 
 
 def _check_report_paths(config: pytest.Config, enabled: bool) -> None:
@@ -317,10 +348,15 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             from pytest_distperf.launch.base import make_launcher
 
-            gate = regression.BaselineGate(session.gate, request.node.nodeid, plan.device, plan.world_size, policy,
-                                           nodes=plan.nodes,
-                                           inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node(),
-                                           test_file=str(request.node.path))
+            if session.against is not None:  # head vs base in the stored baselines' place (gate/against.py)
+                from pytest_distperf.gate.against import AgainstGate
+
+                gate = AgainstGate(session.against, request.node.nodeid, policy, test_file=str(request.node.path))
+            else:
+                gate = regression.BaselineGate(
+                    session.gate, request.node.nodeid, plan.device, plan.world_size, policy, nodes=plan.nodes,
+                    inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node(),
+                    test_file=str(request.node.path))
         except BaselineError as e:
             problem = str(e)
         if problem:

@@ -70,6 +70,7 @@ class DistPerfSession:
         # --distperf-session-budget: after this moment (monotonic clock) no test starts a further pair
         self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
+        self.against: Any = None  # --distperf-against: REF's checkout (gate/against.BaseCheckout)
 
     def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
         """A starting test's share of --distperf-session-budget (decision.session_share), decided when its third
@@ -96,7 +97,11 @@ class DistPerfSession:
         from pytest_distperf.redact import redact_text
         from pytest_distperf.report.header import header_lines
 
-        return [redact_text(line) for line in header_lines(self.settings, self.gate, self.plans) + (
+        against = [f"distperf: {self.against.label()}: every job runs in interleaved head/base pairs, decided on "
+                   f"the pairs (no stored baselines)"] if self.against else []
+        if self.against and self.against.problem:
+            against.append(f"distperf: head vs base cannot compare: {self.against.problem}")
+        return [redact_text(line) for line in header_lines(self.settings, self.gate, self.plans) + against + (
             self.gpu_clocks.header_lines() if self.gpu_clocks else [])]  # e.g. an agents template, a URL
 
     # -- GPU clocks: locked for the session where asked, always unlocked (launch/gpuclocks.py) -------------
@@ -166,7 +171,8 @@ class DistPerfSession:
                             "save": bool(gate and gate.settings.save),
                             "require_baseline": bool(gate and gate.settings.policy.require_baseline),
                             "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement),
-                            "gpu_clocks": self.gpu_clocks.record() if self.gpu_clocks else None},
+                            "gpu_clocks": self.gpu_clocks.record() if self.gpu_clocks else None,
+                            "against": self.against.to_json() if self.against else None},
                 device=self.session_device(), html_path=self.config.getoption("distperf_html"),
                 pr_comment_path=self.config.getoption("distperf_pr_comment"),
                 html_url=self.config.getoption("distperf_html_url"),

@@ -654,8 +654,11 @@ def _verdict_row(test: Mapping[str, Any], v: Mapping[str, Any], xfailed: bool) -
     limit = f"± {v['threshold']:.1%}" if v.get("threshold") is not None else "–"
     value = (f"{_pct(v.get('delta'))} ({fmt_unit(v.get('baseline'), v.get('unit', ''))} → "
              f"{fmt_unit(v.get('current'), v.get('unit', ''))})")
-    return VerdictRow(test["nodeid"], "baseline", f"{v.get('metric')} of {v.get('job')}", value, interval, limit,
-                      outcome, note, fails)
+    subject = f"{v.get('metric')} of {v.get('job')}"
+    if v.get("reference"):  # head vs base (gate/against.py): both commits named
+        subject = f"{subject}, {v['reference']}"
+        value = value.replace(" → ", " base → head ")
+    return VerdictRow(test["nodeid"], "baseline", subject, value, interval, limit, outcome, note, fails)
 
 
 def verdict_rows(doc: Mapping[str, Any]) -> list[VerdictRow]:

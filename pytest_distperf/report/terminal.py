@@ -102,6 +102,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
+    against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
     saved_jobs: set[tuple[str, str]] = set()
     for nodeid, records in records_by_test:
@@ -140,6 +141,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
             elif r["kind"] == "baseline_saved":
                 saved_jobs.add((nodeid, r["job"]))
                 saved.append(_saved_row(nodeid, r))
+            elif r["kind"] == "baseline" and r.get("reference"):  # head vs base (gate/against.py)
+                against.setdefault(r["reference"], []).append(_baseline_row(nodeid, r) + [r.get("note", "")])
             elif r["kind"] == "baseline" and r.get("status") == "new":
                 unrecorded.setdefault((nodeid, r["job"]), []).append(r["metric"])
             elif r["kind"] == "baseline":
@@ -167,6 +170,11 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
                                _merge_shared(baselines))
+    for reference, rows in against.items():
+        lines += ["", f"{reference}:"] + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval",
+                                                 "status"], _merge_shared([row[:-1] for row in rows]))
+        lines += [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark(
+            {"status": "pass"})]  # why each undecided, failed or incomparable verdict is so
     unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]

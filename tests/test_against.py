@@ -1,0 +1,113 @@
+"""Head against base (--distperf-against=REF, gate/against.py): a real git repository, a real worktree of the
+base commit and real CPU jobs whose ranks import the project from each side.
+
+The project's step sleeps a module constant; the head commit doubles it. Interleaved head/base pairs decide
+step time FAIL on the pairs, with both commits named; a test file the head adds reads "new"; a REF that does
+not exist is a usage error naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_distperf.errors import SettingsError
+from pytest_distperf.gate import against
+from pytest_distperf.spec import FunctionRef, JobSpec
+
+STEPS = """
+import time
+
+DELAY = {delay}
+
+
+def sleeper():
+    def step():
+        time.sleep(DELAY)
+    return step
+"""
+
+TEST = """
+import pytest
+
+
+@pytest.mark.distperf(world_size=1, max_repeats=3)
+def test_{name}(distperf):
+    distperf.measure(distperf.step_job("steps:sleeper", steps=5, warmup=1))
+"""
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Path:
+    root = pytester.path
+    git(root, "init", "-q", "-b", "main")
+    (root / "steps.py").write_text(STEPS.format(delay=0.02))
+    (root / "test_perf.py").write_text(TEST.format(name="sleeper"))
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "base")
+    return root
+
+
+def test_a_slower_head_fails_on_the_pairs_and_a_new_test_reads_new(pytester: pytest.Pytester, repo: Path):
+    git(repo, "switch", "-q", "-c", "change")
+    (repo / "steps.py").write_text(STEPS.format(delay=0.04))  # the change under test: twice the step's work
+    (repo / "test_added.py").write_text(TEST.format(name="added"))
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "slower")
+    base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "HEAD")
+
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "-rA", "--distperf-against=main",
+                                "--distperf-json=r.json")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    assert f"head {head[:12]} vs base {base[:12]} (merge base of main and HEAD)" in out
+    assert "distperf head vs base failed for test_perf.py::test_sleeper" in out
+    doc = json.loads((repo / "r.json").read_text())
+    assert doc["invocation"]["against"]["base_commit"] == base
+    tests = {t["nodeid"]: t for t in doc["tests"]}
+    step = next(v for v in tests["test_perf.py::test_sleeper"]["verdicts"] if v["metric"] == "step_time")
+    assert step["status"] == "fail" and step["base_commit"] == base and step["head_commit"] == head
+    assert 0.6 < step["delta"] < 1.4, step  # twice the sleep: +100 %, measured on the pairs
+    assert step["baseline_runs"] == step["current_runs"] == 3
+    added = tests["test_added.py::test_added"]["verdicts"]
+    assert [v["status"] for v in added] == ["new"] and "does not exist at base" in added[0]["note"]
+    assert git(repo, "worktree", "list").count("\n") == 0  # the base worktree is gone with the session
+
+
+def test_a_ref_that_does_not_exist_is_a_usage_error(pytester: pytest.Pytester, repo: Path):
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-against=nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--distperf-against=nope: no commit 'nope' in*"])
+
+
+def test_outside_a_repository_and_with_save(tmp_path: Path, pytester: pytest.Pytester, repo: Path):
+    with pytest.raises(SettingsError, match="is not inside a git repository"):
+        against.prepare(str(tmp_path), "main")
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-against=main",
+                                "--distperf-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--distperf-against*--distperf-save*give one of them*"])
+
+
+def test_the_base_side_imports_the_project_from_the_worktree_and_the_harness_from_head(repo: Path):
+    checkout = against.prepare(str(repo), "main", exact=True)
+    try:
+        job = JobSpec(world_size=1, device="cpu", step=FunctionRef("steps", "sleeper", str(repo / "steps.py")),
+                      sys_path=[str(repo), "/usr/lib/python3/dist-packages"])
+        base = checkout.base_job(job)
+        assert base.sys_path[:2] == [checkout.harness_dir, checkout.worktree]
+        assert "/usr/lib/python3/dist-packages" in base.sys_path and str(repo) not in base.sys_path
+        assert base.step.file == str(Path(checkout.worktree) / "steps.py")
+        assert base.config_hash() == job.config_hash()  # the same job: only where its code comes from differs
+        assert (Path(checkout.harness_dir) / "pytest_distperf" / "__init__.py").exists()
+        assert checkout.dirty == "" and checkout.problem == ""
+    finally:
+        checkout.remove()
+    assert not Path(checkout.worktree).exists()
