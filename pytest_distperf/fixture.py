@@ -42,13 +42,6 @@ if TYPE_CHECKING:
     from pytest_distperf.gate.regression import BaselineGate
 
 
-def pytest_outcomes() -> tuple[type[BaseException], ...]:
-    """pytest's outcome exceptions (fail, skip, xfail): a rank's outcome on the base side is caught as its failure."""
-    import pytest
-
-    return pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception
-
-
 def _drop_scratch(values: dict[int, Any]) -> None:
     """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
     in its scratch folder (worker.py: <job folder>/scratch)."""
@@ -315,16 +308,19 @@ class DistPerf:
     def _run(self, job: JobSpec) -> RunResult:
         """One run of the job. Head vs base (--distperf-against): with its twin on the base's code, head first in
         even pairs, base first in odd ones (gate/against.py); a base that fails is recorded, never raised."""
-        base = self.gate.base_side(job) if hasattr(self.gate, "base_side") else None
+        base_side = getattr(self.gate, "base_side", None)  # gate/against.AgainstGate
+        base = base_side(job) if base_side else None
         if base is None:
             return self._run_once(job)
+        from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
+
         base_run: RunResult | None = None
         head_first = self.gate.head_first(job)  # type: ignore[union-attr]
         if head_first:
             head_run = self._run_once(job)
         try:
             base_run = self._run_once(base, remember_failure=False)
-        except (Exception, *pytest_outcomes()) as e:  # the base side's failure is not HEAD's
+        except (Exception, *PYTEST_OUTCOMES) as e:  # the base side's failure is not HEAD's
             self.gate.base_failed(job, str(getattr(e, "msg", None) or e))  # type: ignore[union-attr]
         if not head_first:
             head_run = self._run_once(job)

@@ -26,11 +26,11 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.gate.policy import Policy
-from pytest_distperf.gate.regression import (Landing, Verdict, _decide_count, _positive, _worse, describe_verdict,
-                                             is_failing, limit_of, note_deciding_figure, until_decided)
+from pytest_distperf.gate.regression import (Landing, Verdict, property_text, decide_metric, describe_verdict,
+                                             is_failing, note_deciding_figure, until_decided)
 from pytest_distperf.gate.store import job_identity, metrics_from_runs
 from pytest_distperf.measure import decision
-from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock
+from pytest_distperf.measure.decision import Budget, Clock
 from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.results import RunResult
 from pytest_distperf.spec import FunctionRef, JobSpec
@@ -185,53 +185,12 @@ class PairedJob:
 
 def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], policy: Policy,
                  design: decision.Design) -> list[Verdict]:
-    """Each gated metric of head against base on the pairs: time and memory on the paired interval of
-    head/base against the gate's limit, counts exactly (the worst head run against the base runs' median)."""
+    """Each gated metric of head against base on the pairs, as the baseline gate decides it (decide_metric),
+    on the paired interval: the gate's limits, counts exactly."""
     head = metrics_from_runs([h for h, _ in pairs])
     base = metrics_from_runs([b for _, b in pairs])
-    out = []
-    for name, current in head.items():
-        if not policy.gates(name) or name not in base:
-            continue
-        reference = base[name]
-        v = Verdict(test=test, job=job, metric=name, metric_kind=current.kind, unit=current.unit,
-                    direction=current.direction, status="new", current=current.center, baseline=reference.center,
-                    current_cv=current.variation, baseline_cv=reference.variation, current_runs=len(current.runs),
-                    baseline_runs=len(reference.runs))
-        if reference.center:
-            v.delta = current.center / reference.center - 1
-        if current.kind == "count":
-            _decide_count(v, reference, current)
-            if v.status == "improved":
-                v.note = "better than the base"
-            elif v.status == "fail":
-                v.note = "differs from the base (counts must match exactly)"
-        elif any(x <= 0 for x in (*reference.runs, *current.runs)) and current.kind == "time":
-            v.status, v.note = "inconclusive", "non-positive times cannot be compared"
-        else:
-            t, v.threshold_text = limit_of(reference, policy, name)
-            _decide_paired(v, reference.runs, current.runs, t, design)
-        out.append(v)
-    return out
-
-
-def _decide_paired(v: Verdict, base: list[float], head: list[float], t: float, design: decision.Design) -> None:
-    est = decision.paired(_positive(head), _positive(base), design)
-    v.delta, v.level, v.threshold, v.next_look = est.ratio - 1, est.level, t, est.next_look
-    v.low = None if est.lo is None else est.lo - 1
-    v.high = None if est.hi is None else est.hi - 1
-    worse = _worse(est, v.direction)
-    pairs = f"{len(head)} head/base pairs, pair-to-pair {est.pair_cv:.1%}" if est.pair_cv is not None else \
-        f"{len(head)} head/base pair(s)"
-    verdict = decision.decide(worse, 1.0 + t)
-    if verdict.outcome == FAIL:
-        v.status, v.note = "fail", f"head worse than base by more than the limit over the whole interval ({pairs})"
-    elif verdict.outcome == INCONCLUSIVE:
-        v.status, v.note = "inconclusive", f"the interval holds the limit ({pairs})"
-    elif decision.decide(worse, 1.0 / (1.0 + t), "at_least").outcome == FAIL:
-        v.status, v.note = "improved", f"head better than base by more than the limit ({pairs})"
-    else:
-        v.status, v.note = "pass", f"within the limit of the base ({pairs})"
+    return [decide_metric(test, job, name, base[name], current, policy, design, paired=True)
+            for name, current in head.items() if policy.gates(name) and name in base]
 
 
 class AgainstGate:
@@ -303,15 +262,13 @@ class AgainstGate:
         against = {"reference": self.checkout.label(), "head_commit": self.checkout.head_commit,
                    "base_commit": self.checkout.base_commit}
         records = [{**v.to_record(self.policy), **against} for v in verdicts]
-        props = [(f"distperf.against.{v.metric}[{v.job}]", f"{v.status} {v.delta if v.delta is not None else ''}")
-                 for v in verdicts]
+        props = [(f"distperf.against.{v.metric}[{v.job}]", property_text(v)) for v in verdicts]
         failing = [v for v in verdicts if is_failing(v, self.policy)]
         message = None
         if failing:
             lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
             for v in failing:
-                lines += ["  " + line.replace("vs baseline", "vs base").replace("  baseline ", "  base     ")
-                          .replace("  current  ", "  head     ") for line in describe_verdict(v, self.policy)]
+                lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
             message = "\n".join(lines)
         detail = {"against": self.checkout.to_json()}
         return Landing(bool(failing), message, props, detail, records)

@@ -90,7 +90,9 @@ class Verdict:
 
 # -- the pure decision ------------------------------------------------------------------------------------------
 def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | None, current: MetricSeries,
-                  policy: Policy, design: Design = Design()) -> Verdict:
+                  policy: Policy, design: Design = Design(), paired: bool = False) -> Verdict:
+    """`paired`: the runs of `current` and `baseline` are interleaved pairs (head vs base, gate/against.py),
+    decided on the paired interval; else the stored runs are fixed and the interval is unpaired."""
     v = Verdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
                 direction=current.direction, status="new", current=current.center, current_cv=current.variation,
                 current_runs=len(current.runs))
@@ -101,12 +103,12 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
     if baseline.center:
         v.delta = current.center / baseline.center - 1
     if current.kind == "count":
-        _decide_count(v, baseline, current)
+        _decide_count(v, baseline, current, "the base" if paired else "the baseline")
     elif any(x <= 0 for x in (*baseline.runs, *current.runs)) and current.kind == "time":
         v.status, v.note = "inconclusive", "non-positive times cannot be compared"
     else:
         t, v.threshold_text = limit_of(baseline, policy, metric)
-        _decide_interval(v, baseline, current, t, design)
+        _decide_interval(v, baseline, current, t, design, paired)
     return v
 
 
@@ -207,14 +209,16 @@ def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
                    hi=None if not est.lo else 1.0 / est.lo)
 
 
-def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design) -> None:
-    """Time and memory: the core's unpaired interval of current/baseline against 1 + t (and 1/(1 + t))."""
-    est = decision.unpaired(_positive(c.runs), _positive(b.runs), design)
+def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design,
+                     paired: bool = False) -> None:
+    """Time and memory: the core's interval of current/baseline against 1 + t (and 1/(1 + t)), unpaired against
+    stored runs, or paired over interleaved pairs."""
+    est = (decision.paired if paired else decision.unpaired)(_positive(c.runs), _positive(b.runs), design)
     v.delta, v.level, v.threshold, v.next_look = est.ratio - 1, est.level, t, est.next_look
     v.low = None if est.lo is None else est.lo - 1
     v.high = None if est.hi is None else est.hi - 1
     worse = _worse(est, c.direction)
-    runs = f"{len(c.runs)} current against {len(b.runs)} stored run(s)"
+    runs = (f"{len(c.runs)} interleaved pairs" if paired else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
     verdict = decision.decide(worse, 1.0 + t)
     if verdict.outcome == FAIL:
         v.status, v.note = "fail", f"worse by more than the limit over the whole interval ({runs})"
@@ -222,19 +226,21 @@ def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, des
         v.status = "inconclusive"
         v.note = (f"the interval holds the limit ({runs})" if not worse.unbounded
                   else f"too few runs for an interval ({runs}): a side with one run has no variation")
-        reach = _reach(b, design)
+        reach = None if paired else _reach(b, design)
         if reach is not None and reach > 1.0 + t and b.variation is not None:  # the stored runs keep it undecided
             v.note += (f"; the stored runs' spread ({b.variation:.1%} run-to-run over {len(b.runs)}) "
                        f"lets no unchanged job pass within {design.max_pairs} runs: record the baseline again on a "
                        f"quieter machine or with more runs")
     elif decision.decide(worse, 1.0 / (1.0 + t), "at_least").outcome == FAIL:
-        v.status, v.note = "improved", f"better by more than the limit over the whole interval ({runs}): refresh the baseline"
+        v.status = "improved"
+        v.note = f"better by more than the limit over the whole interval ({runs})" + (
+            "" if paired else ": refresh the baseline")
     else:
         v.status = "pass"
 
 
-def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries) -> None:
-    """Exact: the worst of the current runs against the stored value."""
+def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries, reference: str = "the baseline") -> None:
+    """Exact: the worst of the current runs against the reference's value (the median of its runs)."""
     v.threshold, v.threshold_text = 0.0, "exact"
     sign = 1.0 if c.direction == "lower" else -1.0
     worst = max(c.runs, key=lambda x: sign * x)
@@ -242,9 +248,10 @@ def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries) -> None:
     v.current = worst
     v.delta = worst / b.center - 1 if b.center else None
     if worse > 0:
-        v.status, v.note = "fail", "differs from the baseline (counts must match exactly)"
+        v.status, v.note = "fail", f"differs from {reference} (counts must match exactly)"
     elif worse < 0:
-        v.status, v.note = "improved", "better than the baseline: refresh the baseline"
+        v.status, v.note = "improved", f"better than {reference}" + (
+            ": refresh the baseline" if reference == "the baseline" else "")
     else:
         v.status = "pass"
     if len(set(c.runs)) > 1:
@@ -492,7 +499,7 @@ class BaselineGate:
         whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
         self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
         detail = self._detail()
-        props = [(f"distperf.baseline.{v.metric}[{v.job}]", _property_text(v)) for v in self.verdicts]
+        props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
         records = [v.to_record(self.policy, enforced=not self.save_mode) for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.measured:
@@ -573,8 +580,8 @@ def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, ki
     return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
 
 
-def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
-    """The lines of a failure message for one verdict."""
+def describe_verdict(v: Verdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+    """The lines of a failure message for one verdict; `sides` names its reference and candidate."""
     head = f"{v.job}: {v.metric} {v.status.upper()}"
     current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind)
     if v.status in ("new", "not comparable"):
@@ -583,9 +590,10 @@ def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
     record = asdict(v)
     text = fmt_interval(record)
     interval = ("" if v.level is None else f": {text}" if is_words(text) else f", {v.level:.0%} interval {text}")
-    lines = [f"{head}: {fmt_pct(v.delta)} vs baseline{interval}; limit {v.threshold_text}",
-             f"  baseline {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
-             f"  current  {current}"]
+    width = max(map(len, sides))
+    lines = [f"{head}: {fmt_pct(v.delta)} vs {sides[0]}{interval}; limit {v.threshold_text}",
+             f"  {sides[0]:<{width}} {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
+             f"  {sides[1]:<{width}} {current}"]
     if v.note:
         lines.append(f"  {v.note}" + (f"; {v.stopped}" if v.stopped and v.stopped != "decided" else ""))
     if v.status == "inconclusive" and policy.strict:
@@ -595,5 +603,5 @@ def describe_verdict(v: Verdict, policy: Policy) -> list[str]:
     return lines
 
 
-def _property_text(v: Verdict) -> str:
+def property_text(v: Verdict) -> str:
     return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"

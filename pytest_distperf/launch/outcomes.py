@@ -9,6 +9,9 @@ import pytest
 
 from pytest_distperf.launch.launcher import JobError, RankOutcome
 
+# What as_pytest_outcome raises: a caller that runs a job whose failure is not the test's catches these.
+PYTEST_OUTCOMES = (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception)
+
 
 @contextlib.contextmanager
 def as_pytest_outcome() -> Iterator[None]:
