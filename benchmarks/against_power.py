@@ -236,6 +236,10 @@ def relative_trial(rng: random.Random, pairs: list[list[RunResult]], checkout: a
     return {v.metric: v.status for v in verdicts}, len(gate.jobs[next(iter(gate.jobs))].pairs)
 
 
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def rate(hits: int, n: int) -> str:
     lo, hi = wilson(hits, n)
     return f"{hits / n:6.1%} [{lo:.1%}, {hi:.1%}]"
@@ -252,9 +256,9 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     walls = [r.wall_seconds for rnds in data["phases"].values() for rnd in rnds for pair in rnd.values() for r in pair]
     summary["run_wall_seconds"] = statistics.median(walls)
     print(f"stored block: {len(stored)} runs of base, step time {summary['stored_ms']:.1f} ms, run-to-run "
-          f"{summary['stored_run_to_run']:.1%}; a run's wall time {summary['run_wall_seconds']:.1f} s (median)")
-    print(f"\n{'phase':<6} {'condition':<8} {'pool Δ':>8} {'pair-to-pair':>12} | {'head vs base: FAIL':>22} "
-          f"{'pairs':>6} {'min':>5} | {'stored gate: FAIL':>22} {'runs':>5} {'min':>5}")
+          f"{pct(summary['stored_run_to_run'])}; a run's wall time {summary['run_wall_seconds']:.1f} s (median)")
+    print(f"\n{'phase':<6} {'condition':<8} {'pool Δ':>8} {'pair-to-pair':>12} | {"head vs base: step FAIL":>22} "
+          f"{'pairs':>6} {'min':>5} | {"stored gate: step FAIL":>22} {'runs':>5} {'min':>5}")
     for phase, rounds in data["phases"].items():
         for cond in CONDITIONS:
             pairs = [rnd[cond] for rnd in rounds if cond in rnd]
@@ -286,7 +290,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                 row["flops_delta"] = statistics.median(
                     (run_work(h)["flops_per_step"] / run_work(b)["flops_per_step"] - 1) for h, b in pairs)
             summary["rows"].append(row)
-            print(f"{phase:<6} {cond:<8} {pool_delta:>+8.1%} {row['pair_to_pair']:>12.1%} | "
+            print(f"{phase:<6} {cond:<8} {pool_delta:>+8.1%} {pct(row['pair_to_pair']):>12} | "
                   f"{rate(rel_fail, args.trials):>22} {rel_pairs:>6.2f} {rel_min:>5.1f} | "
                   f"{rate(gate_fail, args.trials):>22} {gate_runs:>5.2f} {gate_min:>5.1f}")
             if cond == "flops":
