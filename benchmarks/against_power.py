@@ -257,8 +257,8 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     summary["run_wall_seconds"] = statistics.median(walls)
     print(f"stored block: {len(stored)} runs of base, step time {summary['stored_ms']:.1f} ms, run-to-run "
           f"{pct(summary['stored_run_to_run'])}; a run's wall time {summary['run_wall_seconds']:.1f} s (median)")
-    print(f"\n{'phase':<6} {'condition':<8} {'pool Δ':>8} {'pair-to-pair':>12} | {"head vs base: step FAIL":>22} "
-          f"{'pairs':>6} {'min':>5} | {"stored gate: step FAIL":>22} {'runs':>5} {'min':>5}")
+    print(f"\n{'phase':<6} {'condition':<8} {'pool Δ':>8} {'pair-to-pair':>12} | {'head vs base: step FAIL':>22} "
+          f"{'pairs':>6} {'min':>5} | {'stored gate: step FAIL':>22} {'runs':>5} {'min':>5}")
     for phase, rounds in data["phases"].items():
         for cond in CONDITIONS:
             pairs = [rnd[cond] for rnd in rounds if cond in rnd]
