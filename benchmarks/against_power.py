@@ -5,8 +5,10 @@ The project is this repository itself: a clone of it, with the user workload of 
 (a user's model, not the built-in one). Commits made on the clone:
   base     the benchmark's fixed workload (WIDTH, DEPTH and a perf test file for the session timings);
   A/A      a no-op commit on base (`git commit --allow-empty`);
-  slower   base plus extra residual blocks in the user's model (about +30 % step time: the size is measured);
-  flops    base plus a slightly wider hidden layer (about +2 % FLOPs: a change wall time cannot resolve).
+  host     base plus host-side Python work in each block's forward (about +30 % step time, the same FLOPs and
+           operators: only wall time can see it; --host-work sizes it, the size is measured);
+  deeper   base plus two more residual blocks (about +30 % step time and +33 % FLOPs);
+  flops    base plus a slightly wider hidden layer (about +3 % FLOPs: a change wall time cannot resolve).
 Each side runs from a git worktree of its commit made by the plugin's own `against.prepare` (the harness stays
 this checkout's, as in a session), through the plugin's launcher: every run is a real job.
 
@@ -25,10 +27,12 @@ Analysis (re-sampling the recorded runs; --from-pickle re-analyses a collection)
   --trials decisions; the intervals leave out the uncertainty of the finite pools the trials re-sample.
   Draws are without replacement while a pool lasts: a pool smaller than what a verdict asks for repeats pairs.
 Sessions (--sessions): real `pytest --distperf` runs on the clone's perf test, timed: a stored-baseline save and
-check, and --distperf-against on the A/A and on the slower commit -- the wall time of a verdict, each way.
+check, and --distperf-against on the A/A, host and deeper commits -- the wall time of a verdict, each way.
 
     python benchmarks/against_power.py --pickle /tmp/against.pkl --json benchmarks/results/against-cpu-2core.json
     python benchmarks/against_power.py --from-pickle /tmp/against.pkl
+    python benchmarks/against_power.py --device cuda --world-size 1 --phases quiet --stored 3 --rounds 4 \\
+        --flops-rounds 2 --json against-1xh200.json                                     # 1xH200: no drift phase
 """
 
 from __future__ import annotations
@@ -60,21 +64,30 @@ from pytest_distperf.results import RunResult  # noqa: E402
 from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
 
 WIDTH, DEPTH, BATCH = 256, 6, 32
-CONDITIONS = ("A/A", "slower", "flops")
+CONDITIONS = ("A/A", "host", "deeper", "flops")
+TIMED = 3  # the conditions every round has; flops only the first --flops-rounds
 TEST_FILE = "examples/test_against_bench.py"  # examples/ is on the ranks' sys.path, as for test_my_model.py
-TEST = f'''import pytest
+TEST = '''import pytest
 
 
-@pytest.mark.distperf(world_size=2)
+@pytest.mark.distperf(world_size={world_size})
 def test_user_model_ddp(distperf):
     distperf.measure(distperf.job("ddp", workload="my_model:make_workload",
-                                  workload_kwargs={{"width": {WIDTH}, "depth": {DEPTH}, "batch_size": {BATCH}}}))
+                                  workload_kwargs={{"width": {width}, "depth": {depth}, "batch_size": {batch}}}))
 '''
-SLOWER = ("        self.blocks = nn.Sequential(*(Block(width) for _ in range(depth)))",
-          "        self.blocks = nn.Sequential(*(Block(width) for _ in range(depth + 2)))  # the change: 2 more blocks")
-WIDER = ("        self.up = nn.Linear(width, 4 * width)\n        self.down = nn.Linear(4 * width, width)",
-         "        self.up = nn.Linear(width, 4 * width + 32)  # the change: a wider hidden layer\n"
-         "        self.down = nn.Linear(4 * width + 32, width)")
+DEEPER = [("        self.blocks = nn.Sequential(*(Block(width) for _ in range(depth)))",
+           "        self.blocks = nn.Sequential(*(Block(width) for _ in range(depth + 2)))  # the change: 2 more blocks")]
+WIDER = [("        self.up = nn.Linear(width, 4 * width)\n        self.down = nn.Linear(4 * width, width)",
+          "        self.up = nn.Linear(width, 4 * width + 32)  # the change: a wider hidden layer\n"
+          "        self.down = nn.Linear(4 * width + 32, width)")]
+
+
+def host_work(n: int) -> list[tuple[str, str]]:
+    return [("class Block(nn.Module):",
+             f"def host_work(n: int = {n}) -> int:  # the change: Python work on the host in every block\n"
+             "    return sum(i * i for i in range(n))\n\n\nclass Block(nn.Module):"),
+            ("        return x + self.down(F.gelu(self.up(self.norm(x))))",
+             "        host_work()\n        return x + self.down(F.gelu(self.up(self.norm(x))))")]
 
 
 def git(root: str, *args: str) -> str:
@@ -82,40 +95,43 @@ def git(root: str, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def commit_change(root: str, branch: str, replace: tuple[str, str] | None) -> None:
+def commit_change(root: str, branch: str, replace: list[tuple[str, str]] | None) -> None:
     git(root, "switch", "-q", "-c", branch, "base")
     if replace is None:
         git(root, "commit", "-q", "--allow-empty", "-m", f"{branch}: no change")
     else:
         path = os.path.join(root, "examples", "my_model.py")
         text = Path(path).read_text()
-        if replace[0] not in text:
-            raise SystemExit(f"examples/my_model.py no longer has {replace[0].strip()!r}: update this benchmark")
-        Path(path).write_text(text.replace(replace[0], replace[1]))
+        for old, new in replace:
+            if old not in text:
+                raise SystemExit(f"examples/my_model.py no longer has {old.strip()!r}: update this benchmark")
+            text = text.replace(old, new)
+        Path(path).write_text(text)
         git(root, "commit", "-q", "-am", f"{branch}: the change under test")
     git(root, "switch", "-q", "base")
 
 
-def make_project(folder: str) -> str:
+def make_project(folder: str, world_size: int, host: int) -> str:
     """A clone of this repository with the benchmark's commits on it."""
     root = os.path.join(folder, "project")
     subprocess.run(["git", "clone", "-q", str(ROOT), root], check=True)
     git(root, "switch", "-q", "-c", "base")
-    Path(root, TEST_FILE).write_text(TEST)
+    Path(root, TEST_FILE).write_text(TEST.format(world_size=world_size, width=WIDTH, depth=DEPTH, batch=BATCH))
     git(root, "add", TEST_FILE)
     git(root, "commit", "-q", "-m", "base: the benchmark's perf test")
     commit_change(root, "A/A".replace("/", "-"), None)
-    commit_change(root, "slower", SLOWER)
+    commit_change(root, "host", host_work(host))
+    commit_change(root, "deeper", DEEPER)
     commit_change(root, "flops", WIDER)
     return root
 
 
-def head_job(root: str, steps: int) -> JobSpec:
+def head_job(root: str, args: argparse.Namespace) -> JobSpec:
     """The job as a session on the clone makes it; each side gets it through its checkout (base_job)."""
     examples = os.path.join(root, "examples")
-    return JobSpec(world_size=2, device="cpu", strategy="ddp",
+    return JobSpec(world_size=args.world_size, device=args.device, strategy="ddp",
                    workload=FunctionRef("my_model", "make_workload", file=os.path.join(examples, "my_model.py")),
-                   workload_kwargs={"width": WIDTH, "depth": DEPTH, "batch_size": BATCH}, steps=steps, warmup_steps=3,
+                   workload_kwargs={"width": WIDTH, "depth": DEPTH, "batch_size": BATCH}, steps=args.steps, warmup_steps=3,
                    sys_path=[examples] + [p for p in sys.path if p])
 
 
@@ -137,13 +153,13 @@ class Hogs:
 
 def collect(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="against-bench-")
-    root = make_project(folder)
+    root = make_project(folder, args.world_size, args.host_work)
     checkouts = {name: against.prepare(root, name, exact=True, parent=folder)
                  for name in ("base",) + tuple(branch_of(c) for c in CONDITIONS)}
-    job = head_job(root, args.steps)
+    job = head_job(root, args)
     jobs = {name: c.base_job(job) for name, c in checkouts.items()}
     data.setdefault("stored", [])
-    data.setdefault("phases", {"quiet": [], "drift": []})
+    data.setdefault("phases", {phase: [] for phase in args.phases.split(",")})
 
     def save() -> None:
         Path(args.pickle).write_bytes(pickle.dumps(data))
@@ -158,7 +174,7 @@ def collect(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
             log(f"stored {len(data['stored']) + 1}/{args.stored}")
             data["stored"].append(run("base"))
             save()
-        for phase in ("quiet", "drift"):
+        for phase in data["phases"]:
             hogs = Hogs(args.hogs) if phase == "drift" else None
             try:
                 rounds = data["phases"][phase]
@@ -166,7 +182,7 @@ def collect(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
                     i = len(rounds)
                     log(f"{phase} round {i + 1}/{args.rounds}")
                     rnd: dict[str, list[RunResult]] = {}
-                    conditions = CONDITIONS if i < args.flops_rounds else CONDITIONS[:2]
+                    conditions = CONDITIONS if i < args.flops_rounds else CONDITIONS[:TIMED]
                     for j, cond in enumerate(conditions):
                         order = [branch_of(cond), "base"]
                         if (i + j) % 2:
@@ -213,8 +229,9 @@ def sessions(root: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     session("base", "--distperf-save")
     session("A-A")  # the stored-baseline gate on an unchanged commit
     session("A-A", "--distperf-against=base")
-    session("slower")
-    session("slower", "--distperf-against=base")
+    session("host")
+    session("host", "--distperf-against=base")
+    session("deeper", "--distperf-against=base")
     return out
 
 
@@ -258,7 +275,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     print(f"stored block: {len(stored)} runs of base, step time {summary['stored_ms']:.1f} ms, run-to-run "
           f"{pct(summary['stored_run_to_run'])}; a run's wall time {summary['run_wall_seconds']:.1f} s (median)")
     print(f"\n{'phase':<6} {'condition':<8} {'pool Δ':>8} {'pair-to-pair':>12} | {'head vs base: step FAIL':>22} "
-          f"{'pairs':>6} {'min':>5} | {'stored gate: step FAIL':>22} {'runs':>5} {'min':>5}")
+          f"{'any FAIL':>8} {'pairs':>6} {'min':>5} | {'stored gate: step FAIL':>22} {'runs':>5} {'min':>5}")
     for phase, rounds in data["phases"].items():
         for cond in CONDITIONS:
             pairs = [rnd[cond] for rnd in rounds if cond in rnd]
@@ -269,6 +286,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                 run_step_time(b) for _, b in pairs) - 1
             rel = [relative_trial(rng, pairs, checkout, job) for _ in range(args.trials)]
             rel_fail = sum(s.get("step_time") == "fail" for s, _ in rel)
+            rel_any = sum("fail" in s.values() for s, _ in rel)
             rel_pairs = statistics.mean(n for _, n in rel)
             cand = [run_step_time(h) for h, _ in pairs]
             gate = [gate_trial(rng, "step_time", cand, stored, args) for _ in range(args.trials)]
@@ -281,6 +299,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             row = {"phase": phase, "condition": cond, "pairs": len(pairs), "pool_delta": pool_delta,
                    "pair_to_pair": relative_spread(ratios), "relative_fail": rel_fail / args.trials,
                    "relative_fail_interval": wilson(rel_fail, args.trials), "relative_pairs": rel_pairs,
+                   "relative_any_fail": rel_any / args.trials,
                    "gate_fail": gate_fail / args.trials, "gate_fail_interval": wilson(gate_fail, args.trials),
                    "gate_runs": gate_runs, "relative_minutes": rel_min, "gate_minutes": gate_min}
             if cond == "flops":
@@ -291,7 +310,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                     (run_work(h)["flops_per_step"] / run_work(b)["flops_per_step"] - 1) for h, b in pairs)
             summary["rows"].append(row)
             print(f"{phase:<6} {cond:<8} {pool_delta:>+8.1%} {pct(row['pair_to_pair']):>12} | "
-                  f"{rate(rel_fail, args.trials):>22} {rel_pairs:>6.2f} {rel_min:>5.1f} | "
+                  f"{rate(rel_fail, args.trials):>22} {rel_any / args.trials:>8.1%} {rel_pairs:>6.2f} {rel_min:>5.1f} | "
                   f"{rate(gate_fail, args.trials):>22} {gate_runs:>5.2f} {gate_min:>5.1f}")
             if cond == "flops":
                 print(f"{'':<16} flops {row['flops_delta']:+.2%}: head vs base flops_per_step FAIL at the first pair "
@@ -324,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=12, help="rounds a phase (quiet, drift)")
     p.add_argument("--flops-rounds", type=int, default=3, help="rounds a phase with a flops pair")
     p.add_argument("--hogs", type=int, default=1, help="busy-looping processes during the drift phase")
+    p.add_argument("--phases", default="quiet,drift", help="quiet, drift or both")
+    p.add_argument("--host-work", type=int, default=30000, help="the host commit's Python loop a block")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--trials", type=int, default=400)
