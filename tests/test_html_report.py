@@ -345,3 +345,15 @@ def test_every_text_from_the_document_is_escaped(zero3_doc: dict, comm_doc: dict
         assert "<img" not in page and "<script>alert" not in page and "onerror=alert(1)>" not in page
         assert page.count("<script>") == 1  # the page's own
         assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_a_test_that_ended_before_its_first_job(zero3_doc: dict):
+    """A test that errors at setup (e.g. on a corrupt baseline file) has no jobs, machine or environment."""
+    doc = {**zero3_doc, "tests": [{"nodeid": "t.py::test_x", "outcome": "error", "duration": 0.1,
+                                   "message": "E   distperf: corrupt baseline", "failure": "corrupt baseline",
+                                   "runs": [], "checks": [], "verdicts": [], "probes": [], "baseline_saved": []}]}
+    page = sections(render_html(doc))
+    [row] = verdict_rows(page["verdicts"])
+    assert row["kind"] == "test" and row["outcome"] == "error" and "corrupt baseline" in page["verdicts"]
+    assert "per-rank detail in this document" in page["jobs"]
+    assert "test outcome: corrupt baseline" in render_pr_comment(doc)

@@ -165,7 +165,7 @@ def unique_jobs(doc: Mapping[str, Any]) -> list[JobView]:
     whose runs begin another's is that job, shown with all its runs."""
     seen: dict[tuple[Any, ...], JobView] = {}
     for t in doc["tests"]:
-        for job in t["jobs"]:
+        for job in t.get("jobs") or []:  # a test that ended before its first job has none
             key = _job_key(job)
             if key in seen:
                 seen[key].tests.append(t["nodeid"])

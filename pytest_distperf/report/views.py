@@ -154,7 +154,7 @@ def _verdicts(doc: Mapping[str, Any], rows: Sequence[RowView]) -> Verdicts:
 
 
 def _job_by_label(test: Mapping[str, Any], label: str) -> dict[str, Any] | None:
-    return next((j for j in test["jobs"] if j.get("label") == label), None)
+    return next((j for j in test.get("jobs") or [] if j.get("label") == label), None)
 
 
 def _comparisons(doc: Mapping[str, Any]) -> list[Comparison]:
