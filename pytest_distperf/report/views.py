@@ -17,7 +17,7 @@ from pytest_distperf.errors import DistPerfError
 from pytest_distperf.jsonio import read_json
 from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
-from pytest_distperf.report.outcomes import check_outcome, counted, test_outcome, verdict_outcome
+from pytest_distperf.report.outcomes import check_outcome, counted, test_outcome
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
                                          shared_rows, short_nodeid, unique_jobs, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend
