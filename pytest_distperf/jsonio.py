@@ -46,6 +46,12 @@ def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
         text = dumps(obj)
     except ValueError as e:  # NaN/inf: json's message does not say which file
         raise FileError(f"{path}: cannot write non-finite numbers as JSON ({e})") from None
+    write_text_atomic(path, text, lock=lock)
+
+
+def write_text_atomic(path: str, text: str, *, lock: bool = False) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all, as write_json_atomic does: a report page or comment
+    that a reader never sees half written."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

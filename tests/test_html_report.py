@@ -1,6 +1,7 @@
 """The HTML report and the PR comment as pure functions over a real session's JSON document
-(tests/data: a CPU `-k 'trains_like or step_time_within_1_1x_fsdp2'` session of perf_tests/test_zero3.py and a
-probed test_comm.py session), and the compute/communication timeline from a real torch.profiler trace."""
+(tests/data/report_*: a CPU `-k 'trains_like or step_time_within_1_1x_fsdp2'` session of perf_tests/test_zero3.py,
+its first two tests, and a probed test_comm.py session), and the compute/communication timeline the probe phase
+records from a real torch.profiler trace."""
 
 from __future__ import annotations
 
@@ -15,23 +16,28 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf.report import html as report_html
-from pytest_distperf.report.html import (ChangePoint, TrendPoint, TrendSeries, render_history, render_html,
-                                         step_timeline, write_html)
+from pytest_distperf.probes.timeline import StepTimeline, step_timeline
+from pytest_distperf.probes.trace import Trace, load
+from pytest_distperf.report.charts import timeline_chart
+from pytest_distperf.report.html import (SECTIONS, ChangePoint, TrendPoint, TrendSeries, render_history, render_html,
+                                         write_html)
+from pytest_distperf.report.outcomes import OUTCOME_STYLE
 from pytest_distperf.report.pr_comment import HTML_URL_ENV, MARKER, MAX_LINES, render_pr_comment
+from pytest_distperf.report.rows import unique_jobs
+from pytest_distperf.report.wording import record_bound_text
 
 DATA = Path(__file__).parent / "data"
-SECTION_IDS = [sid for sid, _ in report_html.SECTIONS]
+SECTION_IDS = [sid for sid, _ in SECTIONS]
 
 
 @pytest.fixture
 def zero3_doc() -> dict:
-    return json.loads((DATA / "history_report_zero3_cpu.json").read_text())
+    return json.loads((DATA / "report_zero3_cpu.json").read_text())
 
 
 @pytest.fixture
 def comm_doc() -> dict:
-    return json.loads((DATA / "history_report_comm_cpu.json").read_text())
+    return json.loads((DATA / "report_comm_cpu.json").read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +71,7 @@ def test_every_section_renders_offline_from_a_real_document(zero3_doc: dict, tmp
     assert found["comparisons"].count('class="chart strip runs"') == 1  # the step-time check; loss match has none
     assert found["comparisons"].count('class="chart ratio"') == 1
     assert 'class="chart strip ranks"' in found["jobs"] and 'class="chart bars memory"' in found["jobs"]
-    assert "cpu-intel-xeon-2core-1node-ws2" in found["environment"]
+    assert zero3_doc["tests"][0]["machine_class"] in found["environment"]
     # Self-contained: no script, style, image or font from anywhere else (the SVG namespace is a name, not a fetch).
     assert not re.search(r'(src|href)="(https?:)?//', page)
     assert "<link" not in page and "@import" not in page and "url(http" not in page
@@ -93,7 +99,7 @@ def test_verdict_rows_match_the_document(zero3_doc: dict):
     assert len(ratio_rows) == len(checks)
     for nodeid, c in checks:
         [row] = [r for r in ratio_rows if nodeid in r["tests"].split("\n") and r["subject"].startswith(c["name"])]
-        assert row["outcome"] == ("pass" if c["passed"] else "fail")
+        assert row["outcome"] == c["outcome"]
     # a verdict that several tests share (their cached comparison's runs) is one row naming every test
     baseline = [r for r in rows if r["kind"] == "baseline"]
     total = sum(len(t["verdicts"]) for t in zero3_doc["tests"])
@@ -106,13 +112,13 @@ def test_an_xfail_and_the_outcomes_still_read_without_colour(zero3_doc: dict):
     test = next(t for t in doc["tests"] if t["nodeid"].endswith("step_time_within_1_1x_fsdp2"))
     test["outcome"], test["xfail_reason"] = "skipped", "known upstream gap on cpu: ..."
     for c in test["checks"]:
-        c["passed"] = False
+        c["outcome"] = "fail"
     page = render_html(doc)
     rows = [r for r in verdict_rows(page) if test["nodeid"] in r["tests"].split("\n") and r["kind"] == "ratio"]
     assert rows and {r["outcome"] for r in rows} == {"xfail"}
     # every outcome a reader must tell apart has its own symbol and its own CSS class (border and pattern)
     shown = ("pass", "fail", "inconclusive", "xfail", "improved", "new")
-    styles = [report_html.OUTCOME_STYLE[o] for o in shown]
+    styles = [OUTCOME_STYLE[o] for o in shown]
     assert len({sym for _, sym in styles}) == len(shown) and len({cls for cls, _ in styles}) == len(shown)
 
 
@@ -120,64 +126,72 @@ def test_newer_outcome_fields_are_drawn_as_the_document_says(zero3_doc: dict):
     doc = copy.deepcopy(zero3_doc)
     test = next(t for t in doc["tests"] if t["nodeid"].endswith("step_time_within_1_1x_fsdp2"))
     check = next(c for c in test["checks"] if c["name"] == "step_time")
-    # the decision core's three outcomes, an interval's level and an unbounded end
+    # the decision core's three outcomes, an interval's level and an unbounded end, with the texts the gate writes
     check.update(outcome="inconclusive", level=0.98, method="paired", pairs=5, low=0.9, high=None)
-    test["verdicts"][0].update(status="inconclusive", level=0.95, low=-0.02, high=None, delta=0.04)
+    check["interval_text"] = record_bound_text(check)
+    verdict = test["verdicts"][0]
+    verdict.update(status="inconclusive", level=0.95, low=-0.02, high=None, delta=0.04)
+    verdict["interval_text"] = record_bound_text(verdict)
     page = render_html(doc)
     rows = [r for r in verdict_rows(page) if r["outcome"] == "inconclusive"]
     assert len(rows) == 2
     # an unbounded end reads in words, as in every report (report/wording.bound_text); the chart keeps the bounded end
-    assert "5 pairs: too few to bound" in page and "3 runs: too few to bound" in page
+    assert "5 pairs at" in check["interval_text"] and "too few to bound" in verdict["interval_text"]
+    assert check["interval_text"] in page and verdict["interval_text"] in page
     ratio = re.search(r'<svg class="chart ratio".*?</svg>', page, re.S).group(0)
     assert "98% interval [0.9×, unbounded]" in ratio and 'class="ci-open"' in ratio
-    assert report_html.outcome_of({"passed": True}) == "pass" and report_html.outcome_of({"verdict": "FAIL"}) == "fail"
 
 
-def test_a_missing_trace_is_said_not_hidden(comm_doc: dict):
-    probes = sections(render_html(comm_doc))["probes"]  # its traces were in a job folder that is gone
+def test_each_probed_job_with_its_collectives_and_recorded_timelines(comm_doc: dict):
+    probes = sections(render_html(comm_doc))["probes"]  # its traces were in a job folder that is gone: not read
     assert probes.count('class="chart bars collectives"') == 2
-    traces = set(re.findall(r"job-[\w-]+/probe-trace-rank\d\.json", json.dumps(comm_doc)))
-    assert "timeline not drawn" in probes and traces and all(t in probes for t in traces)  # each one named
+    assert probes.count('class="chart timeline"') == 2  # from the probe records' timelines, one lane set per rank
+    records = [p for p in comm_doc["tests"][0]["probes"]]
+    assert all({t["rank"] for t in p["timelines"]} == {0, 1} for p in records)
+    assert all(trace in probes for p in records for trace in p["traces"])  # each trace named, for Perfetto
     assert "20" in probes  # ZeRO-3's all-gathers per step on the CPU job
 
 
 TRACE_SCRIPT = textwrap.dedent("""
-    import os, sys, torch, torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, record_function
-    from pytest_distperf.probes import STEP_MARK
-    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+    import dataclasses, json, sys, torch, torch.distributed as dist
+    from pytest_distperf.probes import Recorder
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[3], rank=0, world_size=1)
     w = torch.randn(256, 256)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with Recorder(("comms",), device="cpu", trace_path=sys.argv[1]) as recorder:
         for _ in range(3):
-            with record_function(STEP_MARK):
+            with recorder.step():
                 x = torch.randn(64, 256) @ w
                 dist.all_reduce(x)
                 (x @ w).sum()
-    prof.export_chrome_trace(sys.argv[1])
+    with open(sys.argv[2], "w") as f:
+        json.dump(dataclasses.asdict(recorder.result().timeline), f)
     dist.destroy_process_group()
 """)
 
 
 @pytest.fixture(scope="module")
-def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A real torch.profiler trace of three steps with a gloo all-reduce between two matmuls."""
+def cpu_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    """A real probe phase of three steps with a gloo all-reduce between two matmuls: its torch.profiler trace and
+    the step timeline the Recorder computed from it."""
     folder = tmp_path_factory.mktemp("trace")
-    path = folder / "probe-trace-rank0.json"
-    subprocess.run([sys.executable, "-c", TRACE_SCRIPT, str(path), str(folder / "store")], check=True,
+    path, timeline = folder / "probe-trace-rank0.json", folder / "timeline.json"
+    subprocess.run([sys.executable, "-c", TRACE_SCRIPT, str(path), str(timeline), str(folder / "store")], check=True,
                    timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return str(path)
+    return str(path), json.loads(timeline.read_text())
 
 
-def test_one_steps_timeline_from_a_real_profiler_trace(cpu_trace: str, comm_doc: dict):
-    timeline = step_timeline(cpu_trace, 0)
-    assert timeline.source == "CPU ops" and timeline.steps == 3 and timeline.step == 1
+def test_one_steps_timeline_from_a_real_probe_phase(cpu_probe: tuple[str, dict], comm_doc: dict):
+    trace, recorded = cpu_probe
+    timeline = StepTimeline.from_dict(recorded)
+    assert timeline == step_timeline(Trace(load(trace)), 0)  # the probe phase's record is the trace's middle step
+    assert timeline.source == "CPU ops" and timeline.steps == 3 and timeline.step == 1 and timeline.rank == 0
     assert timeline.compute and timeline.comm
     assert all(0 <= s <= e <= timeline.length for s, e in timeline.compute)
     assert any("all_reduce" in name or "allreduce" in name for _, _, name in timeline.comm)
 
     doc = copy.deepcopy(comm_doc)
     probe = doc["tests"][0]["probes"][0]
-    probe["traces"] = [cpu_trace]
+    probe["timelines"] = [recorded]
     chart = re.search(r'<svg class="chart timeline".*?</svg>', sections(render_html(doc))["probes"], re.S).group(0)
     assert 'class="seg-compute"' in chart and 'class="seg-comm"' in chart
 
@@ -195,6 +209,7 @@ def test_baseline_runs_against_the_current_ones(zero3_doc: dict, tmp_path: Path)
     [v] = [v for v in test["verdicts"] if v["job"] == job["label"] and v["metric"] == "step_time"]
     v.update(status="warn", baseline=v["current"] * 0.9, delta=0.11, low=0.02, high=0.2, threshold=0.15,
              threshold_text="max(5%, 3 x 5.0% run-to-run) = 15.0%")
+    v["interval_text"] = record_bound_text(v)
     history = [TrendSeries("cpu", test["nodeid"], job["label"], "step_time", "s",
                            [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 0.1 + 0.01 * (i >= 3)) for i in range(6)],
                            [ChangePoint(3, f"{2:040x}", f"{3:040x}", 0.1, 0.11)])]
@@ -220,20 +235,24 @@ def test_history_page_marks_each_change_point_with_its_commits():
 def test_pr_comment_within_25_lines_with_link_noise_runs_and_machine(zero3_doc: dict,
                                                                     monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(HTML_URL_ENV, "https://example.invalid/runs/1")
-    text = render_pr_comment(zero3_doc)
+    doc = copy.deepcopy(zero3_doc)
+    for test in doc["tests"]:  # the recorded step-time check stayed undecided on this box: here it passed
+        for check in test["checks"]:
+            check["outcome"] = "pass"
+    text = render_pr_comment(doc)
     lines = text.splitlines()
     assert len(lines) <= MAX_LINES and lines[0] == MARKER
     assert "(https://example.invalid/runs/1)" in text
-    assert "**Runs**" in text and "**Noise**" in text and "`cpu-intel-xeon-2core-1node-ws2`" in text
-    assert "No failing, inconclusive or improved metric." in text  # both checks of this session passed
-    assert "(https://example.invalid/other)" in render_pr_comment(zero3_doc, html_url="https://example.invalid/other")
+    assert "**Runs**" in text and "**Noise**" in text and f"`{doc['tests'][0]['machine_class']}`" in text
+    assert "No failing, inconclusive or improved metric." in text  # both checks passed
+    assert "(https://example.invalid/other)" in render_pr_comment(doc, html_url="https://example.invalid/other")
 
 
 def test_pr_comment_lists_every_failing_metric_even_past_25_lines(zero3_doc: dict):
     doc = copy.deepcopy(zero3_doc)
     test = doc["tests"][1]
     template = next(c for c in test["checks"] if c["name"] == "step_time")
-    test["checks"] = [{**template, "name": f"step_time_{i}", "passed": False, "ratio": 1.5 + i / 100}
+    test["checks"] = [{**template, "name": f"step_time_{i}", "outcome": "fail", "ratio": 1.5 + i / 100}
                       for i in range(40)]
     text = render_pr_comment(doc, html_path="out/report.html")
     assert all(f"step_time_{i}:" in text for i in range(40))
@@ -270,11 +289,11 @@ def test_gpu_timeline_lanes_from_kernels(tmp_path: Path):
                            "tid": 7 if "gemm" in name else 20, "args": {"correlation": corr, "stream": 7}})
     path = tmp_path / "probe-trace-rank0.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    timeline = step_timeline(str(path), 0)
+    timeline = step_timeline(Trace(load(str(path))), 0)
     assert timeline.source == "GPU kernels" and timeline.step == 1
     assert timeline.compute == [(100.0, 500.0)]
     assert timeline.comm == [(300.0, 700.0, "ncclDevKernel_AllGather_RING_LL")]
-    chart = report_html.timeline_chart([timeline], "one step")
+    chart = timeline_chart([timeline], "one step")
     assert chart.count('class="seg-overlap"') == 1  # 300..500: the all-gather under the GEMM
 
 
@@ -284,9 +303,11 @@ def test_a_comparison_that_grew_is_one_job_with_all_its_runs(zero3_doc: dict):
     first, second = doc["tests"]
     for job in first["jobs"]:
         job["runs"] = job["runs"][:-1]  # the first test ended before the last pair ran
-    jobs = report_html.unique_jobs(doc)
+    jobs = unique_jobs(doc)
     assert len(jobs) == len(second["jobs"])
-    assert all(len(v.job["runs"]) == 3 and v.tests == [first["nodeid"], second["nodeid"]] for v in jobs)
+    runs = {j["label"]: len(j["runs"]) for j in second["jobs"]}
+    assert all(len(v.job["runs"]) == runs[v.job["label"]] and v.tests == [first["nodeid"], second["nodeid"]]
+               for v in jobs)
 
 
 def test_the_trend_of_a_metric_without_a_baseline(zero3_doc: dict):
@@ -296,3 +317,43 @@ def test_the_trend_of_a_metric_without_a_baseline(zero3_doc: dict):
                          [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 1.0 + i) for i in range(3)])
     page = sections(render_html(zero3_doc, history=[series]))["baselines"]
     assert page.count('class="chart trend"') == 1 and 'class="chart strip baseline"' not in page
+
+
+def test_every_text_from_the_document_is_escaped(zero3_doc: dict, comm_doc: dict):
+    """Labels, node ids, notes, messages and environment values come from user code and the machine: markup in
+    any of them reads as text on the page, never as an element or attribute."""
+    evil = '<img src=x onerror=alert(1)>"\'<script>alert(2)</script>'
+    doc = copy.deepcopy(zero3_doc)
+    doc["environment"]["host"] = evil
+    doc["invocation"]["args"] = [evil]
+    doc["tests"].append({**copy.deepcopy(doc["tests"][0]), "nodeid": f"t.py::test_{evil}", "outcome": "failed",
+                         "message": evil, "failure": evil, "machine_class": evil, "checks": [], "verdicts": []})
+    for test in doc["tests"]:
+        for job in test["jobs"]:
+            job["label"] = f"job {evil}"
+        for v in test["verdicts"]:
+            v.update(job=f"job {evil}", note=evil, threshold_text=evil)
+        for c in test["checks"]:
+            c.update(a=f"job {evil}", b=f"job {evil}", name=f"step_time {evil}")
+    probe = copy.deepcopy(comm_doc["tests"][0]["probes"][0])
+    probe.update(label=evil, traces=[evil], not_measured={evil: evil})
+    probe["timelines"][0]["comm"][0][2] = evil
+    doc["tests"][0]["probes"] = [probe]
+    history = [TrendSeries(evil, doc["tests"][0]["nodeid"], f"job {evil}", "step_time", "s",
+                           [TrendPoint(evil, evil, 1.0 + i) for i in range(3)], [ChangePoint(1, evil, evil, 1.0, 2.0, evil)])]
+    for page in (render_html(doc, history=history), render_history(history)):
+        assert "<img" not in page and "<script>alert" not in page and "onerror=alert(1)>" not in page
+        assert page.count("<script>") == 1  # the page's own
+        assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_a_test_that_ended_before_its_first_job(zero3_doc: dict):
+    """A test that errors at setup (e.g. on a corrupt baseline file) has no jobs, machine or environment."""
+    doc = {**zero3_doc, "tests": [{"nodeid": "t.py::test_x", "outcome": "error", "duration": 0.1,
+                                   "message": "E   distperf: corrupt baseline", "failure": "corrupt baseline",
+                                   "runs": [], "checks": [], "verdicts": [], "probes": [], "baseline_saved": []}]}
+    page = sections(render_html(doc))
+    [row] = verdict_rows(page["verdicts"])
+    assert row["kind"] == "test" and row["outcome"] == "error" and "corrupt baseline" in page["verdicts"]
+    assert "per-rank detail in this document" in page["jobs"]
+    assert "test outcome: corrupt baseline" in render_pr_comment(doc)

@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.probes import PROBES, STEP_MARK, comms, overlap, placement, validate
 from pytest_distperf.probes.results import PlacementResult, ProbeResult
+from pytest_distperf.probes.timeline import step_timeline
 from pytest_distperf.probes.trace import Trace, load
 
 NEEDS_CUDA = "needs CUDA: on CPU there are no kernels, streams or host/device copies to measure"
@@ -130,7 +131,7 @@ class Recorder:
             raise RuntimeError(f"the probe trace holds {len(trace.steps)} {STEP_MARK} ranges for "
                                f"{self._steps} steps; nested Recorder.step() blocks are not supported")
         result = ProbeResult(rank=self.rank, device=self.device.type, steps=self._steps, probes=list(self.probes),
-                             trace_path=None if tmp else path)
+                             trace_path=None if tmp else path, timeline=step_timeline(trace, self.rank))
         if "comms" in self.probes:
             result.comms = comms.measure(roots, self.group_size, trace if self.cuda else None)
             for kind, st in result.comms.by_kind.items():

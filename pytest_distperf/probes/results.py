@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_distperf.probes.timeline import StepTimeline
 
 
 def _median(values: list[float]) -> float:
@@ -162,6 +165,7 @@ class ProbeResult:
     overlap: OverlapResult | None = None
     placement: PlacementResult | None = None
     trace_path: str | None = None  # the Chrome trace of the probe phase (open in https://ui.perfetto.dev)
+    timeline: StepTimeline | None = None  # one profiled step's compute and communication, from that trace
     not_measured: dict[str, str] = field(default_factory=dict)  # probe -> why it has nothing to measure
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,7 +208,8 @@ class ProbeResult:
 
 def probe_record(label: str, runs: list[Any]) -> dict[str, Any]:
     """The report record (kind "probe") of a job's runs: the worst rank's metrics of the first run (least
-    overlap, most of everything else, as the checks read them), every trace."""
+    overlap, most of everything else, as the checks read them), every trace, and each rank's step timeline of
+    the first run."""
     results = [r.probes for run in runs for r in run.ranks if r.probes is not None]
     first: ProbeResult | None = results[0] if results else None
     per_rank = [r.probes.metrics() for r in runs[0].ranks if r.probes is not None]
@@ -219,4 +224,6 @@ def probe_record(label: str, runs: list[Any]) -> dict[str, Any]:
         "metrics": worst,
         "not_measured": dict(first.not_measured) if first else {},
         "traces": [r.trace_path for r in results if r.trace_path],
+        "timelines": [asdict(r.probes.timeline) for r in runs[0].ranks
+                      if r.probes is not None and r.probes.timeline is not None],
     }

@@ -110,13 +110,13 @@ def interval(e: dict[str, Any]) -> Interval:
     return (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
 
 
-def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """Merge overlapping intervals into sorted, disjoint ones."""
+def union(intervals: Iterable[Interval], gap: float = 0.0) -> list[Interval]:
+    """Merge overlapping intervals into sorted, disjoint ones; gaps shorter than `gap` are closed too."""
     out: list[list[float]] = []
     for s, e in sorted(intervals):
         if e <= s:
             continue
-        if out and s <= out[-1][1]:
+        if out and s <= out[-1][1] + gap:
             out[-1][1] = max(out[-1][1], e)
         else:
             out.append([s, e])
@@ -127,17 +127,22 @@ def length(intervals: Iterable[Interval]) -> float:
     return sum(e - s for s, e in union(intervals))
 
 
-def intersection_length(a: Iterable[Interval], b: Iterable[Interval]) -> float:
-    """Total length covered by both interval sets."""
+def intersection(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """The sorted, disjoint intervals covered by both interval sets."""
     ua, ub = union(a), union(b)
+    out: list[Interval] = []
     i = j = 0
-    total = 0.0
     while i < len(ua) and j < len(ub):
         lo, hi = max(ua[i][0], ub[j][0]), min(ua[i][1], ub[j][1])
         if hi > lo:
-            total += hi - lo
+            out.append((lo, hi))
         if ua[i][1] < ub[j][1]:
             i += 1
         else:
             j += 1
-    return total
+    return out
+
+
+def intersection_length(a: Iterable[Interval], b: Iterable[Interval]) -> float:
+    """Total length covered by both interval sets."""
+    return sum(e - s for s, e in intersection(a, b))

@@ -1,7 +1,7 @@
 """The pull-request comment (`--distperf-pr-comment PATH`): the session's verdicts in at most 25 lines of Markdown.
 
-Drawn from the `--distperf-json` document, like the HTML report (report/html.py reads the rows; nothing is
-decided here). What it holds, in order:
+Drawn from the `--distperf-json` document, like the HTML report: both read its verdicts as report/rows.py's
+rows (nothing is decided here). What it holds, in order:
 
 - a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
 - the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
@@ -19,27 +19,18 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.report.html import (OUTCOME_STYLE, SharedRow, run_to_run, shared_rows, test_outcome,
-                                         unique_jobs, verdict_rows, write_text)
+from pytest_distperf.jsonio import write_text_atomic
+from pytest_distperf.report.outcomes import mark, rank, test_outcome
+from pytest_distperf.report.rows import SharedRow, shared_rows, short_nodeid, unique_jobs, verdict_rows
 
 MARKER = "<!-- distperf-pr-comment -->"
 MAX_LINES = 25
 HTML_URL_ENV = "DISTPERF_HTML_URL"
 LISTED = ("fail", "error", "xpass", "inconclusive", "warn", "improved")  # outcomes every one of which is listed
-_ORDER = {o: i for i, o in enumerate(("fail", "error", "xpass", "inconclusive", "warn", "improved", "xfail",
-                                      "pass", "new", "not comparable", "skipped"))}
-
-
-def _mark(outcome: str) -> str:
-    return OUTCOME_STYLE.get(outcome, ("", "·"))[1]
 
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _short(nodeid: str) -> str:
-    return nodeid.split("::", 1)[-1]
 
 
 def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
@@ -47,13 +38,13 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
     for s in rows:
         if s.row.kind != "test":
             counts[s.row.outcome] = counts.get(s.row.outcome, 0) + 1
-    verdicts = " · ".join(f"{_mark(o)} {n} {o}"
-                          for o, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
+    verdicts = " · ".join(f"{mark(o)} {n} {o}"
+                          for o, n in sorted(counts.items(), key=lambda kv: rank(kv[0])))
     tests: dict[str, int] = {}
     for t in doc.get("tests") or []:
         o = test_outcome(t)
         tests[o] = tests.get(o, 0) + 1
-    outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: _ORDER.get(kv[0], 99)))
+    outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: rank(kv[0])))
     if not doc.get("tests"):
         head = "no distperf test ran"
     elif any(s.row.outcome in ("fail", "error", "xpass") or s.row.fails for s in rows):
@@ -69,9 +60,9 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
 def _listed_row(s: SharedRow) -> str:
     r = s.row
     more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
-    verdict = f"✗ {r.outcome}, fails" if r.fails else f"{_mark(r.outcome)} {r.outcome}"
+    verdict = f"✗ {r.outcome}, fails" if r.fails else f"{mark(r.outcome)} {r.outcome}"
     what = f"{r.subject}: {r.note}" if r.kind == "test" and r.note else r.subject  # the failure's reason
-    return (f"| {verdict} | `{_cell(_short(s.tests[0]))}`{more} | {_cell(what)} | "
+    return (f"| {verdict} | `{_cell(short_nodeid(s.tests[0]))}`{more} | {_cell(what)} | "
             f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
 
 
@@ -92,18 +83,12 @@ def _runs_line(doc: Mapping[str, Any]) -> str:
 
 
 def _noise_line(doc: Mapping[str, Any]) -> str:
-    """Run-to-run variation of each job's step time (its own figure; older documents: its verdict's) and the
-    other load on the host during the runs."""
+    """Run-to-run variation of each job's step time (its figure) and the other load on the host during the runs."""
     spreads, loads = [], []
-    verdict_cv = {(n, str(v.get("job"))): run_to_run(v) for t in doc.get("tests") or [] for n in [t["nodeid"]]
-                  for v in t.get("verdicts") or [] if v.get("metric") == "step_time"}
     for view in unique_jobs(doc):
-        runs = view.job.get("runs") or []
+        runs = view.job["runs"]
         loads += [float(r["host_other_load_cores"]) for r in runs if r.get("host_other_load_cores") is not None]
         cv = (view.job.get("figures") or {}).get("run_cv")
-        if cv is None:
-            cv = next((verdict_cv[(n, str(view.job.get("label")))] for n in view.tests
-                       if verdict_cv.get((n, str(view.job.get("label")))) is not None), None)
         if cv is not None and len(runs) > 1:
             spreads.append(float(cv))
     host_bound = [view for view in unique_jobs(doc) if (view.job.get("figures") or {}).get("host_bound")]
@@ -117,9 +102,6 @@ def _noise_line(doc: Mapping[str, Any]) -> str:
                      f"step): their GPU kernel time and counts decide where wall time cannot")
     if loads:
         parts.append(f"other load on the host up to {max(loads):.2f} cores")
-    extra = doc.get("noise") or (doc.get("environment") or {}).get("noise")
-    if isinstance(extra, Mapping):
-        parts += [f"{k} {v}" for k, v in sorted(extra.items())]
     return "**Noise**: " + ("; ".join(parts) if parts else "not measured in this session")
 
 
@@ -143,7 +125,7 @@ def _link_line(html_url: str | None, html_path: str | None) -> str:
 def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_path: str | None = None) -> str:
     """The comment's Markdown; `html_url` defaults to $DISTPERF_HTML_URL."""
     html_url = html_url or os.environ.get(HTML_URL_ENV) or None
-    rows = sorted(shared_rows(verdict_rows(doc)), key=lambda s: _ORDER.get(s.row.outcome, 99))
+    rows = sorted(shared_rows(verdict_rows(doc)), key=lambda s: rank(s.row.outcome))
     listed = [s for s in rows if s.row.outcome in LISTED or s.row.fails]
     head = [MARKER, _counts_line(rows, doc), ""]
     tail = ["", _runs_line(doc), _noise_line(doc), _machine_line(doc), _link_line(html_url, html_path)]
@@ -159,11 +141,11 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
                       for t in doc.get("tests") or [])
     if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
         table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]
-        table += [f"- `{_cell(_short(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
+        table += [f"- `{_cell(short_nodeid(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
     xfails = [s for s in rows if s.row.outcome == "xfail"]
     room = MAX_LINES - len(head) - len(table) - len(tail)
     if xfails and room >= 2:  # known gaps, by name, when the budget has room (a blank line ends a table)
-        names = ", ".join(f"`{_short(s.tests[0])}`" for s in xfails)
+        names = ", ".join(f"`{short_nodeid(s.tests[0])}`" for s in xfails)
         table += ["", f"Known gaps (strict xfail, not failing): {len(xfails)} — {names}"]
         room -= 2
     lines = head + table + tail
@@ -178,4 +160,4 @@ def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = N
                      html_path: str | None = None) -> None:
     from pytest_distperf.redact import redact_text
 
-    write_text(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL
+    write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL

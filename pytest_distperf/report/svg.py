@@ -28,13 +28,6 @@ COMM_COLOUR = "#D55E00"
 OVERLAP_COLOUR = "#009E73"
 MUTED = "#57606a"
 
-# The page's styles for chart classes (the HTML report inlines them once instead of on every element).
-SVG_CSS = """
-svg.chart text{font-size:11px;fill:#1f2328}
-svg.chart .tick-lbl,svg.chart .axis-title,svg.chart .val-lbl,svg.chart .row-note{font-size:10px;fill:#57606a}
-svg.chart .axis,svg.chart .tick{stroke:#8c959f}svg.chart .grid{stroke:#eaeef2}
-"""
-
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
@@ -152,7 +145,7 @@ class Chart:
 
     def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", fill: str = "",
              size: int | None = None, weight: str = "") -> None:
-        """Font size and colour default to the page's CSS for the class (SVG_CSS)."""
+        """Font size and colour default to the page's CSS for the class (templates/report.css)."""
         attrs = (f' text-anchor="{anchor}"' if anchor != "start" else "") + (f' font-size="{size}"' if size else "") \
             + (f' fill="{fill}"' if fill else "") + (f' font-weight="{weight}"' if weight else "")
         self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}"{attrs}>{esc(text)}</text>')

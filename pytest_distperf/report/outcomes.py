@@ -1,0 +1,70 @@
+"""The outcomes a report shows (of a test, a check, a baseline verdict), their order and their marks.
+
+One visual family per outcome: a CSS class (colour, border and background pattern, report.css) and a symbol,
+so a verdict reads in greyscale and for colour-blind readers too. The HTML report and the PR comment share them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+OUTCOME_STYLE: dict[str, tuple[str, str]] = {  # outcome -> (css class, symbol), most urgent first
+    "fail": ("v-fail", "✗"),
+    "error": ("v-fail", "✗"),
+    "xpass": ("v-fail", "!"),
+    "inconclusive": ("v-inconclusive", "?"),
+    "warn": ("v-inconclusive", "~"),
+    "improved": ("v-improved", "★"),
+    "xfail": ("v-xfail", "⊘"),
+    "pass": ("v-pass", "✓"),
+    "new": ("v-neutral", "○"),
+    "not comparable": ("v-neutral", "≠"),
+    "skipped": ("v-neutral", "–"),
+}
+UNKNOWN_STYLE = ("v-neutral", "·")
+LEGEND = ("pass", "fail", "inconclusive", "xfail", "improved", "new")  # the outcomes the page's legend explains
+_TEST_OUTCOMES = {"passed": "pass", "failed": "fail", "skipped": "skipped", "error": "error"}  # pytest's words
+LIMIT_SIGN = {"at_most": "≤", "at_least": "≥", "above": ">"}  # a check's direction as the sign of its limit
+
+
+def style(outcome: str) -> tuple[str, str]:
+    """(css class, symbol) of an outcome."""
+    return OUTCOME_STYLE.get(outcome, UNKNOWN_STYLE)
+
+
+def mark(outcome: str) -> str:
+    return style(outcome)[1]
+
+
+def rank(outcome: str) -> int:
+    """Order of outcomes when listed or counted: what needs a look first."""
+    return list(OUTCOME_STYLE).index(outcome) if outcome in OUTCOME_STYLE else len(OUTCOME_STYLE)
+
+
+def counted(outcomes: Iterable[str]) -> list[tuple[str, int]]:
+    """(outcome, how many), most urgent first."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o] = counts.get(o, 0) + 1
+    return sorted(counts.items(), key=lambda item: rank(item[0]))
+
+
+def test_outcome(test: Mapping[str, Any]) -> str:
+    """pass / fail / xfail / xpass / skipped / error of one test record (pytest's outcome, xfail_reason)."""
+    raw = str(test["outcome"])
+    if test.get("xfail_reason") is not None:
+        return "xpass" if raw == "passed" else "xfail"
+    return _TEST_OUTCOMES.get(raw, raw)
+
+
+def check_outcome(check: Mapping[str, Any], xfailed: bool = False) -> str:
+    """A ratio or probe check's outcome (pass | fail | inconclusive); a failing check of a declared known gap
+    (strict xfail) reads xfail."""
+    outcome = str(check["outcome"])
+    return "xfail" if xfailed and outcome == "fail" else outcome
+
+
+def verdict_outcome(verdict: Mapping[str, Any], xfailed: bool = False) -> str:
+    """A baseline verdict's status; a failing one of a declared known gap reads xfail."""
+    outcome = str(verdict["status"])
+    return "xfail" if xfailed and outcome == "fail" else outcome
