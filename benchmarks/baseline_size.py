@@ -1,4 +1,4 @@
-"""How long the gate takes to check a large baseline, and that the size limit refuses one quickly (issue #26).
+"""How long the gate takes to check a large baseline, and that the size limit refuses one quickly.
 
 Writes a valid baseline of about SIZE MB (one job, 12 runs, long step-sample lists), then times
   before: reading and validating it as before the limit (jsonio.read_json without a limit, store.parse),

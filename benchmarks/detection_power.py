@@ -17,7 +17,7 @@ Analysis (re-sampling the recorded runs; --from-json re-analyses a file, also th
           --max-pairs (gate/checks.py with its Adaptive: the shipped code, not a copy).
   gate    the baseline gate. The stored baseline is two thirds of the stored block (a different subset each
           trial); the candidate starts with --repeats runs drawn from the condition's runs and
-          regression.until_decided adds one at a time while the step-time verdict is INCONCLUSIVE, exactly as
+          regression.until_job_decided adds one at a time while the step-time verdict is INCONCLUSIVE, exactly as
           BaselineGate.check does.
   Draws are without replacement while a pool lasts (then with replacement: a pool smaller than the budget
   repeats runs, which understates the spread).
@@ -52,11 +52,13 @@ from pytest_distperf.errors import DistPerfCheckFailed  # noqa: E402
 from pytest_distperf.gate import regression  # noqa: E402
 from pytest_distperf.gate.policy import Policy  # noqa: E402
 from pytest_distperf.gate.checks import Adaptive, Comparison, SideSummary  # noqa: E402
-from pytest_distperf.gate.store import KNOWN_METRICS, MetricSeries  # noqa: E402
+from pytest_distperf.gate.store import MetricSeries  # noqa: E402
+from pytest_distperf.measure.figures import KNOWN_METRICS  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
-from pytest_distperf.measure.stats import quantile, relative_spread, wilson  # noqa: E402
+from pytest_distperf.measure.stats import quantile, relative_spread  # noqa: E402
+from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.results import RankResult, RunResult  # noqa: E402
 from pytest_distperf.spec import JobSpec  # noqa: E402
 
@@ -228,11 +230,11 @@ def gate_trial(rng: random.Random, cond: list[float], stored: list[float], floor
     cand = [cond[draws.next()] for _ in range(args.repeats)]
     policy, design = Policy(time_threshold=floor), Design(max_pairs=args.max_pairs, first_look=args.repeats)
 
-    def verdicts() -> list[regression.Verdict]:
+    def verdicts() -> list[regression.MetricVerdict]:
         return [regression.decide_metric("bench", "job", "step_time", base, MetricSeries(unit, direction, kind, cand),
                                          policy, design)]
 
-    regression.until_decided(verdicts, lambda: len(cand), lambda: cand.append(cond[draws.next()]),
+    regression.until_job_decided(verdicts, lambda: len(cand), lambda: cand.append(cond[draws.next()]),
                              Budget(max_pairs=args.max_pairs, first_look=args.repeats), Clock())  # the design's looks
     return verdicts()[0].status, len(cand)
 

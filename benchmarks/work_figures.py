@@ -9,7 +9,7 @@ names the module, not its folder, so the gate reads the changed copy as a change
 Collection: a stored block of --stored runs of the base copy (the baseline), then --rounds rounds, each one run of
 `A/A` (the base copy again) and one of `changed` (the changed copy), their order alternating. Analysis, re-sampling
 the recorded runs as benchmarks/detection_power.py does: the stored baseline is two thirds of the stored block (a
-different subset each trial); the candidate starts with --repeats runs and `regression.until_decided` adds one at a
+different subset each trial); the candidate starts with --repeats runs and `regression.until_job_decided` adds one at a
 time while the verdict is INCONCLUSIVE, up to --max-runs, exactly as BaselineGate.check does; every metric is
 decided by the shipped `regression.decide_metric` with the default policy (wall time against its 5 % floor,
 gpu_time against the 1 % work floor, counts exactly). FAIL on A/A is a false alarm, on `changed` a catch; a count
@@ -39,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.detection_power import run_once  # noqa: E402  (one way to run a job, holding its devices)
 from pytest_distperf.gate import regression  # noqa: E402
 from pytest_distperf.gate.policy import Policy  # noqa: E402
-from pytest_distperf.gate.store import MetricSeries, metric_traits  # noqa: E402
+from pytest_distperf.gate.store import MetricSeries  # noqa: E402
+from pytest_distperf.measure.figures import metric_traits  # noqa: E402
 from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
 from pytest_distperf.measure.figures import run_gpu_busy, run_step_time, run_work  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread, wilson  # noqa: E402
+from pytest_distperf.measure.stats import relative_spread  # noqa: E402
+from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.results import RunResult  # noqa: E402
 from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
 
@@ -170,14 +172,14 @@ def gate_trial(rng: random.Random, metric: str, cond: list[float], stored: list[
     cand = [pool.pop() for _ in range(min(start, len(pool)))]
     design = Design(max_pairs=args.max_runs, first_look=start)
 
-    def verdicts() -> list[regression.Verdict]:
+    def verdicts() -> list[regression.MetricVerdict]:
         return [regression.decide_metric("bench", "job", metric, base, MetricSeries(unit, direction, kind, cand),
                                          Policy(), design)]
 
     def extend() -> None:
         cand.append(pool.pop() if pool else rng.choice(cond))
 
-    regression.until_decided(verdicts, lambda: len(cand), extend, Budget(max_pairs=args.max_runs), Clock())
+    regression.until_job_decided(verdicts, lambda: len(cand), extend, Budget(max_pairs=args.max_runs), Clock())
     return verdicts()[0].status, len(cand)
 
 

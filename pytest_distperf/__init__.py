@@ -37,7 +37,7 @@ _PUBLIC = {
     "BaselineEnvironmentWarning": "pytest_distperf.errors",
     "DistPerfInconclusive": "pytest_distperf.errors",
     "GpuClockWarning": "pytest_distperf.errors",
-    # Your own model, step and strategy (issue 18)
+    # Your own model, step and strategy
     "Workload": "pytest_distperf.workloads",
     "phase": "pytest_distperf.phases",
     "Strategy": "pytest_distperf.strategies.registry",

@@ -5,6 +5,7 @@ Dataclasses of builtins, so they pickle back from the ranks and turn into JSON f
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,8 @@ class RunResult:
     ranks: list[RankResult]
     wall_seconds: float
     slot_wait_seconds: float = 0.0  # of wall_seconds: waiting for the CPU measurement slot or the GPUs (allocator)
+    # Stable across processes (it pickles with the run): tests that share this run name it by this id.
+    id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:12]}", compare=False)
 
     @property
     def step_times(self) -> list[float]:

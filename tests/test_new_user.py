@@ -226,9 +226,9 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------
 def _undecided_baseline_record() -> dict:
     from pytest_distperf.gate.policy import Policy
-    from pytest_distperf.gate.regression import Verdict
+    from pytest_distperf.gate.regression import MetricVerdict
 
-    v = Verdict(test="t.py::test_conv", job="my_ddp conv x2 cpu", metric="step_time", metric_kind="time", unit="s",
+    v = MetricVerdict(test="t.py::test_conv", job="my_ddp conv x2 cpu", metric="step_time", metric_kind="time", unit="s",
                 direction="lower", status="inconclusive", baseline=0.100, current=0.1618, baseline_cv=0.19,
                 current_cv=0.221, baseline_runs=4, current_runs=6, delta=0.618, low=-0.073, high=1.822, level=0.98,
                 threshold=0.05, threshold_text="time_threshold", stopped="max 6 runs")
@@ -427,7 +427,7 @@ def test_repeats_error_says_positive_integer():
 
 
 def test_one_name_per_probe_figure_and_old_reports_stay_readable():
-    from pytest_distperf.gate.store import comms_counts
+    from pytest_distperf.measure.figures import comms_counts
     from pytest_distperf.probes.results import CollectiveStats, CommsResult, ProbeResult
 
     stats = CollectiveStats("all_gather", [5, 5], [10 << 20, 10 << 20], [2 << 20] * 10)

@@ -160,12 +160,12 @@ def test_a_changed_config_is_not_comparable_rather_than_a_regression():
 
 
 def test_verdict_records_round_trip():
-    from pytest_distperf.gate.regression import Verdict
+    from pytest_distperf.gate.regression import MetricVerdict
 
     v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
-    assert Verdict.from_record(v.to_record(Policy())) == v
+    assert MetricVerdict.from_record(v.to_record(Policy())) == v
     with pytest.raises(ValueError, match="status"):
-        Verdict.from_record({**v.to_record(Policy()), "status": "warn"})
+        MetricVerdict.from_record({**v.to_record(Policy()), "status": "warn"})
 
 
 def test_marker_overrides_are_validated_and_applied():

@@ -11,7 +11,8 @@ import pytest
 
 from pytest_distperf.gate import regression
 from pytest_distperf.gate.policy import Policy
-from pytest_distperf.gate.store import MetricSeries, metric_traits, metrics_from_runs
+from pytest_distperf.gate.store import MetricSeries, metrics_from_runs
+from pytest_distperf.measure.figures import metric_traits
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.launcher import launch
 from pytest_distperf.measure.figures import job_figures, run_work

@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.gate.policy import Policy
-from pytest_distperf.gate.regression import (Landing, Verdict, property_text, decide_metric, describe_verdict,
-                                             is_failing, note_deciding_figure, until_decided)
+from pytest_distperf.gate.regression import (Landing, MetricVerdict, property_text, decide_metric, describe_verdict,
+                                             is_failing, note_deciding_figure, until_job_decided)
 from pytest_distperf.gate.store import job_identity, metrics_from_runs
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import Budget, Clock
@@ -184,7 +184,7 @@ class PairedJob:
 
 
 def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], policy: Policy,
-                 design: decision.Design) -> list[Verdict]:
+                 design: decision.Design) -> list[MetricVerdict]:
     """Each gated metric of head against base on the pairs, as the baseline gate decides it (decide_metric),
     on the paired interval: the gate's limits, counts exactly."""
     head = metrics_from_runs([h for h, _ in pairs])
@@ -233,12 +233,12 @@ class AgainstGate:
     def design(self) -> decision.Design:
         return self.budget.design()
 
-    def _decide(self, job: PairedJob) -> list[Verdict]:
+    def _decide(self, job: PairedJob) -> list[MetricVerdict]:
         if not job.pairs:
             status, note = (("new", self.new_reason) if self.new_reason else
                             ("not comparable", self.checkout.problem or
                              f"the job failed on the base side: {job.base_error}; not a regression of HEAD"))
-            return [Verdict(test=self.nodeid, job=job.key, metric="step_time", metric_kind="time", unit="s",
+            return [MetricVerdict(test=self.nodeid, job=job.key, metric="step_time", metric_kind="time", unit="s",
                             direction="lower", status=status, note=note)]
         out = decide_pairs(self.nodeid, job.key, job.pairs, self.policy, self.design)
         for v in out:
@@ -249,10 +249,10 @@ class AgainstGate:
         return out
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
-              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[Verdict]:
+              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
         paired = self._job(job)
         if self.base_side(job) is not None:
-            self.stopped[paired.key] = until_decided(lambda: self._decide(paired), lambda: len(paired.pairs),
+            self.stopped[paired.key] = until_job_decided(lambda: self._decide(paired), lambda: len(paired.pairs),
                                                      extend, self.budget, clock or Clock(), False, progress,
                                                      f"{paired.key} (head vs base)")
         return self._decide(paired)

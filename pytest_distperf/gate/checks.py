@@ -77,14 +77,6 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Check":
-        if d.get("outcome") not in decision.OUTCOMES:
-            raise ValueError(f"check {d.get('name')!r}: outcome must be one of {decision.OUTCOMES}, "
-                             f"got {d.get('outcome')!r}")
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
-
 
 @dataclass
 class Adaptive:
@@ -179,30 +171,13 @@ class Comparison:
         def look() -> decision.Verdict:
             return decision.decide(decision.paired(values(self.a), values(self.b), self.design), limit)
 
-        def add_pair() -> None:
-            assert self.adaptive.extend is not None
-            self.adaptive.extend()
-
-        if self.adaptive.extend is None:  # a comparison over fixed runs: one look
-            v = look()
-            return decision.Verdict(v.outcome, v.limit, v.direction, v.estimate, v.reason,
-                                    "decided" if v.outcome != INCONCLUSIVE else "fixed runs")
-        sink = self.adaptive.progress
-        return decision.until_decided(look, add_pair, self.adaptive.budget, self.adaptive.clock,
+        sink = self.adaptive.progress  # without `extend` (fixed runs): one look
+        return decision.until_decided(look, self.adaptive.extend, self.adaptive.budget, self.adaptive.clock,
                                       (lambda text: sink(f"{what}: {text}")) if sink else None)
 
     @property
     def step_time_ratio(self) -> decision.Estimate:
         return decision.paired(self.a.run_step_times, self.b.run_step_times, self.design)
-
-    @property
-    def memory_ratio(self) -> decision.Estimate:
-        return decision.paired(self.a.run_peak_memories, self.b.run_peak_memories, self.design)
-
-    @property
-    def loss_difference(self) -> float:
-        """The largest relative difference between any run of A and any run of B, at any step."""
-        return max(max_relative_difference(x.losses, y.losses) for x, y in itertools.product(self.a.runs, self.b.runs))
 
     def _config_notes(self) -> str:
         a, b = self.a.runs[0], self.b.runs[0]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.gate.store import KNOWN_METRICS
+from pytest_distperf.measure.figures import KNOWN_METRICS
 
 
 # Marker keys of earlier versions and what replaced them.

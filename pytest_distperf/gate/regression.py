@@ -33,8 +33,9 @@ from typing import Any, Callable
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive)
 from pytest_distperf.gate import fingerprint
+from pytest_distperf.document import job_to_dict
 from pytest_distperf.gate.store import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries, Store,
-                                      job_identity, metrics_from_runs, now_iso, run_to_dict)
+                                        job_identity, metrics_from_runs, now_iso)
 from pytest_distperf.measure import decision
 from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, Budget, Clock, Design
 from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures
@@ -48,7 +49,7 @@ STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
 
 @dataclass
-class Verdict:
+class MetricVerdict:
     """One metric of one job against its baseline: a record for messages, reports and JUnit (to/from JSON)."""
 
     test: str
@@ -81,7 +82,7 @@ class Verdict:
                 "interval_text": fmt_interval(record)}  # the words every report uses (report/wording.bound_text)
 
     @classmethod
-    def from_record(cls, d: dict[str, Any]) -> "Verdict":
+    def from_record(cls, d: dict[str, Any]) -> "MetricVerdict":
         if d.get("status") not in STATUSES:
             raise ValueError(f"baseline verdict: status must be one of {STATUSES}, got {d.get('status')!r}")
         names = set(cls.__dataclass_fields__)
@@ -90,10 +91,10 @@ class Verdict:
 
 # -- the pure decision ------------------------------------------------------------------------------------------
 def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | None, current: MetricSeries,
-                  policy: Policy, design: Design = Design(), paired: bool = False) -> Verdict:
+                  policy: Policy, design: Design = Design(), paired: bool = False) -> MetricVerdict:
     """`paired`: the runs of `current` and `baseline` are interleaved pairs (head vs base, gate/against.py),
     decided on the paired interval; else the stored runs are fixed and the interval is unpaired."""
-    v = Verdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
+    v = MetricVerdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
                 direction=current.direction, status="new", current=current.center, current_cv=current.variation,
                 current_runs=len(current.runs))
     if baseline is None:
@@ -170,7 +171,7 @@ class Resolution:
                 "fails_above_text": self.fails_above_text(), "factor_text": fmt_factor(self.factor)}
 
 
-# A save table once printed "+250325810567025302437888.0%" (a few wildly spread runs): past +1000 % the figure
+# A few wildly spread runs can make the smallest failing change astronomically large: past +1000 % the figure
 # says nothing more than "no realistic change can fail", so it is shown as "> +1000%".
 FAILS_ABOVE_CAP = 10.0
 
@@ -209,7 +210,7 @@ def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
                    hi=None if not est.lo else 1.0 / est.lo)
 
 
-def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, design: Design,
+def _decide_interval(v: MetricVerdict, b: MetricSeries, c: MetricSeries, t: float, design: Design,
                      paired: bool = False) -> None:
     """Time and memory: the core's interval of current/baseline against 1 + t (and 1/(1 + t)), unpaired against
     stored runs, or paired over interleaved pairs."""
@@ -239,7 +240,7 @@ def _decide_interval(v: Verdict, b: MetricSeries, c: MetricSeries, t: float, des
         v.status = "pass"
 
 
-def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries, reference: str = "the baseline") -> None:
+def _decide_count(v: MetricVerdict, b: MetricSeries, c: MetricSeries, reference: str = "the baseline") -> None:
     """Exact: the worst of the current runs against the reference's value (the median of its runs)."""
     v.threshold, v.threshold_text = 0.0, "exact"
     sign = 1.0 if c.direction == "lower" else -1.0
@@ -259,7 +260,7 @@ def _decide_count(v: Verdict, b: MetricSeries, c: MetricSeries, reference: str =
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
-               policy: Policy, missing_reason: str, design: Design = Design()) -> list[Verdict]:
+               policy: Policy, missing_reason: str, design: Design = Design()) -> list[MetricVerdict]:
     out = []
     for name, series in current.items():
         if not policy.gates(name):
@@ -277,7 +278,7 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
     return out
 
 
-def note_deciding_figure(verdicts: list[Verdict], figures: JobFigures) -> None:
+def note_deciding_figure(verdicts: list[MetricVerdict], figures: JobFigures) -> None:
     """Where step time stays inconclusive and a work figure decided, both verdicts say which decided and why
     wall time could not (the host-bound share, or wall time's own run-to-run spread)."""
     wall = next((v for v in verdicts if v.metric == "step_time"), None)
@@ -294,49 +295,43 @@ def note_deciding_figure(verdicts: list[Verdict], figures: JobFigures) -> None:
         v.note = (v.note + "; " if v.note else "") + f"decided where step time stayed inconclusive ({why})"
 
 
-def is_pending(v: Verdict) -> bool:
+def is_pending(v: MetricVerdict) -> bool:
     """A verdict more runs of the candidate could decide."""
     return v.status == "inconclusive" and v.metric_kind in ("time", "memory")
 
 
-def is_failing(v: Verdict, policy: Policy) -> bool:
+def is_failing(v: MetricVerdict, policy: Policy) -> bool:
     return (v.status == "fail" or (v.status == "improved" and policy.fail_on_improvement)
             or (v.status in ("new", "not comparable") and policy.require_baseline)
             or (v.status == "inconclusive" and policy.strict))
 
 
-def until_decided(verdicts: Callable[[], list[Verdict]], runs: Callable[[], int],
-                  extend: Callable[[], None] | None, budget: Budget, clock: Clock, save_mode: bool = False,
-                  progress: Callable[[str], None] | None = None, label: str = "") -> str:
-    """The gate's stopping rule for one job: while a time or memory verdict is INCONCLUSIVE (with --distperf-save:
-    until the budget's runs are recorded), `extend` adds a run (or a pair) and the job is decided again, up to
-    the budget. Returns why it stopped."""
-    while True:
-        current = verdicts()
-        n = runs()
+def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callable[[], int],
+                      extend: Callable[[], None] | None, budget: Budget, clock: Clock, save_mode: bool = False,
+                      progress: Callable[[str], None] | None = None, label: str = "") -> str:
+    """The gate's stopping rule for one job, under decision.look_until: while a time or memory verdict is
+    INCONCLUSIVE (with --distperf-save: until the budget's runs are recorded), `extend` adds a run (or a pair) and
+    the job is decided again, up to the budget. Returns why it stopped."""
+
+    def pending(current: list[MetricVerdict]) -> bool:
         # A failed figure fails the test whatever more runs would show: no more runs for the undecided ones.
-        wanted = ((n < budget.max_pairs) if save_mode else
-                  any(is_pending(v) for v in current) and not any(v.status == "fail" for v in current))
-        if not wanted:
-            return "decided" if not save_mode else f"{n} runs recorded"
-        if extend is None:
-            return "fixed runs"
-        why = decision.stop_reason(n, budget, clock)
-        if why:
-            return why
-        target = decision.next_step(n, budget)  # the design looks only at planned run counts: step to the next
-        if progress:
-            if save_mode:
-                progress(f"baseline: recording {label}, runs {n + 1}-{target} of {budget.max_pairs}")
-            else:
-                v = next(v for v in current if is_pending(v))
-                progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({fmt_pct(v.delta)} "
-                         f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running runs {n + 1}-{target} "
-                         f"for the look at {target}")
-        for _ in range(target - n):
-            started = clock.now()
-            extend()
-            clock.pair_seconds.append(clock.now() - started)
+        return ((runs() < budget.max_pairs) if save_mode else
+                any(is_pending(v) for v in current) and not any(v.status == "fail" for v in current))
+
+    def say(current: list[MetricVerdict], target: int) -> None:
+        assert progress is not None
+        n = runs()
+        if save_mode:
+            progress(f"baseline: recording {label}, runs {n + 1}-{target} of {budget.max_pairs}")
+            return
+        v = next(v for v in current if is_pending(v))
+        progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({fmt_pct(v.delta)} "
+                 f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running runs {n + 1}-{target} "
+                 f"for the look at {target}")
+
+    _, why = decision.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
+                                 say if progress else None)
+    return f"{runs()} runs recorded" if save_mode and why == "decided" else why
 
 
 # -- the per-test gate ---------------------------------------------------------------------
@@ -433,7 +428,7 @@ class BaselineGate:
                 f"{os.path.relpath(self.path, session.rootdir)}: recorded with other versions than this run: "
                 f"{', '.join(self.env_changes)}"), stacklevel=2)
         self.measured: dict[str, Measured] = {}
-        self.verdicts: list[Verdict] = []
+        self.verdicts: list[MetricVerdict] = []
         self.stopped: dict[str, str] = {}  # job key -> why it got no more runs
         self.budget = Budget()  # adaptive repeats: the test's (the fixture sets it)
 
@@ -443,7 +438,7 @@ class BaselineGate:
 
     @property
     def design(self) -> Design:
-        return self.budget.design()  # its planned looks are those until_decided steps to
+        return self.budget.design()  # its planned looks are those until_job_decided steps to
 
     def _key(self, job: JobSpec) -> Measured:
         """The job's entry: the same label with another configuration gets '#2', '#3' ... (stable by order); a
@@ -465,7 +460,7 @@ class BaselineGate:
             return None
         return self.baseline.jobs.get(m.key) or self.baseline.jobs.get(m.label)
 
-    def _decide(self, m: Measured) -> list[Verdict]:
+    def _decide(self, m: Measured) -> list[MetricVerdict]:
         reason = (f"no baseline for this test on machine class {self.machine.name}" if self.baseline is None
                   else "this job is not in the baseline")
         if self.unmatched:
@@ -482,7 +477,7 @@ class BaselineGate:
         return out
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
-              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[Verdict]:
+              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
         """A job's runs finished (`runs` may be a shared list that grows). While a time or memory verdict is
         INCONCLUSIVE, `extend` adds a run (or an interleaved pair) to it, up to the budget; with
         --distperf-save it adds runs up to the budget's count instead (the stored runs bound later verdicts).
@@ -490,7 +485,7 @@ class BaselineGate:
         m = self._key(job)
         if not any(source is runs for source in m.sources):
             m.sources.append(runs)
-        self.stopped[m.key] = until_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
+        self.stopped[m.key] = until_job_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
                                             clock or Clock(), self.save_mode, progress, m.key)
         return self._decide(m)
 
@@ -549,12 +544,10 @@ class BaselineGate:
             "baseline_file": self.path, "baseline_saved_at": self.baseline.saved_at if self.baseline else None,
             "baseline_environment": self.baseline.environment if self.baseline else None,
             "environment_changes": self.env_changes,
-            "jobs": [{"label": m.key, "config_hash": m.config_hash, "config": m.config,
-                      "figures": job_figures(m.key, m.runs).to_json(), "runs": [run_to_dict(r) for r in m.runs]}
-                     for m in self.measured.values() if m.runs],
+            "jobs": [job_to_dict(m.key, m.config_hash, m.config, m.runs) for m in self.measured.values() if m.runs],
         }
 
-    def _message(self, failing: list[Verdict]) -> str:
+    def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)
         lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):"]
         for v in failing:
@@ -580,7 +573,7 @@ def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, ki
     return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
 
 
-def describe_verdict(v: Verdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
     """The lines of a failure message for one verdict; `sides` names its reference and candidate."""
     head = f"{v.job}: {v.metric} {v.status.upper()}"
     current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind)
@@ -603,5 +596,5 @@ def describe_verdict(v: Verdict, policy: Policy, sides: tuple[str, str] = ("base
     return lines
 
 
-def property_text(v: Verdict) -> str:
+def property_text(v: MetricVerdict) -> str:
     return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"

@@ -29,33 +29,19 @@ import math
 import os
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
 from pytest_distperf import jsonio
 from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.jsonio import LOCK_NAME
 from pytest_distperf.spec import JobSpec
 from pytest_distperf.results import RunResult
-from pytest_distperf.measure.figures import geometric_mean, run_peak_memory, run_step_time, run_work
+from pytest_distperf.measure.figures import geometric_mean, metric_traits, metric_values, run_figures
 from pytest_distperf.measure.stats import relative_spread
 
 SCHEMA_VERSION = 3
 
-# name -> (unit, direction, kind). kind picks the decision rule (gate/regression.py): time and memory on the
-# decision core's interval against a floor, count exact.
-KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
-    "step_time": ("s", "lower", "time"),
-    "peak_memory": ("bytes", "lower", "memory"),
-    "optimizer_state_bytes": ("bytes", "lower", "count"),
-    # the work figures (measure/figures.py WORK_METRICS): a time against the work threshold, counts exactly
-    "gpu_time": ("s", "lower", "time"),
-    "instructions_per_step": ("instructions", "lower", "time"),
-    "kernels_per_step": ("kernels", "lower", "count"),
-    "flops_per_step": ("FLOP", "lower", "count"),
-    "aten_ops_per_step": ("ops", "lower", "count"),
-    "train_memory": ("bytes", "lower", "memory"),
-}
 DIRECTIONS = ("lower", "higher")
 KINDS = ("time", "memory", "count")
 # Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
@@ -112,11 +98,6 @@ class MetricSeries:
         """Run-to-run variation (stats.relative_spread of the run values)."""
         return relative_spread(self.runs)
 
-    @property
-    def spread(self) -> float | None:
-        """Absolute standard deviation of the run values (for messages)."""
-        return statistics.stdev(self.runs) if len(self.runs) >= 2 else None
-
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"unit": self.unit, "direction": self.direction, "kind": self.kind,
                              "runs": list(self.runs), "samples": self.samples,
@@ -172,105 +153,15 @@ def injection_suffix(job: JobSpec) -> str:
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
-    """The gated metrics of a job's runs (one value per run, as measure/figures.py defines it): step time, peak
-    memory, optimizer state bytes (summed over ranks) and, when the job ran the comms probe, collective calls
-    and bytes per step by kind (per rank, the rank with the most; compared exactly)."""
-
-    def series(name: str, values: list[float], samples: list[list[float]] | None = None) -> MetricSeries:
+    """The gated metrics of a job's runs (measure/figures.metric_values), with each run's raw step samples for
+    step time."""
+    values = metric_values([run_figures(r) for r in runs])
+    out = {}
+    for name, runs_values in values.items():
         unit, direction, kind = metric_traits(name)
-        return MetricSeries(unit=unit, direction=direction, kind=kind, runs=values, samples=samples)
-
-    out = {
-        "step_time": series("step_time", [run_step_time(r) for r in runs], [list(r.step_times) for r in runs]),
-        "peak_memory": series("peak_memory", [run_peak_memory(r) for r in runs]),
-        "optimizer_state_bytes": series("optimizer_state_bytes",
-                                        [float(sum(k.optimizer_state_bytes for k in r.ranks)) for r in runs]),
-    }
-    work = [run_work(r) for r in runs]
-    for name in sorted(set(work[0]).intersection(*work[1:]) if work else ()):  # a figure every run measured
-        out[name] = series(name, [w[name] for w in work])
-    per_run = [_comms_counts(r) for r in runs]
-    if all(per_run):  # every run probed: the same kinds are comparable run to run
-        for name in sorted(set().union(*per_run)):
-            out[name] = series(name, [float(c.get(name, 0)) for c in per_run])
+        out[name] = MetricSeries(unit=unit, direction=direction, kind=kind, runs=runs_values,
+                                 samples=[list(r.step_times) for r in runs] if name == "step_time" else None)
     return out
-
-
-def metric_traits(name: str) -> tuple[str, str, str]:
-    """(unit, direction, kind) of a metric name."""
-    if name in KNOWN_METRICS:
-        return KNOWN_METRICS[name]
-    if name.startswith("comms."):
-        return ("bytes" if name.endswith(".bytes_per_step") else "calls", "lower", "count")
-    return ("count", "lower", "count")
-
-
-def _comms_counts(run: RunResult) -> dict[str, int]:
-    """comms_counts of a run's ranks."""
-    return comms_counts([_probe_metrics(k) for k in run.ranks])
-
-
-def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
-    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most, from each rank's flat probe
-    metrics (ProbeResult.metrics(): the probes' per-step medians, as a JSON report's `ranks[].probes` holds them),
-    as the probe checks and the probe table read them. The history reads reports through this too.
-
-    Bytes of a kind are left out where any rank had calls of unknown size (metrics() gives that rank's count
-    without bytes): an exact baseline must not hold the bytes of part of the calls."""
-    calls: dict[str, int] = {}
-    sized: dict[str, int] = {}
-    unsized: set[str] = set()
-    for m in rank_metrics:
-        for name, value in (m or {}).items():
-            # comms.<kind>.calls_per_step; reports written before it was named so: comms.<kind>.per_step
-            if not (name.startswith("comms.") and name.count(".") == 2
-                    and name.endswith((".calls_per_step", ".per_step"))):
-                continue
-            kind = name.split(".")[1]
-            calls[kind] = max(calls.get(kind, 0), int(value))
-            if f"comms.{kind}.bytes_per_step" in m:
-                sized[kind] = max(sized.get(kind, 0), int(m[f"comms.{kind}.bytes_per_step"]))
-            else:
-                unsized.add(kind)
-    out: dict[str, int] = {}
-    for kind in sorted(calls):
-        out[f"comms.{kind}.calls_per_step"] = calls[kind]
-        if kind not in unsized:
-            out[f"comms.{kind}.bytes_per_step"] = sized[kind]
-    return out
-
-
-def run_to_dict(run: RunResult) -> dict[str, Any]:
-    """One run with its per-rank metrics, JSON-ready (reports)."""
-    ranks = []
-    for k in run.ranks:
-        ranks.append({
-            "rank": k.rank, "host": k.host, "node_rank": k.node_rank,
-            "step_times": list(k.step_times), "step_median": statistics.median(k.step_times),
-            "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
-            "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
-            "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
-            "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
-            # where a step's time goes (forward/backward/optimizer/other), also when no check failed
-            "step_breakdown": dict(k.step_breakdown),
-            "extra": json.loads(json.dumps(k.extra, default=repr)),
-            "probes": _probe_metrics(k),
-            # the GPU's clocks, throttle reasons, power and temperature over the timed steps (rank/clocks.py)
-            "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,
-            # what the steps asked of the machine, per profiled step (rank/work.py)
-            "work": asdict(k.work) if getattr(k, "work", None) is not None else None,
-        })
-    load = run.host_other_load
-    return {"wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
-            "work": run_work(run),
-            "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
-            "node_step_medians": run.node_step_medians,
-            "host_other_load_cores": round(load[0], 2) if load else None}
-
-
-def _probe_metrics(rank: Any) -> dict[str, float] | None:
-    probes = getattr(rank, "probes", None)
-    return probes.metrics() if probes is not None and hasattr(probes, "metrics") else None
 
 
 # -- reading, with validation and migration ---------------------------------------------------------------------

@@ -1,12 +1,10 @@
 """A session's `--distperf-json` report document -> the rows the history stores (plain data).
 
 Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
-metric, computed as the gate computes them (`gate.store.metrics_from_runs`): `step_time` is the run's median
-step time (each step's time being the slowest rank's), `peak_memory` the run's peak, `optimizer_state_bytes`
-the sum over ranks, and, where every run of the job ran the comms probe, `comms.<kind>.calls_per_step` and
-`.bytes_per_step` per rank, the rank with the most (`gate.store.comms_counts`; bytes left out for a kind whose
-calls were not all sized), and the work figures every run measured (`runs[].work`, measure/figures.run_work). Unit, direction and kind come from `gate.store.metric_traits`. Tests that measured
-nothing (failed at set-up, run without a gate) add no rows.
+metric: the metrics the gate keeps (measure/figures.metric_values) over the figures each run carries
+(`runs[].figures`, document.run_figures_in; a version-1 report's are derived from its measurements by the same
+definitions). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
+(failed at set-up, run without a gate) add no rows.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +55,12 @@ def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecor
         if not isinstance(doc.get(key), kind):
             raise ReportDocumentError(f"{source}: '{key}' is missing or not {what} (is this a --distperf-json "
                                       f"report?)")
+    from pytest_distperf.document import ReportVersionError, check_version
+
+    try:
+        check_version(doc, source)
+    except ReportVersionError as e:
+        raise ReportDocumentError(str(e)) from None
     environment = doc["environment"]
     session = SessionRecord(created_at=_timestamp(doc["created_at"], f"{source}: 'created_at'"),
                             git_commit=_opt_str(environment.get("git_commit")),
@@ -85,7 +88,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
         raise ReportDocumentError(f"{where}: has jobs but no 'machine_class'")
     if not isinstance(jobs, list):
         raise ReportDocumentError(f"{where}: 'jobs' is not an array")
-    from pytest_distperf.gate.store import metric_traits
+    from pytest_distperf.measure.figures import metric_traits
 
     rows = []
     for j, job in enumerate(jobs):
@@ -107,47 +110,28 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
 
 def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     """metric -> one value per run, from the report's run dicts (see the module docstring)."""
-    out: dict[str, list[float]] = {"step_time": [], "peak_memory": [], "optimizer_state_bytes": []}
-    per_run_comms = []
-    for r, run in enumerate(runs):
-        run_where = f"{where}: runs[{r}]"
-        try:
-            steps = [float(t) for t in run["step_times"]]
-            ranks = run["ranks"]
-            out["step_time"].append(statistics.median(steps))
-            out["peak_memory"].append(float(run["peak_memory"]))
-            out["optimizer_state_bytes"].append(float(sum(k["optimizer_state_bytes"] for k in ranks)))
-        except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
-            raise ReportDocumentError(f"{run_where}: step_times, peak_memory and ranks[].optimizer_state_bytes "
-                                      f"must be numbers ({type(e).__name__}: {e})") from None
-        per_run_comms.append(_run_comms(ranks, run_where))
+    from pytest_distperf.document import run_figures_in
+    from pytest_distperf.measure.figures import metric_values
+
     if not runs:
         return {}
-    if all(per_run_comms):  # every run probed: the same kinds are comparable run to run
-        for name in sorted(set().union(*per_run_comms)):
-            out[name] = [float(c.get(name, 0)) for c in per_run_comms]
-    work = [run.get("work") or {} for run in runs]  # the run's work figures (measure/figures.run_work)
-    for name in sorted(set(work[0]).intersection(*work[1:])):  # a figure every run measured
+    figures = []
+    for r, run in enumerate(runs):
+        run_where = f"{where}: runs[{r}]"
+        if not isinstance(run, dict):
+            raise ReportDocumentError(f"{run_where}: a run must be an object, got {type(run).__name__}")
+        probes = [k.get("probes") if isinstance(k, dict) else None for k in run.get("ranks") or []]
+        for i, p in enumerate(probes):
+            if p is not None and not isinstance(p, dict):
+                raise ReportDocumentError(f"{run_where}: ranks[{i}].probes must be an object or null, got "
+                                          f"{type(p).__name__}")
         try:
-            out[name] = [float(w[name]) for w in work]
-        except (TypeError, ValueError) as e:
-            raise ReportDocumentError(f"{where}: runs[].work.{name} must be a number ({e})") from None
-    return out
-
-
-def _run_comms(ranks: list[dict[str, Any]], where: str) -> dict[str, int]:
-    """The gate's own comms counts of a run (per rank, the rank with the most) from its ranks' probe metrics."""
-    from pytest_distperf.gate.store import comms_counts
-
-    probes = [k.get("probes") for k in ranks]  # ranks are objects: run_metrics read them before
-    for i, p in enumerate(probes):
-        if p is not None and not isinstance(p, dict):
-            raise ReportDocumentError(f"{where}: ranks[{i}].probes must be an object or null, got {type(p).__name__}")
-    try:
-        return comms_counts(probes)
-    except (TypeError, ValueError) as e:
-        raise ReportDocumentError(f"{where}: ranks[].probes' comms.* values must be numbers "
-                                  f"({type(e).__name__}: {e})") from None
+            figures.append(run_figures_in(run))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ReportDocumentError(f"{run_where}: figures, or step_times, peak_memory, ranks[].optimizer_state_bytes"
+                                      f" and ranks[].probes' comms.* values, must be numbers "
+                                      f"({type(e).__name__}: {e})") from None
+    return metric_values(figures)
 
 
 def _timestamp(text: str, where: str) -> _dt.datetime:

@@ -132,7 +132,7 @@ def _v1_create_tables(conn: Connection) -> None:
 def _v2_kind_config_hash_index(conn: Connection) -> None:
     """Version 2: each measurement's metric kind (back-filled from its name) and job configuration hash, and an
     index on the series key that the trend queries use."""
-    from pytest_distperf.gate.store import metric_traits
+    from pytest_distperf.measure.figures import metric_traits
 
     for name in ("kind", "config_hash"):
         _add_column(conn, name)

@@ -85,7 +85,9 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
+
+T = TypeVar("T")  # what a look returns (look_until)
 
 from pytest_distperf.measure.stats import relative_spread
 from pytest_distperf.report.wording import bound_text
@@ -698,29 +700,41 @@ def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
     return None
 
 
-def until_decided(look: Callable[[], Verdict], add_pair: Callable[[], None], budget: Budget,
-                  clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> Verdict:
-    """Look; while INCONCLUSIVE and the budget allows, add pairs (or runs) up to the next planned look and look
-    again.
-
-    `look` decides on all the data there is (it may already hold more pairs than this sequence added: runs shared
-    with other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
-    clock = clock or Clock()
+def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callable[[T], int],
+               add_pair: Callable[[], None] | None, budget: Budget, clock: Clock,
+               progress: Callable[[T, int], None] | None = None) -> tuple[T, str]:
+    """The one stopping rule of adaptive repeats: look; while `pending` holds of the look and the budget allows,
+    add pairs (or runs) up to the next planned look and look again. Returns the last look and why it stopped:
+    "decided", "fixed runs" (no `add_pair`), or stop_reason's words. `seen`: the pairs (runs) the look was over;
+    `progress(look, next planned look)` before pairs are added."""
     while True:
-        v = look()
-        if v.outcome != INCONCLUSIVE:
-            return Verdict(**{**_fields(v), "stopped": "decided"})
-        seen = v.estimate.seen
-        why = stop_reason(seen, budget, clock)
+        current = look()
+        if not pending(current):
+            return current, "decided"
+        if add_pair is None:
+            return current, "fixed runs"
+        n = seen(current)
+        why = stop_reason(n, budget, clock)
         if why:
-            return Verdict(**{**_fields(v), "stopped": why})
-        target = next_step(seen, budget)
+            return current, why
+        target = next_step(n, budget)
         if progress:
-            progress(progress_text(v, target))
-        for _ in range(target - seen):  # the pairs between planned looks are not looked at
+            progress(current, target)
+        for _ in range(target - n):  # the pairs between planned looks are not looked at
             started = clock.now()
             add_pair()
             clock.pair_seconds.append(clock.now() - started)
+
+
+def until_decided(look: Callable[[], Verdict], add_pair: Callable[[], None] | None, budget: Budget,
+                  clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> Verdict:
+    """One quantity's verdict under look_until: while INCONCLUSIVE, pairs up to the next planned look.
+
+    `look` decides on all the data there is (it may already hold more pairs than this sequence added: runs shared
+    with other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
+    v, why = look_until(look, lambda v: v.outcome == INCONCLUSIVE, lambda v: v.estimate.seen, add_pair, budget,
+                        clock or Clock(), (lambda v, target: progress(progress_text(v, target))) if progress else None)
+    return Verdict(**{**_fields(v), "stopped": why})
 
 
 def _fields(v: Verdict) -> dict[str, Any]:

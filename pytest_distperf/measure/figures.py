@@ -2,7 +2,8 @@
 (terminal, JSON, JUnit, Markdown, the pytest-benchmark export) reads these, and nothing else computes them.
 
 - step time of a run (`run_step_time`): the median over the run's timed steps of each step's time, where a
-  step's time is the slowest rank's (collectives make every rank wait for the slowest one).
+  step's time is the slowest rank's (collectives make every rank wait for the slowest one); of a rank
+  (`step_time_of` its own steps) likewise.
 - step time of a job (`JobFigures.step_time`): the geometric mean of its runs' step times. The ratio of two
   jobs' step times is then exactly the ratio the checks decide on (the geometric mean of the interleaved pair
   ratios), and a job against its baseline exactly the gate's ratio (of the geometric means of the runs).
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from pytest_distperf.measure.stats import quantile, relative_spread
 
@@ -62,6 +63,31 @@ WORK_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+# The figures a job is gated and tracked on: name -> (unit, direction, kind). kind picks the decision rule
+# (gate/regression.py): time and memory on the decision core's interval against a floor, count exact.
+KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
+    "step_time": ("s", "lower", "time"),
+    "peak_memory": ("bytes", "lower", "memory"),
+    "optimizer_state_bytes": ("bytes", "lower", "count"),
+    # the work figures (WORK_METRICS): a time against the work threshold, counts exactly
+    "gpu_time": ("s", "lower", "time"),
+    "instructions_per_step": ("instructions", "lower", "time"),
+    "kernels_per_step": ("kernels", "lower", "count"),
+    "flops_per_step": ("FLOP", "lower", "count"),
+    "aten_ops_per_step": ("ops", "lower", "count"),
+    "train_memory": ("bytes", "lower", "memory"),
+}
+
+
+def metric_traits(name: str) -> tuple[str, str, str]:
+    """(unit, direction, kind) of a metric name."""
+    if name in KNOWN_METRICS:
+        return KNOWN_METRICS[name]
+    if name.startswith("comms."):
+        return ("bytes" if name.endswith(".bytes_per_step") else "calls", "lower", "count")
+    return ("count", "lower", "count")
+
+
 def geometric_mean(values: Sequence[float]) -> float:
     """exp(mean(log v)); values below one (a zero RSS growth) count as one, so a ratio stays finite."""
     if not values:
@@ -69,14 +95,24 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(math.fsum(math.log(max(v, 1e-300)) for v in values) / len(values))
 
 
+def step_time_of(step_times: Sequence[float]) -> float:
+    """The step time of a run (its steps, each the slowest rank's) or of one rank (its own steps): the median."""
+    return quantile(step_times, 0.5)
+
+
+def peak_memory_of(peak_bytes: float) -> float:
+    """A run's peak memory figure in bytes: at least 1, so ratios stay finite (a zero RSS growth)."""
+    return float(max(peak_bytes, 1))
+
+
 def run_step_time(run: "RunResult") -> float:
     """A run's step time: the median of its steps, each the slowest rank's."""
-    return quantile(run.step_times, 0.5)
+    return step_time_of(run.step_times)
 
 
 def run_peak_memory(run: "RunResult") -> float:
     """A run's peak memory in bytes (at least 1, so ratios stay finite): RunResult.peak_memory."""
-    return float(max(run.peak_memory, 1))
+    return peak_memory_of(run.peak_memory)
 
 
 def run_work(run: "RunResult") -> dict[str, float]:
@@ -98,6 +134,102 @@ def run_gpu_busy(run: "RunResult") -> float | None:
     """The busiest rank's median GPU busy time per step (s); None when not measured."""
     busy = [r.work.gpu_busy for r in run.ranks if r.work is not None and r.work.gpu_busy]
     return max(quantile(b, 0.5) for b in busy) if busy and len(busy) == len(run.ranks) else None
+
+
+def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
+    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most, from each rank's flat probe
+    metrics (ProbeResult.metrics(): the probes' per-step medians, as a JSON report's `ranks[].probes` holds them),
+    as the probe checks and the probe table read them.
+
+    Bytes of a kind are left out where any rank had calls of unknown size (metrics() gives that rank's count
+    without bytes): an exact baseline must not hold the bytes of part of the calls."""
+    calls: dict[str, int] = {}
+    sized: dict[str, int] = {}
+    unsized: set[str] = set()
+    for m in rank_metrics:
+        for name, value in (m or {}).items():
+            # comms.<kind>.calls_per_step; reports written before it was named so: comms.<kind>.per_step
+            if not (name.startswith("comms.") and name.count(".") == 2
+                    and name.endswith((".calls_per_step", ".per_step"))):
+                continue
+            kind = name.split(".")[1]
+            calls[kind] = max(calls.get(kind, 0), int(value))
+            if f"comms.{kind}.bytes_per_step" in m:  # type: ignore[operator]
+                sized[kind] = max(sized.get(kind, 0), int(m[f"comms.{kind}.bytes_per_step"]))  # type: ignore[index]
+            else:
+                unsized.add(kind)
+    out: dict[str, int] = {}
+    for kind in sorted(calls):
+        out[f"comms.{kind}.calls_per_step"] = calls[kind]
+        if kind not in unsized:
+            out[f"comms.{kind}.bytes_per_step"] = sized[kind]
+    return out
+
+
+def rank_probe_metrics(rank: Any) -> dict[str, float] | None:
+    """A rank's flat probe metrics (ProbeResult.metrics()); None when it ran no probe."""
+    probes = getattr(rank, "probes", None)
+    return probes.metrics() if probes is not None and hasattr(probes, "metrics") else None
+
+
+def run_comms(run: "RunResult") -> dict[str, int]:
+    """comms_counts of a run's ranks ({} when no rank was probed)."""
+    return comms_counts([rank_probe_metrics(k) for k in run.ranks])
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures, derived once from its ranks (run_figures); what the gate, the reports and the history
+    read of a run. `comms` is empty where the run was not probed."""
+
+    id: str  # the run's stable id (RunResult.id)
+    step_time: float  # s
+    peak_memory: float  # bytes (peak_memory_of)
+    optimizer_state_bytes: float  # summed over ranks
+    work: dict[str, float] = field(default_factory=dict)  # run_work
+    gpu_busy: float | None = None  # run_gpu_busy
+    comms: dict[str, int] = field(default_factory=dict)  # run_comms
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RunFigures":
+        return cls(id=str(d.get("id") or ""), step_time=float(d["step_time"]), peak_memory=float(d["peak_memory"]),
+                   optimizer_state_bytes=float(d["optimizer_state_bytes"]),
+                   work={str(k): float(v) for k, v in (d.get("work") or {}).items()},
+                   gpu_busy=None if d.get("gpu_busy") is None else float(d["gpu_busy"]),
+                   comms={str(k): int(v) for k, v in (d.get("comms") or {}).items()})
+
+
+def run_figures(run: "RunResult") -> RunFigures:
+    """The one derivation of a run's figures (module docstring)."""
+    return RunFigures(id=run.id, step_time=run_step_time(run), peak_memory=run_peak_memory(run),
+                      optimizer_state_bytes=float(sum(k.optimizer_state_bytes for k in run.ranks)),
+                      work=run_work(run), gpu_busy=run_gpu_busy(run), comms=run_comms(run))
+
+
+def metric_values(runs: Sequence[RunFigures]) -> dict[str, list[float]]:
+    """The gated and tracked metrics of a job, one value per run: step time, peak memory, optimizer state bytes,
+    the work figures every run measured and, where every run was probed, collective calls and bytes per step by
+    kind (per rank, the rank with the most; a kind a run did not call counts 0). The baseline (gate/store.py)
+    and the history (history/ingest.py) both read a job's series from here."""
+    out = {"step_time": [f.step_time for f in runs], "peak_memory": [f.peak_memory for f in runs],
+           "optimizer_state_bytes": [f.optimizer_state_bytes for f in runs]}
+    if not runs:
+        return out
+    for name in sorted(set(runs[0].work).intersection(*(f.work for f in runs[1:]))):  # measured in every run
+        out[name] = [float(f.work[name]) for f in runs]
+    if all(f.comms for f in runs):  # every run probed: the same kinds are comparable run to run
+        for name in sorted(set().union(*(f.comms for f in runs))):
+            out[name] = [float(f.comms.get(name, 0)) for f in runs]
+    return out
+
+
+def job_id(runs: Sequence["RunResult"]) -> str:
+    """A job's stable id: its first run's. Tests that share a job's runs share the run list, which only grows at
+    its end, so every test's view of the job carries the same id, however many runs it saw."""
+    return f"job-{runs[0].id}" if runs else ""
 
 
 def work_not_measured(runs: Sequence["RunResult"]) -> dict[str, str]:
@@ -138,6 +270,8 @@ class JobFigures:
     work: dict[str, float] = field(default_factory=dict)
     gpu_busy_share: float | None = None  # GPU busy / step time, geometric mean of the runs; CUDA only
     work_not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it is missing
+    id: str = ""  # the job's stable id (job_id): shared runs are one job by identity, never by value
+    run_ids: tuple[str, ...] = ()  # the runs' ids, in order
 
     @property
     def host_bound(self) -> bool:
@@ -154,6 +288,7 @@ class JobFigures:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["run_step_times"] = list(self.run_step_times)
+        d["run_ids"] = list(self.run_ids)
         d["host_bound"] = self.host_bound
         d["host_bound_text"] = self.host_bound_text()  # the one wording every report shows
         return d
@@ -161,33 +296,37 @@ class JobFigures:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured"}
+        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured", "id", "run_ids"}
         missing = sorted(set(cls.__dataclass_fields__) - set(fields) - optional)
         if missing:
             raise ValueError(f"job figures: missing {missing}")
         fields["run_step_times"] = tuple(float(x) for x in fields["run_step_times"])
+        fields["run_ids"] = tuple(str(x) for x in fields.get("run_ids") or ())
         return cls(**fields)
 
 
 def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
+    """A job's figures over its runs, from each run's figures (run_figures)."""
     if not runs:
         raise ValueError(f"{label}: no runs")
-    per_run = tuple(run_step_time(r) for r in runs)
+    per_run = [run_figures(r) for r in runs]
+    step_times = tuple(f.step_time for f in per_run)
     steps = [t for r in runs for t in r.step_times]
-    step_time = geometric_mean(per_run)
+    step_time = geometric_mean(step_times)
     reserved = [k.cuda_peak_reserved for r in runs for k in r.ranks if k.cuda_peak_reserved]
     device = runs[0].spec.device
-    per_run_work = [run_work(r) for r in runs]
-    names = set(per_run_work[0]).intersection(*per_run_work[1:])
-    work = {n: (max(w[n] for w in per_run_work) if WORK_METRICS.get(n, ("", "memory"))[1] == "count"
-                else geometric_mean([w[n] for w in per_run_work])) for n in sorted(names)}
-    busy = [run_gpu_busy(r) for r in runs]
-    share = (geometric_mean([b / t for b, t in zip(busy, per_run)]) if all(b is not None for b in busy) else None)
+    names = set(per_run[0].work).intersection(*(f.work for f in per_run[1:]))
+    work = {n: (max(f.work[n] for f in per_run) if WORK_METRICS.get(n, ("", "memory"))[1] == "count"
+                else geometric_mean([f.work[n] for f in per_run])) for n in sorted(names)}
+    busy = [f.gpu_busy for f in per_run]
+    share = (geometric_mean([b / t for b, t in zip(busy, step_times)])  # type: ignore[operator]
+             if all(b is not None for b in busy) else None)
     return JobFigures(
-        label=label, work=work, gpu_busy_share=share, work_not_measured=work_not_measured(runs), device=device, config_hash=runs[0].spec.config_hash(), runs=len(runs),
-        steps=len(runs[0].step_times), step_time=step_time, run_step_times=per_run, run_cv=relative_spread(per_run),
+        label=label, work=work, gpu_busy_share=share, work_not_measured=work_not_measured(runs), device=device,
+        config_hash=runs[0].spec.config_hash(), runs=len(runs), steps=len(runs[0].step_times), step_time=step_time,
+        run_step_times=step_times, run_cv=relative_spread(step_times),
         step_p10=quantile(steps, 0.1), step_p90=quantile(steps, 0.9),
-        peak_memory=geometric_mean([run_peak_memory(r) for r in runs]), memory_kind=memory_kind(device),
+        peak_memory=geometric_mean([f.peak_memory for f in per_run]), memory_kind=memory_kind(device),
         tokens_per_s=runs[0].tokens_per_step / step_time,
         optimizer_bytes_per_param=runs[0].optimizer_bytes_per_param,
-        cuda_peak_reserved=max(reserved) if reserved else None)
+        cuda_peak_reserved=max(reserved) if reserved else None, id=job_id(runs), run_ids=tuple(f.id for f in per_run))

@@ -26,14 +26,15 @@ def fmt_rate(tokens_per_s: float) -> str:
     return f"{tokens_per_s:.0f}"
 
 
-def fmt_value(value: float | None, unit: str) -> str:
+def fmt_value(value: float | None, unit: str, digits: int = 6) -> str:
+    """A value in its unit: seconds and bytes scaled, anything else to `digits` significant digits."""
     if value is None:
         return "-"
     if unit == "s":
         return fmt_seconds(value)
     if unit == "bytes":
         return fmt_bytes(value)
-    return f"{value:.6g}"
+    return f"{value:.{digits}g}"
 
 
 def fmt_pct(x: float | None) -> str:

@@ -31,11 +31,6 @@ class Shape:
     # regression, as a code change would.
     extra_work: float = 0.0
 
-    @property
-    def approx_params(self) -> int:
-        per_layer = 12 * self.d_model * self.d_model
-        return self.n_layers * per_layer + 2 * self.vocab_size * self.d_model + self.seq_len * self.d_model
-
 
 SHAPES: dict[str, Shape] = {
     "tiny": Shape(vocab_size=2048, d_model=128, n_layers=2, n_heads=4, seq_len=128, micro_batch=4),

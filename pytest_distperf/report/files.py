@@ -2,7 +2,7 @@
 
 They read what the tests recorded (runs, ratio checks, baseline verdicts, the jobs' per-rank metrics)
 and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
-asks for, over the step times as measured. Files go through the one JSON writer (baseline.py).
+asks for, over the step times as measured. Files go through the one JSON writer (jsonio.py).
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from pytest_distperf.document import REPORT_VERSION
 from pytest_distperf.jsonio import write_json_atomic
-from pytest_distperf.measure.units import fmt_pct, fmt_value
-from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
+from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
+from pytest_distperf.report.wording import fmt_interval, pair_to_pair, short_test, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 
-REPORT_VERSION = 1
 BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
 
 
@@ -86,14 +85,14 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
     if found:  # as visible as a failure: an undecided verdict is not a pass
         lines += [f"**⚠ {len(found)} undecided (inconclusive) verdict(s)**: neither passed nor failed "
                   f"({STRICT_HINT})", ""]
-        lines += [f"- `{_md([_short_test(n)])[0]}`: {_md([subject(r)])[0]}: {_md([undecided_text(r)])[0]}"
+        lines += [f"- `{_md([short_test(n)])[0]}`: {_md([subject(r)])[0]}: {_md([undecided_text(r)])[0]}"
                   for n, r in found] + [""]
     jobs = [(e, r) for e in entries for r in e.of_kind("run")]
     if jobs:
         lines += ["| test | job | runs | step time | run-to-run | peak memory |", "|---|---|---|---|---|---|"]
         for e, r in jobs:
             cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
-            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), r["label"], str(r["runs"]),
+            lines.append("| " + " | ".join(_md([short_test(e.nodeid), r["label"], str(r["runs"]),
                                                 fmt_seconds(r["step_time"]), cv, fmt_bytes(r["peak_memory"])])) + " |")
         lines += ["", f"step time: {SCOPES['step_time'][1]}; peak memory: {SCOPES['peak_memory'][1]}", ""]
     verdicts = [(e, v) for e in entries for v in e.of_kind("baseline")]
@@ -102,7 +101,7 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for e, v in verdicts:
             lines.append("| " + " | ".join(_md([
-                _short_test(e.nodeid), v["job"], v["metric"], fmt_value(v["baseline"], v["unit"]),
+                short_test(e.nodeid), v["job"], v["metric"], fmt_value(v["baseline"], v["unit"]),
                 fmt_value(v["current"], v["unit"]), fmt_pct(v["delta"]), fmt_interval(v), status_mark(v)])) + " |")
         lines.append("")
     checks = [(e, c) for e in entries for c in e.of_kind("check")]
@@ -114,7 +113,7 @@ def markdown_summary(entries: Iterable[ReportEntry]) -> str:
             if c.get("method") == "paired":
                 ratio += f" {fmt_interval(c)}"  # in words where the design cannot bound it (wording.bound_text)
             pairs = str(c.get("pairs")) if c.get("method") == "paired" else "-"
-            lines.append("| " + " | ".join(_md([_short_test(e.nodeid), c["name"], ratio, pairs, pair_to_pair(c),
+            lines.append("| " + " | ".join(_md([short_test(e.nodeid), c["name"], ratio, pairs, pair_to_pair(c),
                                                 f"{c['threshold']:g}", OUTCOME_MARK[c["outcome"]]])) + " |")
         lines.append("")
     for e in failed:
@@ -136,45 +135,38 @@ def _md(cells: list[str]) -> list[str]:
     return [str(c).replace("|", "\\|").replace("\n", " ") for c in cells]
 
 
-def _short_test(nodeid: str) -> str:
-    return nodeid.split("::", 1)[-1]
-
-
 # -- pytest-benchmark export ------------------------------------------------------------------------------------
 def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) -> dict[str, Any]:
     """The step times of every job in pytest-benchmark 5.x's saved-JSON layout (one benchmark per test and job;
     a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
     github-action-benchmark (tool: pytest)."""
-    benchmarks, seen = [], set()
-    for e in entries:
+    benchmarks = []
+    for e, job in unique_jobs(entries):
         detail = e.detail or {}
         verdicts = {(v["job"], v["metric"]): v for v in e.of_kind("baseline")}
-        for job in detail.get("jobs", []):
-            runs = job.get("runs") or []
-            steps = [t for r in runs for t in r["step_times"]]
-            key = (job["label"], job["config_hash"], tuple(tuple(r["step_times"]) for r in runs))
-            if not steps or key in seen:
-                continue
-            seen.add(key)
-            v = verdicts.get((job["label"], "step_time"), {})
-            config = job.get("config") or {}
-            name = f"{_short_test(e.nodeid)}[{job['label']}]"
-            benchmarks.append({
-                "group": e.nodeid.split("::", 1)[0], "name": name, "fullname": f"{e.nodeid}[{job['label']}]",
-                "params": {"job": job["label"]}, "param": job["label"],
-                "extra_info": {
-                    "machine_class": detail.get("machine_class"), "config_hash": job["config_hash"],
-                    "runs": len(runs),
-                    # the job's figures as every report shows them (measure/figures.py); stats below are per step
-                    "step_time": job["figures"]["step_time"], "step_time_scope": SCOPES["step_time"][1],
-                    "run_to_run": job["figures"]["run_cv"], "peak_memory_bytes": job["figures"]["peak_memory"],
-                    "tokens_per_step": runs[0]["tokens_per_step"],
-                    "baseline_status": v.get("status"), "baseline_delta": v.get("delta"),
-                },
-                "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(steps), "max_time": 0.0,
-                            "min_time": 0.0, "warmup": config.get("warmup_steps", 0)},
-                "stats": _bench_stats(steps),
-            })
+        runs = job.get("runs") or []
+        steps = [t for r in runs for t in r["step_times"]]
+        if not steps:
+            continue
+        v = verdicts.get((job["label"], "step_time"), {})
+        config = job.get("config") or {}
+        name = f"{short_test(e.nodeid)}[{job['label']}]"
+        benchmarks.append({
+            "group": e.nodeid.split("::", 1)[0], "name": name, "fullname": f"{e.nodeid}[{job['label']}]",
+            "params": {"job": job["label"]}, "param": job["label"],
+            "extra_info": {
+                "machine_class": detail.get("machine_class"), "config_hash": job["config_hash"],
+                "runs": len(runs),
+                # the job's figures as every report shows them (measure/figures.py); stats below are per step
+                "step_time": job["figures"]["step_time"], "step_time_scope": SCOPES["step_time"][1],
+                "run_to_run": job["figures"]["run_cv"], "peak_memory_bytes": job["figures"]["peak_memory"],
+                "tokens_per_step": runs[0]["tokens_per_step"],
+                "baseline_status": v.get("status"), "baseline_delta": v.get("delta"),
+            },
+            "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(steps), "max_time": 0.0,
+                        "min_time": 0.0, "warmup": config.get("warmup_steps", 0)},
+            "stats": _bench_stats(steps),
+        })
     return {
         "machine_info": {
             "node": environment.get("host") or platform.node(), "processor": platform.processor(),
@@ -191,6 +183,19 @@ def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) 
         "datetime": _now(),
         "version": BENCHMARK_FORMAT_VERSION,
     }
+
+
+def unique_jobs(entries: Iterable[ReportEntry]) -> list[tuple[ReportEntry, dict[str, Any]]]:
+    """Each job of the tests' details once, by its id (document.job_to_dict): tests that share a job's runs carry
+    it as it stood when each ended: the view with the most runs is kept, with the test that saw them (its
+    verdicts are on those runs), in the order the jobs first appeared. A job without an id is its own."""
+    kept: dict[Any, tuple[ReportEntry, dict[str, Any]]] = {}
+    for e in entries:
+        for n, job in enumerate((e.detail or {}).get("jobs", [])):
+            key = job.get("id") or (e.nodeid, n)
+            if key not in kept or len(job.get("runs") or []) > len(kept[key][1].get("runs") or []):
+                kept[key] = (e, job)
+    return list(kept.values())
 
 
 def _bench_stats(data: list[float]) -> dict[str, Any]:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from pytest_distperf.measure.units import fmt_pct, fmt_value
-from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
+from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
+from pytest_distperf.report.wording import fmt_interval, pair_to_pair, short_test, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK
-from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
-
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -18,11 +16,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _fmt_value(value: float, unit: str) -> str:
-    if unit == "s":
-        return fmt_seconds(value)
-    if unit == "bytes":
-        return fmt_bytes(value)
-    return f"{value:.4g}"
+    return fmt_value(value, unit, digits=4)  # a check's sides: four digits keep the table narrow
 
 
 # What the job table's figures are (measure/figures.py), said once under it.
@@ -78,8 +72,8 @@ def _work_row(r: dict[str, Any]) -> list[str]:
 
 
 def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
-    """One metric of one job against its baseline (regression.Verdict records)."""
-    return [nodeid.split("::")[-1], r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
+    """One metric of one job against its baseline (regression.MetricVerdict records)."""
+    return [short_test(nodeid), r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
             fmt_value(r["current"], r["unit"]), fmt_pct(r["delta"]), fmt_interval(r), status_mark(r)]
 
 
@@ -97,8 +91,29 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
     return [[row[0] + (f" (+{shared[k]} tests)" if shared[k] else ""), *row[1:]] for k, row in first.items()]
 
 
+def _job_row(r: dict[str, Any]) -> list[str]:
+    """One job's figures (measure/figures.JobFigures) as the job table's cells."""
+    return [r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
+            "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}",
+            f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}",
+            fmt_rate(r["tokens_per_s"]) if r["tokens_per_s"] else "-",  # 0: a workload that counts no tokens
+            fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}"]
+
+
+def unique_job_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job's "run" record once, by its id (measure/figures.job_id): tests that share a job's runs record it
+    as it stood when each ended, and the record with the most runs is kept, where the job first appeared. A
+    record without an id is one job by its values."""
+    kept: dict[Any, dict[str, Any]] = {}
+    for r in records:
+        key = r.get("id") or tuple(_job_row(r))
+        if key not in kept or r["runs"] > kept[key]["runs"]:
+            kept[key] = r
+    return list(kept.values())
+
+
 def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    runs, checks, probes, work_rows = [], [], [], []
+    job_records, checks, probes = [], [], []
     departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
@@ -108,15 +123,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     for nodeid, records in records_by_test:
         for r in records:
             if r["kind"] == "run":  # measure/figures.JobFigures
-                runs.append([
-                    r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
-                    "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}",
-                    f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}",
-                    fmt_rate(r["tokens_per_s"]) if r["tokens_per_s"] else "-",  # 0: a workload that counts no tokens
-                    fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}",
-                ])
-                if r.get("work"):
-                    work_rows.append(_work_row(r))
+                job_records.append(r)
                 if r.get("departures"):
                     departures.setdefault(r["label"], r["departures"])
             elif r["kind"] == "check":
@@ -132,7 +139,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
                     ratio = _fmt_value(r["ratio"], r["unit"]) if absolute else ratio
                 pairs = str(r.get("pairs", "")) if r.get("method") == "paired" else "-"
                 checks.append([
-                    nodeid.split("::")[-1], r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
+                    short_test(nodeid), r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
                     f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, pairs, pair_to_pair(r), limit,
                     OUTCOME_MARK[r["outcome"]],
                 ])
@@ -148,15 +155,15 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
             elif r["kind"] == "baseline":
                 baselines.append(_baseline_row(nodeid, r))
     lines: list[str] = []
-    if runs:
-        unique_runs = list(dict.fromkeys(map(tuple, runs)))  # a job shared by several tests: its row once
+    jobs = unique_job_records(job_records)  # a job shared by several tests: its row once
+    if jobs:
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
-                         "opt B/param"], [list(row) for row in unique_runs])
+                         "opt B/param"], [_job_row(r) for r in jobs])
         lines += [f"  {LEGEND}"]
         lines += [f"  {label} departs from its library's defaults: "
                   + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
-    if work_rows:
-        unique_work = list(dict.fromkeys(map(tuple, work_rows)))
+    unique_work = [_work_row(r) for r in jobs if r.get("work")]
+    if unique_work:
         lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
                                 "instructions", "train mem"], [list(row[:-1]) for row in unique_work])
         lines += [f"  {WORK_LEGEND}"]
@@ -178,7 +185,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
-        lines += [f"  {job} ({len(metrics)} metrics) in {nodeid.split('::')[-1]}: "
+        lines += [f"  {job} ({len(metrics)} metrics) in {short_test(nodeid)}: "
                   f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()]
     if saved:
         lines += ["", "saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
@@ -194,4 +201,4 @@ def _saved_row(nodeid: str, r: dict[str, Any]) -> list[str]:
     shown = r.get("factor_text") or ("-" if factor is None else f"{factor:.2f}")  # capped: '>1000'
     passes = "yes" if r["can_pass"] else ("no: too few runs" if factor is None else f"no: interval ×/÷{shown}")
     fails = r.get("fails_above_text") or ("-" if r.get("fails_above") is None else fmt_pct(r["fails_above"]))
-    return [nodeid.split("::")[-1], r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}", fails, passes]
+    return [short_test(nodeid), r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}", fails, passes]

@@ -1,4 +1,5 @@
-"""How a verdict record reads in every report: its mark (✓ ~ ✗ new ≠ config) and its interval (bound_text).
+"""How a record reads in every report: a verdict's mark (✓ ~ ✗ new ≠ config), its interval (bound_text), a test's
+short name (short_test).
 
 A leaf module: the decision core (measure/decision.py) uses bound_text for its own texts."""
 
@@ -8,6 +9,11 @@ from typing import Any, Mapping
 
 STATUS_MARK = {"pass": "✓", "inconclusive": "~ inconclusive", "fail": "✗", "improved": "✓ improved", "new": "new",
                "not comparable": "≠ config"}
+
+
+def short_test(nodeid: str) -> str:
+    """A test as the tables name it: its node id without the file ('TestX::test_y[p]', 'test_y')."""
+    return nodeid.split("::", 1)[-1]
 
 
 def status_mark(record: dict[str, Any]) -> str:
@@ -53,7 +59,7 @@ def bound_text(ratio: float, low: float | None, high: float | None, n: int, unit
 
 def record_bound_text(record: Mapping[str, Any], digits: int = 3) -> str:
     """bound_text of a report record: a check's ratio (gate/checks.Check: ratio, low, high, pairs, method) or a
-    baseline verdict's change (gate/regression.Verdict: delta, low, high as changes, current_runs);
+    baseline verdict's change (gate/regression.MetricVerdict: delta, low, high as changes, current_runs);
     '-' when exact or without an interval."""
     if "pairs" in record and "ratio" in record:  # a check
         method = record.get("method")

@@ -1,0 +1,86 @@
+"""The session document: each figure derived once (measure/figures.run_figures), serialised once
+(document.run_to_dict), and shared runs named by their ids, never matched by value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_distperf.document import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
+                                      run_to_dict)
+from pytest_distperf.measure.figures import job_figures, job_id, metric_values, run_figures
+from pytest_distperf.results import RankResult, RunResult
+from pytest_distperf.spec import JobSpec
+
+
+def _run(steps: list[list[float]], memory: int = 1 << 20) -> RunResult:
+    spec = JobSpec(world_size=len(steps), device="cpu", strategy="ddp")
+    ranks = [RankResult(rank=r, step_times=list(s), losses=[1.0] * len(s), cuda_peak_allocated=None,
+                        cuda_peak_reserved=None, host_peak_rss=memory + 100, host_rss_before_build=100,
+                        optimizer_state_bytes=1200, num_params=100, tokens_per_step=512, build_seconds=0.0,
+                        warmup_seconds=0.0) for r, s in enumerate(steps)]
+    return RunResult(spec=spec, ranks=ranks, wall_seconds=1.0)
+
+
+def test_every_run_has_its_own_stable_id_and_a_job_is_named_by_its_first_run():
+    runs = [_run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.1]]) for _ in range(3)]
+    assert len({r.id for r in runs}) == 3
+    assert runs[0] == _run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.1]])  # the id is a name, not part of the value
+    f = job_figures("ddp", runs)
+    assert (f.id, f.run_ids) == (job_id(runs), tuple(r.id for r in runs))
+    assert job_figures("ddp", runs[:2]).id == f.id  # the same job seen before its list grew
+
+
+def test_a_run_is_serialised_with_the_figures_every_reader_takes():
+    run = _run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.4]])
+    d = json.loads(json.dumps(run_to_dict(run)))
+    assert d["id"] == run.id
+    assert d["figures"]["step_time"] == 0.2  # the median of the steps, each the slowest rank's
+    assert run_figures_in(d) == run_figures(run)
+    job = job_to_dict("ddp", "h", {}, [run])
+    assert job["id"] == job["figures"]["id"] == job_id([run])
+    assert job["figures"]["step_time"] == d["figures"]["step_time"]
+
+
+def test_a_version_1_run_reads_through_the_same_definitions():
+    runs = [_run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.4]], memory=0), _run([[0.3, 0.3, 0.1]], memory=5 << 20)]
+    old = []
+    for r in runs:
+        d = json.loads(json.dumps(run_to_dict(r)))
+        del d["figures"], d["id"]  # what a report of version 1 holds
+        old.append(d)
+    assert metric_values([run_figures_in(d) for d in old]) == metric_values([run_figures(r) for r in runs])
+    assert run_figures_in(old[0]).peak_memory == 1.0  # a zero growth reads as the gate reads it
+
+
+def test_a_report_of_a_newer_version_is_refused_naming_it():
+    assert check_version({}, "r.json") == 1 and check_version({"report_version": REPORT_VERSION}, "r.json") == 2
+    with pytest.raises(ReportVersionError, match=r"r.json: written as report version 3, newer"):
+        check_version({"report_version": REPORT_VERSION + 1}, "r.json")
+
+
+def test_a_shared_job_is_one_row_by_id_with_all_its_runs():
+    from pytest_distperf.report import terminal
+
+    run = {"kind": "run", "id": "job-run-1", "label": "ddp tiny x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1,
+           "run_cv": 0.05, "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 1000.0, "peak_memory": 1 << 20,
+           "optimizer_bytes_per_param": 12.0}
+    grown = {**run, "runs": 5, "step_time": 0.11}  # the same runs, extended for a later test
+    other = {**run, "id": "job-run-9"}  # another job with equal figures: its own row
+    lines = terminal.render([("t.py::test_a", [run]), ("t.py::test_b", [grown]), ("t.py::test_c", [other])])
+    assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["5x10", "3x10"]
+
+
+def test_the_benchmark_export_keeps_a_shared_job_once_with_the_test_that_saw_all_its_runs():
+    from pytest_distperf.report.files import ReportEntry, benchmark_json
+
+    def job(n: int) -> dict:
+        runs = [{"step_times": [0.1, 0.2], "peak_memory": 5, "tokens_per_step": 10}] * n
+        return {"id": "job-run-1", "label": "j", "config_hash": "h", "config": {}, "runs": runs,
+                "figures": {"step_time": 0.15, "run_cv": None, "peak_memory": 5.0}}
+
+    entries = [ReportEntry("t.py::test_a", "passed", 1.0, [], {"jobs": [job(3)]}),
+               ReportEntry("t.py::test_b", "passed", 1.0, [], {"jobs": [job(5)]})]
+    [bench] = benchmark_json(entries, {"host": "h"})["benchmarks"]
+    assert (bench["name"], bench["extra_info"]["runs"]) == ("test_b[j]", 5)
