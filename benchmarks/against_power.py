@@ -19,9 +19,9 @@ Collection (checkpointed to --pickle after every run; --resume continues one tha
      was saved: another job on the runner, a smaller cgroup share).
 Analysis (re-sampling the recorded runs; --from-pickle re-analyses a collection):
   head vs base    the shipped AgainstGate: its first look at 3 pairs drawn from one phase's pairs of a condition,
-                  then its own until_decided adding pairs (planned looks 3, 6, 12) while a time verdict is
+                  then its own until_job_decided adding pairs (planned looks 3, 6, 12) while a time verdict is
                   undecided -- on the phase's pairs only, so drift common to a pair is what it faces.
-  stored gate     the shipped BaselineGate decision (work_figures.gate_trial: decide_metric + until_decided):
+  stored gate     the shipped BaselineGate decision (work_figures.gate_trial: decide_metric + until_job_decided):
                   the stored block against candidate runs drawn from a phase's condition runs.
   FAIL is an alarm: for A/A a false alarm, for a change a catch. Rates carry a 95 % Wilson interval over the
   --trials decisions; the intervals leave out the uncertainty of the finite pools the trials re-sample.
@@ -59,7 +59,8 @@ from pytest_distperf.gate import against  # noqa: E402
 from pytest_distperf.gate.policy import Policy  # noqa: E402
 from pytest_distperf.measure.decision import Clock  # noqa: E402
 from pytest_distperf.measure.figures import run_step_time, run_work  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread, wilson  # noqa: E402
+from benchmarks.rates import wilson  # noqa: E402
+from pytest_distperf.measure.stats import relative_spread  # noqa: E402
 from pytest_distperf.results import RunResult  # noqa: E402
 from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
 
