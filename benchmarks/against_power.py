@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,16 @@ def relative_trial_first_pair(pair: list[RunResult], checkout: against.BaseCheck
     return {v.metric: v.status for v in gate.check(job, [])}
 
 
+def with_run_ids(data: dict[str, Any]) -> dict[str, Any]:
+    """A collection pickled before runs had ids: each run gets its own (unpickling skips the default)."""
+    runs = list(data.get("stored", [])) + [r for rnds in data.get("phases", {}).values() for rnd in rnds
+                                           for pair in rnd.values() for r in pair]
+    for run in runs:
+        if "id" not in vars(run):
+            run.id = uuid.uuid4().hex
+    return data
+
+
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -361,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the analysis here")
     args = p.parse_args(argv)
     if args.from_pickle:
-        data = pickle.loads(Path(args.from_pickle).read_bytes())
+        data = with_run_ids(pickle.loads(Path(args.from_pickle).read_bytes()))
     else:
         data = pickle.loads(Path(args.pickle).read_bytes()) if args.resume and os.path.exists(args.pickle) else {}
         started = time.monotonic()
