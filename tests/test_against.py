@@ -111,3 +111,20 @@ def test_the_base_side_imports_the_project_from_the_worktree_and_the_harness_fro
     finally:
         checkout.remove()
     assert not Path(checkout.worktree).exists()
+
+
+def test_the_progress_line_says_head_vs_base_and_pairs():
+    from pytest_distperf.gate.regression import MetricVerdict, until_job_decided
+    from pytest_distperf.measure.decision import Budget, Clock
+
+    pairs, lines = [3], []
+    undecided = MetricVerdict(test="t", job="j", metric="step_time", metric_kind="time", unit="s", direction="lower",
+                              status="inconclusive", delta=0.02, low=-0.1, high=0.15, threshold=0.05)
+
+    def extend() -> None:
+        pairs[0] += 1
+
+    until_job_decided(lambda: [undecided], lambda: pairs[0], extend, Budget(max_pairs=6), Clock(), False,
+                      lines.append, "ddp x1 cpu", against="head vs base", unit="pairs")
+    assert lines and lines[0].startswith("head vs base step_time of ddp x1 cpu inconclusive after 3 pairs ("), lines
+    assert "running pairs 4-6 for the look at 6" in lines[0] and "baseline" not in lines[0]

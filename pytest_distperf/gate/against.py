@@ -254,7 +254,7 @@ class AgainstGate:
         if self.base_side(job) is not None:
             self.stopped[paired.key] = until_job_decided(lambda: self._decide(paired), lambda: len(paired.pairs),
                                                      extend, self.budget, clock or Clock(), False, progress,
-                                                     f"{paired.key} (head vs base)")
+                                                     paired.key, against="head vs base", unit="pairs")
         return self._decide(paired)
 
     def finish(self, test_passed: bool) -> Landing:

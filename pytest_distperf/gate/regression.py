@@ -308,10 +308,12 @@ def is_failing(v: MetricVerdict, policy: Policy) -> bool:
 
 def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callable[[], int],
                       extend: Callable[[], None] | None, budget: Budget, clock: Clock, save_mode: bool = False,
-                      progress: Callable[[str], None] | None = None, label: str = "") -> str:
+                      progress: Callable[[str], None] | None = None, label: str = "",
+                      against: str = "baseline", unit: str = "runs") -> str:
     """The gate's stopping rule for one job, under decision.look_until: while a time or memory verdict is
     INCONCLUSIVE (with --distperf-save: until the budget's runs are recorded), `extend` adds a run (or a pair) and
-    the job is decided again, up to the budget. Returns why it stopped."""
+    the job is decided again, up to the budget. Returns why it stopped. `against` and `unit` word the progress
+    line: "baseline" and "runs" for the stored gate, "head vs base" and "pairs" for gate/against.py."""
 
     def pending(current: list[MetricVerdict]) -> bool:
         # A failed figure fails the test whatever more runs would show: no more runs for the undecided ones.
@@ -325,8 +327,8 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
             progress(f"baseline: recording {label}, runs {n + 1}-{target} of {budget.max_pairs}")
             return
         v = next(v for v in current if is_pending(v))
-        progress(f"baseline {v.metric} of {label} inconclusive after {n} runs ({fmt_pct(v.delta)} "
-                 f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running runs {n + 1}-{target} "
+        progress(f"{against} {v.metric} of {label} inconclusive after {n} {unit} ({fmt_pct(v.delta)} "
+                 f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running {unit} {n + 1}-{target} "
                  f"for the look at {target}")
 
     _, why = decision.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
