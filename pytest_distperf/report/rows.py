@@ -160,20 +160,32 @@ class JobView:
 
 
 def unique_jobs(doc: Mapping[str, Any]) -> list[JobView]:
-    """Each job's runs once. Tests that share a comparison carry its runs as they were when each test ended:
-    a comparison that grew later (more interleaved pairs) holds the earlier runs as its first ones, so a job
-    whose runs begin another's is that job, shown with all its runs."""
-    seen: dict[tuple[Any, ...], JobView] = {}
+    """Each job's runs once. Tests that share a comparison carry its runs as they were when each test ended; a job
+    is named by its first run's id (document.job_id), so a comparison that grew later is one job, shown with all
+    its runs. A version-1 report has no ids: there a job whose runs begin another's is that job."""
+    order: list[str] = []
+    views: dict[Any, JobView] = {}
     for t in doc["tests"]:
         for job in t.get("jobs") or []:  # a test that ended before its first job has none
-            key = _job_key(job)
-            if key in seen:
-                seen[key].tests.append(t["nodeid"])
-            else:
-                seen[key] = JobView(job, [t["nodeid"]])
-    first_seen = {id(v): i for i, v in enumerate(seen.values())}
+            key = job.get("id") or _job_key(job)
+            view = views.get(key)
+            if view is None:
+                views[key] = JobView(job, [t["nodeid"]])
+                order.append(key)
+                continue
+            view.tests.append(t["nodeid"])
+            if len(job["runs"]) > len(view.job["runs"]):
+                view.job = job
+    unique = [views[k] for k in order]
+    if all(v.job.get("id") for v in unique):
+        return unique
+    return _merge_by_value(unique)
+
+
+def _merge_by_value(views: list[JobView]) -> list[JobView]:
+    first_seen = {id(v): i for i, v in enumerate(views)}
     kept: list[tuple[int, JobView]] = []  # (where it first appeared, the view with the most runs)
-    for view in sorted(seen.values(), key=lambda v: -len(v.job["runs"])):
+    for view in sorted(views, key=lambda v: -len(v.job["runs"])):
         label, config_hash, runs = _job_key(view.job)
         at = next((i for i, (_, k) in enumerate(kept) if _job_key(k.job)[:2] == (label, config_hash)
                    and _job_key(k.job)[2][:len(runs)] == runs), None)
