@@ -18,6 +18,10 @@
   for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
   Of a job: the geometric mean of the runs for a time, the largest run for a count. `train_memory` (CPU): the
   training state's tensor bytes plus a step's allocation peak, the highest rank.
+- where a run's wall time goes (`run_time_split`): of the run's own wall time (slot waits left out), start-up
+  (launch to the build's start on the latest rank: processes, imports, rendezvous, the libraries' loading), the
+  engine build (slowest rank), warm-up, the timed steps (their sum, slowest rank per step) and the rest (work
+  phase, probes, breakdown, teardown, results); of a job, each summed over its runs, with its share.
 - host-bound share (`gpu_busy_share`): the GPU's busy time in a step (union of its activities over all streams,
   the busiest rank) over the step time; 1 - share is the part of a step the GPU waits for the host.
 """
@@ -114,6 +118,33 @@ def memory_kind(device: str) -> str:
     return "CUDA peak allocated" if device == "cuda" else "host RSS growth during training"
 
 
+TIME_PARTS = ("startup", "build", "warmup", "timed", "other")
+
+
+def run_time_split(run: "RunResult") -> dict[str, float] | None:
+    """A run's own wall time in TIME_PARTS (module docstring), seconds; None when a part was not recorded."""
+    started = [getattr(r, "build_started_at", None) for r in run.ranks]
+    launched = getattr(run, "launched_at", None)
+    if launched is None or not started or any(t is None for t in started):
+        return None
+    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds)
+    split = {"startup": max(0.0, max(started) - launched), "build": max(r.build_seconds for r in run.ranks),
+             "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
+    split["other"] = max(0.0, wall - math.fsum(split.values()))
+    return {"wall": wall, **split}
+
+
+def job_time_split(runs: Sequence["RunResult"]) -> dict[str, float]:
+    """TIME_PARTS summed over the runs, with `wall` and each part's share of it (`<part>_share`); {} when a run
+    lacks a part."""
+    splits = [run_time_split(r) for r in runs]
+    if not splits or any(s is None for s in splits):
+        return {}
+    total = {k: math.fsum(s[k] for s in splits) for k in ("wall", *TIME_PARTS)}  # type: ignore[index]
+    shares = {f"{k}_share": (total[k] / total["wall"] if total["wall"] > 0 else 0.0) for k in TIME_PARTS}
+    return {k: round(v, 4) for k, v in {**total, **shares}.items()}
+
+
 @dataclass(frozen=True)
 class JobFigures:
     """A job's reported figures over its runs (see the module docstring for each definition)."""
@@ -138,6 +169,7 @@ class JobFigures:
     work: dict[str, float] = field(default_factory=dict)
     gpu_busy_share: float | None = None  # GPU busy / step time, geometric mean of the runs; CUDA only
     work_not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it is missing
+    time_split: dict[str, float] = field(default_factory=dict)  # job_time_split: where the runs' wall time went
 
     @property
     def host_bound(self) -> bool:
@@ -161,7 +193,7 @@ class JobFigures:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured"}
+        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured", "time_split"}
         missing = sorted(set(cls.__dataclass_fields__) - set(fields) - optional)
         if missing:
             raise ValueError(f"job figures: missing {missing}")
@@ -190,4 +222,4 @@ def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
         peak_memory=geometric_mean([run_peak_memory(r) for r in runs]), memory_kind=memory_kind(device),
         tokens_per_s=runs[0].tokens_per_step / step_time,
         optimizer_bytes_per_param=runs[0].optimizer_bytes_per_param,
-        cuda_peak_reserved=max(reserved) if reserved else None)
+        cuda_peak_reserved=max(reserved) if reserved else None, time_split=job_time_split(runs))

@@ -105,8 +105,11 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
     saved_jobs: set[tuple[str, str]] = set()
+    splits: dict[tuple[str, tuple[float, ...]], dict[str, float]] = {}  # a job's runs, once (shared by tests)
     for nodeid, records in records_by_test:
         for r in records:
+            if r["kind"] == "run" and r.get("time_split"):
+                splits[(r["label"], tuple(r["run_step_times"]))] = r["time_split"]
             if r["kind"] == "run":  # measure/figures.JobFigures
                 runs.append([
                     r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
@@ -155,6 +158,8 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += [f"  {LEGEND}"]
         lines += [f"  {label} departs from its library's defaults: "
                   + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
+    if splits:
+        lines += [""] + time_split_lines(splits)
     if work_rows:
         unique_work = list(dict.fromkeys(map(tuple, work_rows)))
         lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
@@ -184,6 +189,24 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += ["", "saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
         lines += _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
                         saved)
+    return lines
+
+
+def time_split_lines(splits: dict[tuple[str, tuple[float, ...]], dict[str, float]]) -> list[str]:
+    """Where the jobs' wall time went (measure/figures.run_time_split): a row a job, then the session's total."""
+    parts = ("startup", "build", "warmup", "timed", "other")
+
+    def cells(split: dict[str, float]) -> list[str]:
+        wall = split["wall"]
+        return [f"{wall:.1f} s"] + [f"{split[p]:.1f} s ({split[p] / wall:.0%})" if wall > 0 else "-" for p in parts]
+
+    rows = [[label] + cells(split) for (label, _), split in splits.items()]
+    total = {k: sum(s[k] for s in splits.values()) for k in ("wall", *parts)}
+    lines = _table(["job: where the runs' time went", "wall", "start-up", "build", "warm-up", "timed", "other"], rows)
+    if total["wall"] > 0:
+        lines.append(f"  {len(splits)} job(s), {total['wall']:.1f} s of runs: start-up {total['startup'] / total['wall']:.0%} "
+                     f"(launch to the build: processes, imports, rendezvous), build {total['build'] / total['wall']:.0%}, "
+                     f"timed steps {total['timed'] / total['wall']:.0%}")
     return lines
 
 
