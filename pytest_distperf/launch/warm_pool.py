@@ -205,10 +205,17 @@ def release(agent: WarmAgent, ok: bool) -> None:
 
 
 def stop_all() -> None:
-    """End every warm agent (session end; also at interpreter exit)."""
+    """End every warm agent (session end; also at interpreter exit); the next session starts its own account."""
+    global STATE
     while _agents:
         _, agent = _agents.popitem()
         agent.stop()
+    STATE = AgentState()
+
+
+def agent_pids() -> list[int]:
+    """The pids of the running warm agents."""
+    return [a.proc.pid for a in _agents.values() if a.alive()]
 
 
 def describe() -> str:
