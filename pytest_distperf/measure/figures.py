@@ -145,6 +145,17 @@ def job_time_split(runs: Sequence["RunResult"]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in {**total, **shares}.items()}
 
 
+def time_split_text(split: dict[str, float]) -> str:
+    """The one wording of where runs' wall time went: '12.0 s of runs: start-up 4.0 s (33%), build ...'."""
+    wall = split.get("wall") or 0.0
+    if wall <= 0:
+        return ""
+    names = {"startup": "start-up (launch to the build)", "build": "build", "warmup": "warm-up",
+             "timed": "timed steps", "other": "other"}
+    return f"{wall:.1f} s of runs: " + ", ".join(f"{names[p]} {split[p]:.1f} s ({split[p] / wall:.0%})"
+                                                 for p in TIME_PARTS)
+
+
 @dataclass(frozen=True)
 class JobFigures:
     """A job's reported figures over its runs (see the module docstring for each definition)."""

@@ -8,6 +8,7 @@ from pytest_distperf.measure.units import fmt_pct, fmt_value
 from pytest_distperf.report.wording import fmt_interval, pair_to_pair, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK
 from pytest_distperf.measure.units import fmt_bytes, fmt_rate, fmt_seconds
+from pytest_distperf.measure.figures import TIME_PARTS, time_split_text
 
 
 
@@ -194,7 +195,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
 
 def time_split_lines(splits: dict[tuple[str, tuple[float, ...]], dict[str, float]]) -> list[str]:
     """Where the jobs' wall time went (measure/figures.run_time_split): a row a job, then the session's total."""
-    parts = ("startup", "build", "warmup", "timed", "other")
+    parts = TIME_PARTS
 
     def cells(split: dict[str, float]) -> list[str]:
         wall = split["wall"]
@@ -204,9 +205,7 @@ def time_split_lines(splits: dict[tuple[str, tuple[float, ...]], dict[str, float
     total = {k: sum(s[k] for s in splits.values()) for k in ("wall", *parts)}
     lines = _table(["job: where the runs' time went", "wall", "start-up", "build", "warm-up", "timed", "other"], rows)
     if total["wall"] > 0:
-        lines.append(f"  {len(splits)} job(s), {total['wall']:.1f} s of runs: start-up {total['startup'] / total['wall']:.0%} "
-                     f"(launch to the build: processes, imports, rendezvous), build {total['build'] / total['wall']:.0%}, "
-                     f"timed steps {total['timed'] / total['wall']:.0%}")
+        lines.append(f"  {len(splits)} job(s), {time_split_text(total)}")
     return lines
 
 
