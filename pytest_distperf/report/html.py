@@ -833,6 +833,10 @@ def _figures_line(job: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
     if "train_memory" in work:
         parts.append(f"training state {esc(fmt_bytes(work['train_memory']))}")
     line = '<p class="figures">' + " · ".join(parts) + "</p>"
+    if f.get("time_split"):  # where the runs' wall time went (measure/figures.run_time_split)
+        from pytest_distperf.measure.figures import time_split_text
+
+        line += f'<p class="figures">{esc(time_split_text(f["time_split"]))}</p>'
     if f.get("host_bound_text"):
         line += f'<p class="figures"><b>{esc(f["host_bound_text"])}</b></p>'
     return line
