@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -208,8 +207,9 @@ class DistPerfSession:
                 terminalreporter.write_line(line)
             for i, line in enumerate(summary_lines(self.summary_records, self.settings.strict)):
                 terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
-        warm_pool = sys.modules.get("pytest_distperf.launch.warm_pool")  # imported only where a job ran
-        agents = warm_pool.describe() if warm_pool is not None else ""
+        from pytest_distperf.launch import warm_pool  # import-light (no torch): the launcher's own module object
+
+        agents = warm_pool.describe()
         if agents:
             terminalreporter.write_line(f"distperf: agent: {agents}")
         for line in self.written:
@@ -232,8 +232,8 @@ class DistPerfSession:
         self.start_gpu_clocks()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        warm_pool = sys.modules.get("pytest_distperf.launch.warm_pool")
-        if warm_pool is not None:  # the session's warm agents end with it (launch/warm_pool.py)
-            warm_pool.stop_all()
+        from pytest_distperf.launch import warm_pool
+
+        warm_pool.stop_all()  # the session's warm agents end with it
         if self.gpu_clocks is not None:
             self.gpu_clocks.restore()

@@ -179,7 +179,11 @@ def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) ->
         fd, log_path = tempfile.mkstemp(prefix="warm-agent-", suffix=".log", dir=log_dir)
         os.close(fd)
         agent = WarmAgent(device, env, log_path)
-        why = agent.wait_ready(min(timeout, READY_TIMEOUT_SECONDS))
+        try:
+            why = agent.wait_ready(min(timeout, READY_TIMEOUT_SECONDS))
+        except BaseException:  # Ctrl-C while it imports: not left behind
+            agent.stop()
+            raise
         if why:
             STATE.refused[device] = why
             return None, why
