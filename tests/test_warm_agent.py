@@ -185,3 +185,25 @@ def test_fresh_agent_ini_option(pytester, monkeypatch):
     result, pids = _session(pytester, monkeypatch)
     result.assert_outcomes(passed=1)
     assert pids["agents"] == []
+
+
+def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
+    from pytest_distperf.measure.figures import job_time_split, run_time_split, time_split_text
+    from pytest_distperf.results import RankResult, RunResult
+
+    def rank(r: int, started: float, build: float) -> RankResult:
+        return RankResult(rank=r, step_times=[0.5, 0.5], losses=[], cuda_peak_allocated=None, cuda_peak_reserved=None,
+                          host_peak_rss=0, host_rss_before_build=0, optimizer_state_bytes=0, num_params=1,
+                          tokens_per_step=1, build_seconds=build, warmup_seconds=1.0, build_started_at=started)
+
+    spec = JobSpec(world_size=2, device="cpu", strategy="ddp")
+    # 12 s of which 2 s waited for the slot: its own 10 s; the latest rank began building 3 s after the launch
+    run = RunResult(spec=spec, ranks=[rank(0, 102.0, 2.0), rank(1, 103.0, 1.5)], wall_seconds=12.0,
+                    slot_wait_seconds=2.0, launched_at=100.0)
+    assert run_time_split(run) == {"wall": 10.0, "startup": 3.0, "build": 2.0, "warmup": 1.0, "timed": 1.0,
+                                   "other": 3.0}
+    split = job_time_split([run, run])
+    assert split["wall"] == 20.0 and split["startup_share"] == 0.3 and split["timed_share"] == 0.1
+    assert time_split_text(split).startswith("20.0 s of runs: start-up (launch to the build) 6.0 s (30%)")
+    unrecorded = RunResult(spec=spec, ranks=run.ranks, wall_seconds=12.0)  # no launch time: no split, not a guess
+    assert run_time_split(unrecorded) is None and job_time_split([run, unrecorded]) == {}

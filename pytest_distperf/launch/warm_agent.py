@@ -10,7 +10,7 @@ and rendezvous; only the imports are shared.
 
 It stays single-threaded on the Python side (a forked child must not inherit a lock some thread holds) and
 never runs a tensor op (no OpenMP pool to break in a child). libgomp reads OMP_NUM_THREADS when torch loads:
-this process is started without it, and each forked rank sets the job's own (agent.forked_rank_main), so a
+this process is started without it, and each forked rank sets the job's own (agent.forked_rank_setup), so a
 rank gets the threads a fresh launch gives.
 
 Protocol, one JSON object a line: on its stdin the launcher sends {"job_dir", "env", "cwd", "affinity",
