@@ -10,12 +10,19 @@
    in interleaved rounds (ABBA, so an order effect cancels). Both loops are measured the same way, as wall
    time from a synchronised start to a synchronised end. Target: <= 1 %. Also printed: what the timer
    reports (median step) against the untimed loop's wall time per step (its accuracy).
+4. Fixed cost per job, fresh agent vs warm agent (launch/warm_agent.py): interleaved launches of ranks running an
+   empty function, and of a real small strategy job (ddp on the tiny shape, a few steps), each with a new agent
+   process (fresh_agent=True, as --distperf-fresh-agent) and forked from the warm agent (the default; its one-time
+   start is printed apart). For the strategy job also its start-up: launch to the build's start
+   (measure/figures.run_time_split). Target (issue #32): <= 1.5 s a job on the 2-core box, <= 3 s plus the engine
+   build on one GPU.
 3. The work phase's cost (rank/work.py): interleaved real strategy jobs with the work phase (JobSpec.work_steps,
    the default) and without it (work_steps=0): the seconds it adds per job, and the timed steps' median on both
    sides (they run before it, so they must not differ beyond the runs' own spread).
 
     python benchmarks/overhead.py [--device cpu|cuda] [--world-size 2] [--launches 5] [--rounds 8]
     python benchmarks/overhead.py --device cuda --world-size 1 --launches 0 --shape 1b   # loops only
+    python benchmarks/overhead.py --agents 8 --launches 0 --work-jobs 0 --rounds 0 --json out.json  # agents only
 """
 
 from __future__ import annotations
@@ -136,6 +143,60 @@ def time_harness(ws: int, device: str) -> float:
     return time.perf_counter() - start
 
 
+def time_job(job: JobSpec, fresh_agent: bool) -> tuple[float, float | None]:
+    """(wall seconds of one launch, its start-up: launch to the latest rank's build start; None for a function)."""
+    from pytest_distperf.measure.figures import run_time_split
+    from pytest_distperf.results import RunResult
+
+    launched = time.time()
+    start = time.perf_counter()
+    values = launch(job, timeout=600, fresh_agent=fresh_agent)
+    wall = time.perf_counter() - start
+    if job.function is not None:
+        return wall, None
+    run = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=wall, launched_at=launched)
+    split = run_time_split(run)
+    return wall, split["startup"] if split else None
+
+
+def agent_cost(a: argparse.Namespace) -> dict:
+    """Fresh vs warm agent, interleaved (ABBA), for an empty function and a small ddp job."""
+    from pytest_distperf.launch import warm_pool
+
+    jobs = {"empty function": JobSpec(world_size=a.world_size, device=a.device, sys_path=[str(ROOT)],
+                                      function=FunctionRef(THIS.module, "empty", THIS.file)),
+            "ddp tiny": JobSpec(world_size=a.world_size, device=a.device, strategy="ddp", shape=a.shape or "tiny",
+                                steps=5, warmup_steps=1, work_steps=0, sys_path=[str(ROOT)])}
+    started = time.perf_counter()
+    launch(jobs["empty function"], timeout=600)  # starts the warm agent: its one-time cost
+    agent_start = time.perf_counter() - started
+    out: dict = {"warm_agent_start_seconds": agent_start, "preload_seconds": warm_pool.STATE.preload_seconds,
+                 "preloaded": warm_pool.STATE.preloaded, "jobs": {}}
+    print(f"fixed cost per job, fresh vs warm agent ({a.world_size} ranks, {a.device}, {a.agents} launches a side, "
+          f"interleaved ABBA):")
+    print(f"  warm agent start (imports {', '.join(m for m in warm_pool.STATE.preloaded if '.' not in m)}; "
+          f"once a session): {agent_start:.2f} s with its first job")
+    for name, job in jobs.items():
+        sides: dict[str, list[tuple[float, float | None]]] = {"fresh": [], "warm": []}
+        for i in range(a.agents):
+            for side in (("fresh", "warm") if i % 2 == 0 else ("warm", "fresh")):
+                sides[side].append(time_job(job, fresh_agent=side == "fresh"))
+        record = {}
+        for side, runs in sides.items():
+            walls = [w for w, _ in runs]
+            startups = [s for _, s in runs if s is not None]
+            record[side] = {"wall": walls, "startup": startups}
+            text = (f"  {name:15s} {side:5s}: wall {statistics.median(walls):6.2f} s (runs {min(walls):.2f}-"
+                    f"{max(walls):.2f})")
+            if startups:
+                text += f", start-up {statistics.median(startups):.2f} s (launch to build)"
+            print(text)
+        fresh_wall, warm_wall = (statistics.median(record[s]["wall"]) for s in ("fresh", "warm"))
+        print(f"  {name:15s} saved a job: {fresh_wall - warm_wall:.2f} s ({warm_wall / fresh_wall:.2f}x the fresh wall)")
+        out["jobs"][name] = record
+    return out
+
+
 def work_phase_cost(a: argparse.Namespace) -> None:
     from pytest_distperf.measure.figures import run_step_time
     from pytest_distperf.results import RunResult
@@ -170,7 +231,19 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--work-jobs", type=int, default=4, help="job pairs with and without the work phase; 0 skips")
+    p.add_argument("--agents", type=int, default=6, help="launches a side, fresh vs warm agent; 0 skips")
+    p.add_argument("--json", default=None, help="write the fresh-vs-warm figures here")
     a = p.parse_args()
+
+    if a.agents > 0:
+        figures = agent_cost(a)
+        if a.json:
+            import json
+            import os
+
+            figures["args"] = vars(a)
+            figures["cores"] = len(os.sched_getaffinity(0))
+            Path(a.json).write_text(json.dumps(figures, indent=1))
 
     if a.work_jobs > 0:
         work_phase_cost(a)
@@ -189,6 +262,8 @@ def main() -> None:
               f"(runs: {', '.join(f'{x:.2f}' for x in harness)})")
         print(f"  ratio harness / bare: {mh / mb:.3f}  (target <= 1.2)")
 
+    if a.rounds <= 0:
+        return
     shape = a.shape or ("350m" if a.device == "cuda" else "tiny")
     job = JobSpec(world_size=a.world_size, device=a.device, function=FunctionRef(THIS.module, "loops", THIS.file),
                   args=(shape, a.steps, a.rounds), sys_path=[str(ROOT)])

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "slurm_gpus_per_node": None,
     "slurm_cpus_per_task": None,
     "slurm_agents_per_node": 1,
+    "fresh_agent": False,  # a new launch agent per job instead of the session's warm agent (launch/warm_pool.py)
 }
 MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in gate/policy.py:policy_for
@@ -64,6 +65,7 @@ class ClusterSettings:
     slurm_gpus_per_node: int | None = None
     slurm_cpus_per_task: int | None = None
     slurm_agents_per_node: int = 1  # node agents (SLURM tasks) per SLURM node
+    fresh_agent: bool = False  # local launcher: a new agent process per job, not one forked from the warm agent
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ def build_cluster(pick: Callable[[str], tuple[Any, str]]) -> ClusterSettings:
         slurm_time_limit=optional_positive("slurm_time_limit"),
         slurm_gpus_per_node=optional_positive("slurm_gpus_per_node"),
         slurm_cpus_per_task=optional_positive("slurm_cpus_per_task"),
-        slurm_agents_per_node=_positive(per_node, int, per_node_where))
+        slurm_agents_per_node=_positive(per_node, int, per_node_where), fresh_agent=_flag(*pick("fresh_agent")))
     if launcher == "slurm":
         missing = [what for what, ok in (("the submitit package (pip install 'pytest-distperf[slurm]')",
                                           importlib.util.find_spec("submitit")),

@@ -99,6 +99,7 @@ class DistPerf:
                              share_text=pairs_share[1] if pairs_share else "")
         self.clock = Clock(started=self._budget_now(), now=self._budget_now)
         self._slot_wait = 0.0  # the last launch's wait for its measurement slot (RunResult.slot_wait_seconds)
+        self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         if gate is not None:
             gate.budget = self.budget
         self._run_records: dict[int, int] = {}  # id of a job's run list -> its "run" record in self.records
@@ -238,6 +239,7 @@ class DistPerf:
             try:
                 launcher = make_launcher(self.settings.cluster, self.plan.nodes)  # launch/base.py
                 with self._devices(job, launcher.local_ranks(job)) as env:
+                    self._launched_at = time.time()  # the start-up of the run's split begins (figures.run_time_split)
                     values = launcher.launch(job, timeout=self.plan.timeout, base_dir=self.base_dir,
                                              on_progress=on_progress, env=env,
                                              keep=self.settings.keep_jobs or bool(job.probes))  # probes keep traces
@@ -330,10 +332,10 @@ class DistPerf:
 
     def _run_once(self, job: JobSpec, remember_failure: bool = True) -> RunResult:
         start = time.monotonic()
-        self._slot_wait = 0.0
+        self._slot_wait, self._launched_at = 0.0, None
         values = self._launch(job, remember_failure)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
-                           slot_wait_seconds=self._slot_wait)
+                           slot_wait_seconds=self._slot_wait, launched_at=self._launched_at)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)

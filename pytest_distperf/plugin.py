@@ -82,6 +82,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "=external: they are locked outside pytest (nothing is locked, no warning that they are not)")
     parser.addini("distperf_lock_gpu_clocks", "true, a clock in MHz, or external: as --distperf-lock-gpu-clocks",
                   default=None)
+    group.addoption("--distperf-fresh-agent", action="store_true", default=None, dest="distperf_fresh_agent",
+                    help="start a new launch agent (python, torch and the strategy libraries imported again) for "
+                         "every job, instead of forking each job's agent from the session's warm agent")
+    parser.addini("distperf_fresh_agent", "true: a new launch agent per job (as --distperf-fresh-agent)", default=None)
     group.addoption("--distperf-save", action="store_true",
                     help="record baselines for the distperf tests that ran and passed; other entries stay as they are")
     group.addoption("--distperf-baselines", dest="distperf_baselines", default=None, metavar="DIR",
@@ -135,6 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cli["lock_gpu_clocks"] = config.getoption("distperf_lock_gpu_clocks")
     ini["lock_gpu_clocks"] = config.getini("distperf_lock_gpu_clocks")
     cli["strict"], ini["strict"] = config.getoption("distperf_strict"), config.getini("distperf_strict")
+    cli["fresh_agent"] = config.getoption("distperf_fresh_agent")
+    ini["fresh_agent"] = config.getini("distperf_fresh_agent")
     try:
         settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
     except SettingsError as e:

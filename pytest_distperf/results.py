@@ -72,6 +72,7 @@ class RankResult:
     # Where it ran, on jobs of several nodes (set by rank/entry.py); None / 0 under the local launcher.
     host: str | None = None
     node_rank: int = 0
+    build_started_at: float | None = None  # time.time() when the build began (after imports and rendezvous)
 
     @property
     def host_training_bytes(self) -> int:
@@ -86,6 +87,7 @@ class RunResult:
     ranks: list[RankResult]
     wall_seconds: float
     slot_wait_seconds: float = 0.0  # of wall_seconds: waiting for the CPU measurement slot or the GPUs (allocator)
+    launched_at: float | None = None  # time.time() when the launcher was called (the slot held)
     # Stable across processes (it pickles with the run): tests that share this run name it by this id.
     id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:12]}", compare=False)
 

@@ -207,6 +207,11 @@ class DistPerfSession:
                 terminalreporter.write_line(line)
             for i, line in enumerate(summary_lines(self.summary_records, self.settings.strict)):
                 terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
+        from pytest_distperf.launch import warm_pool  # import-light (no torch): the launcher's own module object
+
+        agents = warm_pool.describe()
+        if agents:
+            terminalreporter.write_line(f"distperf: agent: {agents}")
         for line in self.written:
             terminalreporter.write_line(f"distperf: wrote {line}")
         for line in self.write_errors:
@@ -227,5 +232,8 @@ class DistPerfSession:
         self.start_gpu_clocks()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        from pytest_distperf.launch import warm_pool
+
+        warm_pool.stop_all()  # the session's warm agents end with it
         if self.gpu_clocks is not None:
             self.gpu_clocks.restore()

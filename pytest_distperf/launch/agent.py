@@ -20,11 +20,14 @@ SHUTDOWN_GRACE_SECONDS = 3
 # and, leaving through os._exit, its interpreter teardown -- the larger part of a short job's launch. This agent
 # runs no tensor op (so no OpenMP pool exists to break in a child) and passes the ranks' OMP_NUM_THREADS in its
 # own environment, so a forked rank gets the same threads as a spawned one. CUDA ranks are spawned: CUDA does
-# not survive fork.
+# not survive fork. A job agent forked from the warm agent (launch/warm_agent.py) forks CUDA ranks too: nothing
+# in its process tree has initialised CUDA.
 START_METHODS = {"cpu": "fork", "cuda": "spawn"}
 
 
-def main(job_dir: str) -> int:
+def main(job_dir: str, warm: bool = False) -> int:
+    """Run the job's ranks. `warm`: this agent was forked from the warm agent (torch imported before the job's
+    environment was set), so its ranks are forked whatever the device, and each sets its threads itself."""
     from pytest_distperf.launch import jobfiles
 
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: elastic's handler then stops the ranks
@@ -41,6 +44,8 @@ def main(job_dir: str) -> int:
     rendezvous.register()
 
     job = jobfiles.read_job(job_dir)
+    start_method = "fork" if warm else START_METHODS[job.device]
+    entry = rank_main if start_method == "spawn" else forked_rank_entry(warm_rank_setup() if warm else None)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -52,13 +57,13 @@ def main(job_dir: str) -> int:
         local_addr=rendezvous.LOOPBACK,
         max_restarts=0,
         monitor_interval=0.1,
-        start_method=START_METHODS[job.device],
+        start_method=start_method,
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
         **_shutdown_grace(LaunchConfig),
     )
 
     try:
-        values = elastic_launch(config, rank_main if config.start_method == "spawn" else forked_rank_main)(job_dir)
+        values = elastic_launch(config, entry)(job_dir)
         jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
         return 0
     except ChildFailedError as e:
@@ -71,15 +76,67 @@ def main(job_dir: str) -> int:
         return 2
 
 
-def forked_rank_main(job_dir: str) -> Any:
-    """rank_main in a forked rank. A spawned rank starts with Python's signal handlers; a forked one would keep
-    torch elastic's from this agent (they raise in the main thread instead of ending the rank), so restore them."""
+@dataclasses.dataclass(frozen=True)
+class WarmRankSetup:
+    """What a rank forked from a warm agent's job agent sets for itself to start as a fresh launch's would."""
+
+    threads: int | None  # torch.set_num_threads: the job's OMP_NUM_THREADS (None: torch's default, as loaded)
+    drop_env: tuple[str, ...]  # variables only the agent needed (the NVML-based CUDA check)
+
+
+def warm_rank_setup() -> WarmRankSetup:
+    """In a job agent forked from the warm agent: make its torch.cuda checks go through NVML (no cuInit, so its
+    ranks can still be forked for CUDA), and note what its ranks must set. libgomp read OMP_NUM_THREADS when the
+    warm agent loaded torch, started without it: a rank sets the job's value explicitly."""
+    from pytest_distperf.launch.warm_agent import NVML_CHECK
+
+    drop: tuple[str, ...] = ()
+    if NVML_CHECK not in os.environ:
+        os.environ[NVML_CHECK] = "1"
+        drop = (NVML_CHECK,)
+    import torch.cuda
+
+    if hasattr(torch.cuda, "_cached_device_count"):  # counted under another job's CUDA_VISIBLE_DEVICES
+        torch.cuda._cached_device_count = None
+    return WarmRankSetup(threads=omp_threads(os.environ.get("OMP_NUM_THREADS")), drop_env=drop)
+
+
+def omp_threads(value: str | None) -> int | None:
+    """OMP_NUM_THREADS as libgomp reads it for the outermost level ("4" or "4,2"); None when unset or invalid."""
+    try:
+        n = int((value or "").split(",")[0])
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def forked_rank_entry(warm: WarmRankSetup | None) -> Any:
+    """The rank entry elastic forks: rank_main after forked_rank_setup (a named function: elastic uses its name)."""
+
+    def forked_rank_main(job_dir: str) -> Any:
+        forked_rank_setup(warm)
+        from pytest_distperf.rank.worker import rank_main
+
+        return rank_main(job_dir)
+
+    return forked_rank_main
+
+
+def forked_rank_setup(warm: WarmRankSetup | None) -> None:
+    """A spawned rank starts with Python's signal handlers; a forked one would keep torch elastic's from this
+    agent (they raise in the main thread instead of ending the rank), so restore them. A rank of a warm agent
+    also takes the job's threads and drops the agent's own variables."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from pytest_distperf.rank.worker import rank_main
+    if warm is None:
+        return
+    for name in warm.drop_env:
+        os.environ.pop(name, None)
+    if warm.threads is not None:
+        import torch
 
-    return rank_main(job_dir)
+        torch.set_num_threads(warm.threads)
 
 
 def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:

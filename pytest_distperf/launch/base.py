@@ -39,16 +39,19 @@ class Launcher(Protocol):
 
 @dataclass(frozen=True)
 class LocalLauncher:
-    """Today's single-host path, unchanged: launcher.launch."""
+    """The single-host path: launcher.launch, each job's agent forked from the session's warm agent unless
+    `fresh_agent` (launch/warm_pool.py)."""
 
     name: str = "local"
+    fresh_agent: bool = False
 
     def launch(self, job: JobSpec, *, timeout: float, base_dir: str | None = None,
                on_progress: Callable[[str, float], None] | None = None, keep: bool = False,
                env: dict[str, str] | None = None) -> dict[int, Any]:
         from pytest_distperf.launch.launcher import launch
 
-        return launch(job, timeout=timeout, base_dir=base_dir, on_progress=on_progress, keep=keep, env=env)
+        return launch(job, timeout=timeout, base_dir=base_dir, on_progress=on_progress, keep=keep, env=env,
+                      fresh_agent=self.fresh_agent)
 
     def local_ranks(self, job: JobSpec) -> int:
         return job.world_size
@@ -60,7 +63,7 @@ class LocalLauncher:
 def make_launcher(cluster: Any, nodes: int) -> Launcher:
     """The launcher for a test: `cluster` is config.ClusterSettings, `nodes` the test's node count."""
     if cluster.launcher == "local":
-        return LocalLauncher()
+        return LocalLauncher(fresh_agent=getattr(cluster, "fresh_agent", False))
     if cluster.launcher == "torchrun":
         from pytest_distperf.launch.torchrun import TorchrunLauncher
 

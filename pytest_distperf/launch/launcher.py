@@ -1,7 +1,11 @@
 """Start a job's ranks and get their return values back: the one way ranks are started.
 
 pytest process ──Popen (own session)──► agent (torch elastic_launch, fork/spawn, c10d on
-127.0.0.1:0, no restarts) ──► N ranks. This module owns the wall-clock timeout: on expiry
+127.0.0.1:0, no restarts) ──► N ranks. By default the agent is forked (own session) from the session's warm
+agent for the job's device kind and environment, which has imported torch and the strategy libraries once
+(launch/warm_agent.py, warm_pool.py); each run's ranks are still new processes. `fresh_agent=True`, jobs
+launched as Lightning's users launch them (the script agent), and a warm agent that cannot serve (it says why)
+start a new `python -m ...launch.agent` per job. This module owns the wall-clock timeout: on expiry
 every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
 gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
 path, Ctrl-C included.
@@ -103,18 +107,34 @@ def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
 
 def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
            on_progress: Callable[[str, float], None] | None = None, keep: bool = False,
-           env: dict[str, str] | None = None) -> dict[int, Any]:
-    """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome."""
+           env: dict[str, str] | None = None, fresh_agent: bool = False) -> dict[int, Any]:
+    """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome.
+    `fresh_agent`: a new agent process for this job instead of one forked from the warm agent."""
     job_dir = tempfile.mkdtemp(prefix="job-", dir=base_dir)
     jobfiles.write_job(job_dir, job)
     start = time.monotonic()
     ok = False
-    with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
+    warm = None
+    agent_env = agent_environment(job, env)
+    log_path = os.path.join(job_dir, jobfiles.AGENT_LOG)
+    with open(log_path, "wb") as log:
         # torch elastic's agent, or, for a job launched as Lightning's users launch it, the script agent
         # (the user's `python script.py`; Lightning's own launcher starts the other ranks): launch/profiles.py
         agent = "script_agent" if profiles.PROFILES[job.launch_profile].starter == "script" else "agent"
-        proc = subprocess.Popen([sys.executable, "-m", f"pytest_distperf.launch.{agent}", job_dir], env=agent_environment(job, env),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if agent == "agent" and not fresh_agent:
+            from pytest_distperf.launch import warm_pool
+
+            warm, _ = warm_pool.agent_for(job.device, agent_env, base_dir or tempfile.gettempdir(), timeout)
+        try:
+            proc: Any = warm.start_job(job_dir, agent_env, log_path) if warm else None
+        except OSError:
+            warm_pool.release(warm, ok=False)  # type: ignore[arg-type]
+            warm = proc = None
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-m", f"pytest_distperf.launch.{agent}", job_dir], env=agent_env,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        outcome_only = False
         try:
             last = None
             vanished_since: float | None = None
@@ -143,11 +163,17 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
                         last = text
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
-            values = _collect(job, job_dir)
+            try:
+                values = _collect(job, job_dir)
+            except RankOutcome:
+                outcome_only = True  # a skip or xfail: the agent did nothing wrong
+                raise
             ok = True
             return values
         finally:
             end_tree(proc)  # no-op after a clean exit; Ctrl-C and errors land here too
+            if warm is not None:  # a failed or timed-out job ends its warm agent: the next job gets a new one
+                warm_pool.release(warm, ok=ok or outcome_only)
             if ok and not keep:
                 shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -302,8 +328,9 @@ def _dump_stacks(agent_pid: int) -> None:
     time.sleep(STACK_DUMP_SECONDS)
 
 
-def end_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM the agent's whole tree, then SIGKILL what is left after a grace period."""
+def end_tree(proc: Any) -> None:
+    """SIGTERM the agent's whole tree, then SIGKILL what is left after a grace period. `proc`: a
+    subprocess.Popen, or a warm_pool.WarmJob (a job agent forked by the warm agent), which acts like one."""
     try:
         tree = [psutil.Process(proc.pid)]
         tree += tree[0].children(recursive=True)

@@ -19,6 +19,10 @@
   for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
   Of a job: the geometric mean of the runs for a time, the largest run for a count. `train_memory` (CPU): the
   training state's tensor bytes plus a step's allocation peak, the highest rank.
+- where a run's wall time goes (`run_time_split`): of the run's own wall time (slot waits left out), start-up
+  (launch to the build's start on the latest rank: processes, imports, rendezvous, the libraries' loading), the
+  engine build (slowest rank), warm-up, the timed steps (their sum, slowest rank per step) and the rest (work
+  phase, probes, breakdown, teardown, results); of a job, each summed over its runs, with its share.
 - host-bound share (`gpu_busy_share`): the GPU's busy time in a step (union of its activities over all streams,
   the busiest rank) over the step time; 1 - share is the part of a step the GPU waits for the host.
 """
@@ -246,6 +250,44 @@ def memory_kind(device: str) -> str:
     return "CUDA peak allocated" if device == "cuda" else "host RSS growth during training"
 
 
+TIME_PARTS = ("startup", "build", "warmup", "timed", "other")
+
+
+def run_time_split(run: "RunResult") -> dict[str, float] | None:
+    """A run's own wall time in TIME_PARTS (module docstring), seconds; None when a part was not recorded."""
+    started = [getattr(r, "build_started_at", None) for r in run.ranks]
+    launched = getattr(run, "launched_at", None)
+    if launched is None or not started or any(t is None for t in started):
+        return None
+    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds)
+    split = {"startup": max(0.0, max(started) - launched), "build": max(r.build_seconds for r in run.ranks),
+             "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
+    split["other"] = max(0.0, wall - math.fsum(split.values()))
+    return {"wall": wall, **split}
+
+
+def job_time_split(runs: Sequence["RunResult"]) -> dict[str, float]:
+    """TIME_PARTS summed over the runs, with `wall` and each part's share of it (`<part>_share`); {} when a run
+    lacks a part."""
+    splits = [run_time_split(r) for r in runs]
+    if not splits or any(s is None for s in splits):
+        return {}
+    total = {k: math.fsum(s[k] for s in splits) for k in ("wall", *TIME_PARTS)}  # type: ignore[index]
+    shares = {f"{k}_share": (total[k] / total["wall"] if total["wall"] > 0 else 0.0) for k in TIME_PARTS}
+    return {k: round(v, 4) for k, v in {**total, **shares}.items()}
+
+
+def time_split_text(split: dict[str, float]) -> str:
+    """The one wording of where runs' wall time went: '12.0 s of runs: start-up 4.0 s (33%), build ...'."""
+    wall = split.get("wall") or 0.0
+    if wall <= 0:
+        return ""
+    names = {"startup": "start-up (launch to the build)", "build": "build", "warmup": "warm-up",
+             "timed": "timed steps", "other": "other"}
+    return f"{wall:.1f} s of runs: " + ", ".join(f"{names[p]} {split[p]:.1f} s ({split[p] / wall:.0%})"
+                                                 for p in TIME_PARTS)
+
+
 @dataclass(frozen=True)
 class JobFigures:
     """A job's reported figures over its runs (see the module docstring for each definition)."""
@@ -272,6 +314,7 @@ class JobFigures:
     work_not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it is missing
     id: str = ""  # the job's stable id (job_id): shared runs are one job by identity, never by value
     run_ids: tuple[str, ...] = ()  # the runs' ids, in order
+    time_split: dict[str, float] = field(default_factory=dict)  # job_time_split: where the runs' wall time went
 
     @property
     def host_bound(self) -> bool:
@@ -296,7 +339,8 @@ class JobFigures:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured", "id", "run_ids"}
+        optional = {"cuda_peak_reserved", "run_cv", "work", "gpu_busy_share", "work_not_measured", "id", "run_ids",
+                    "time_split"}
         missing = sorted(set(cls.__dataclass_fields__) - set(fields) - optional)
         if missing:
             raise ValueError(f"job figures: missing {missing}")
@@ -329,4 +373,5 @@ def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
         peak_memory=geometric_mean([f.peak_memory for f in per_run]), memory_kind=memory_kind(device),
         tokens_per_s=runs[0].tokens_per_step / step_time,
         optimizer_bytes_per_param=runs[0].optimizer_bytes_per_param,
-        cuda_peak_reserved=max(reserved) if reserved else None, id=job_id(runs), run_ids=tuple(f.id for f in per_run))
+        cuda_peak_reserved=max(reserved) if reserved else None, id=job_id(runs), run_ids=tuple(f.id for f in per_run),
+        time_split=job_time_split(runs))

@@ -1,6 +1,7 @@
 """Rank entry point. The only code that imports the heavy libraries.
 
-Started by torch's elastic agent (see agent.py): forked from it for a CPU job, spawned for CUDA. It joins
+Started by torch's elastic agent (see agent.py): forked from it for a CPU job, spawned for CUDA (forked for
+both when the agent itself was forked from the warm agent, launch/warm_agent.py). It joins
 the process group, then either measures a job -- a strategy on a workload, or the user's
 own step (rank/prepare.py): warm-up, a timing phase with nothing else attached, then
 probes and the step breakdown -- or calls the user's function.
@@ -151,13 +152,16 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     timer = StepTimer(device)
 
     rss_before = host_rss()
+    build_started_at = time.time()  # the start-up's end, against the launcher's wall clock (RunResult.launched_at)
     t0 = time.perf_counter()
     if progress:
         progress.update("building model and strategy")
     prepared = prepare.build(loaded)
 
     def measure() -> RankResult:
-        return _measure(job, prepared, loaded.ctx, timer, t0, rss_before, rank, device, job_dir, progress)
+        result = _measure(job, prepared, loaded.ctx, timer, t0, rss_before, rank, device, job_dir, progress)
+        result.build_started_at = build_started_at
+        return result
 
     # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as
     # its users do, and the measurement on a second thread: a loop on a second thread is not the users' loop

@@ -72,6 +72,19 @@ def gpu_use_lines(settings: Settings, gpus: int, device: str) -> list[str]:
     return lines
 
 
+def agent_line(settings: Settings) -> str:
+    """How each job's launch agent starts: forked from the session's warm agent, or why a new one per job."""
+    cluster = settings.cluster
+    if cluster.launcher != "local":
+        return (f"distperf: agent: the {cluster.launcher} launcher's own node agents, a new set per job (a warm agent "
+                f"serves the local launcher only)")
+    if getattr(cluster, "fresh_agent", False):
+        return "distperf: agent: fresh, a new agent process per job (--distperf-fresh-agent)"
+    return ("distperf: agent: warm (one per device kind and environment imports torch and the strategy libraries "
+            "once and holds no CUDA context; each run's agent and ranks are forked from it as new processes; jobs "
+            "launched as Lightning's users launch them start their own; --distperf-fresh-agent: a new agent a job)")
+
+
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
     if not settings.enabled:
         return ["distperf: off (performance tests are skipped; run with --distperf)"]
@@ -103,6 +116,7 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
                      + (f" (agents {cluster.agents})" if cluster.launcher == "torchrun" else "")
                      + (f"; job folders in {cluster.shared_dir}" if cluster.shared_dir else ""))
     lines.append(f"distperf: machine class {machine.name}; {', '.join(stack)}")
+    lines.append(agent_line(settings))
     if gate is not None:
         mode = "save" if gate.settings.save else "compare"
         lines.append(f"distperf: baselines {gate.settings.baselines_dir} ({mode})")

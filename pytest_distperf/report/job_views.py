@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from markupsafe import Markup
 
+from pytest_distperf.measure.figures import time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.probes.timeline import StepTimeline
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
@@ -32,6 +33,7 @@ class JobSection:
     tests: list[str]
     figures: list[Figure] | None  # None: the document has no figures for this job
     host_bound_text: str
+    time_split_text: str  # where the runs' wall time went (measure/figures.time_split_text)
     ranks: Markup
     memory_what: str
     memory: Markup | None
@@ -97,6 +99,7 @@ def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any
     return JobSection(
         label=label, runs=len(runs), steps=len(run_steps(runs[0])), tests=[short_nodeid(n) for n in tests],
         figures=figures_parts(job, doc), host_bound_text=(job.get("figures") or {}).get("host_bound_text") or "",
+        time_split_text=time_split_text(split) if (split := (job.get("figures") or {}).get("time_split")) else "",
         ranks=strip_chart(rows, "s", f"step time per rank of {label}", "strip ranks", notes=notes),
         memory_what=what, memory=bar_chart(bars, "bytes", f"memory per rank of {label}", "bars memory") if bars else None,
         breakdown=breakdown_chart(broken_down, f"step breakdown of {label}") if broken_down else None)

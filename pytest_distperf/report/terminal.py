@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
 from pytest_distperf.report.wording import fmt_interval, pair_to_pair, short_test, status_mark
 from pytest_distperf.measure.decision import OUTCOME_MARK
+from pytest_distperf.measure.figures import TIME_PARTS, time_split_text
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -162,6 +163,9 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += [f"  {LEGEND}"]
         lines += [f"  {label} departs from its library's defaults: "
                   + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
+    splits = [(r["label"], r["time_split"]) for r in jobs if r.get("time_split")]
+    if splits:
+        lines += [""] + time_split_lines(splits)
     unique_work = [_work_row(r) for r in jobs if r.get("work")]
     if unique_work:
         lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
@@ -191,6 +195,22 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += ["", "saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
         lines += _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
                         saved)
+    return lines
+
+
+def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
+    """Where the jobs' wall time went (measure/figures.run_time_split): a row a job, then the session's total."""
+    parts = TIME_PARTS
+
+    def cells(split: dict[str, float]) -> list[str]:
+        wall = split["wall"]
+        return [f"{wall:.1f} s"] + [f"{split[p]:.1f} s ({split[p] / wall:.0%})" if wall > 0 else "-" for p in parts]
+
+    rows = [[label] + cells(split) for label, split in splits]
+    total = {k: sum(s[k] for _, s in splits) for k in ("wall", *parts)}
+    lines = _table(["job: where the runs' time went", "wall", "start-up", "build", "warm-up", "timed", "other"], rows)
+    if total["wall"] > 0:
+        lines.append(f"  {len(splits)} job(s), {time_split_text(total)}")
     return lines
 
 

@@ -1,0 +1,181 @@
+"""The warm launch agent: `python -m pytest_distperf.launch.warm_agent`, one per session, device kind and agent
+environment (launch/warm_pool.py starts and keeps it).
+
+It imports torch, torch elastic, the harness's rank code and the installed strategy libraries once, holds no
+CUDA context, and for each job forks a child that becomes that job's elastic agent (launch/agent.py), exactly
+as `python -m pytest_distperf.launch.agent JOB_DIR` would be: its own session, its output in the job's agent
+log, the job's environment, working directory and CPU affinity. The child forks the job's ranks (CPU and, as
+CUDA is uninitialised here, CUDA ones too), so every run is still a new process with its own allocator, engine
+and rendezvous; only the imports are shared.
+
+It stays single-threaded on the Python side (a forked child must not inherit a lock some thread holds) and
+never runs a tensor op (no OpenMP pool to break in a child). libgomp reads OMP_NUM_THREADS when torch loads:
+this process is started without it, and each forked rank sets the job's own (agent.forked_rank_setup), so a
+rank gets the threads a fresh launch gives.
+
+Protocol, one JSON object a line: on its stdin the launcher sends {"job_dir", "env", "cwd", "affinity",
+"log"}; on its stdout this agent answers once {"ready": true, ...} (or {"ready": false, "reason"}) after the
+imports, then per job {"started": pid} and {"exited": pid, "status": code (negative: the signal)}. EOF on stdin
+ends it; it also dies with the pytest process (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+# What a job agent and its ranks would import for themselves: the harness's rank side, then the strategy
+# libraries where installed.
+HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing",
+                   "torch.distributed.launcher.api", "pytest_distperf.launch.agent",
+                   "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
+                   "pytest_distperf.rank.timing", "pytest_distperf.strategies")
+# Not lightning: importing it starts a native thread, and with it preloaded 1 in 15 ddp jobs' ranks aborted in the
+# work phase's profiler stop ("malloc(): unsorted double linked list corrupted"; 0 in 60 without it, 0 in 15 with
+# fresh agents, 2-core box). Lightning's jobs import it in their ranks, as with a fresh agent.
+STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
+# torch.cuda.is_available() through NVML: no cuInit, so the process stays fork-safe for CUDA ranks.
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def cuda_mapped() -> bool:
+    """Is the CUDA driver library loaded in this process (CUDA initialised, forking CUDA ranks unsafe)?"""
+    try:
+        with open("/proc/self/maps") as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return False
+
+
+def preload() -> tuple[list[str], str | None]:
+    """Import what the job agents and ranks need; ([modules imported], why this agent cannot serve or None)."""
+    loaded = []
+    for name in HARNESS_MODULES:
+        importlib.import_module(name)
+        loaded.append(name)
+    for name in STRATEGY_LIBRARIES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a broken optional library: its jobs import (and fail on) it in the ranks
+            print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        loaded.append(name)
+    if cuda_mapped():
+        return loaded, "importing torch and the strategy libraries loaded the CUDA driver (libcuda) in the agent"
+    if threading.active_count() > 1:
+        names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        return loaded, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
+    return loaded, None
+
+
+class Channel:
+    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
+    that a forked child would inherit)."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self._pending = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message; None at EOF."""
+        while b"\n" not in self._pending:
+            chunk = os.read(self.read_fd, 65536)
+            if not chunk:
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)
+
+
+def run_job(request: dict[str, Any], channel: Channel) -> None:
+    """In the forked child: become the job's elastic agent, as a fresh `python -m ...launch.agent` would be."""
+    os.setsid()  # own session and process group: the launcher ends the job's tree by it
+    os.close(channel.read_fd)
+    os.close(channel.write_fd)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if request.get("affinity") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, request["affinity"])
+    code = 2
+    try:
+        from pytest_distperf.launch import agent
+
+        code = agent.main(request["job_dir"], warm=True)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def exit_status(status: int) -> int:
+    """waitpid's status as Popen's returncode: the exit code, or minus the signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def main() -> int:
+    from pytest_distperf.launch import jobfiles
+
+    jobfiles.die_with_parent(signal.SIGKILL)  # the pytest process gone: so is this agent (its jobs die with it)
+    # The protocol moves off fds 0/1, so that whatever an import prints lands in this agent's log (stderr).
+    channel = Channel(os.dup(0), os.dup(1))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    started = time.monotonic()
+    try:
+        loaded, problem = preload()
+    except BaseException as e:
+        channel.send({"ready": False, "reason": f"preloading failed: {type(e).__name__}: {e}"})
+        return 1
+    if problem:
+        channel.send({"ready": False, "reason": problem, "preloaded": loaded})
+        return 1
+    channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded,
+                  "seconds": round(time.monotonic() - started, 3)})
+    while True:
+        request = channel.receive()
+        if request is None:  # the launcher closed the pipe: the session is over
+            return 0
+        pid = os.fork()
+        if pid == 0:
+            run_job(request, channel)  # never returns
+        channel.send({"started": pid})
+        _, status = os.waitpid(pid, 0)
+        channel.send({"exited": pid, "status": exit_status(status)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
