@@ -56,14 +56,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.detection_power import run_once  # noqa: E402
 from benchmarks.work_figures import gate_trial  # noqa: E402
-from pytest_distperf.gate import against  # noqa: E402
-from pytest_distperf.gate.policy import Policy  # noqa: E402
-from pytest_distperf.measure.decision import Clock  # noqa: E402
+from pytest_distperf.decide import against  # noqa: E402
+from pytest_distperf.decide.policy import Policy  # noqa: E402
+from pytest_distperf.decide.decision import Clock  # noqa: E402
 from pytest_distperf.measure.figures import run_step_time, run_work  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
-from pytest_distperf.results import RunResult  # noqa: E402
-from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
+from pytest_distperf.rank.results import RunResult  # noqa: E402
+from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 WIDTH, DEPTH, BATCH = 256, 6, 32
 CONDITIONS = ("A/A", "host", "deeper", "flops")

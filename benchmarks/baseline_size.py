@@ -15,8 +15,8 @@ import sys
 import tempfile
 import time
 
-from pytest_distperf import jsonio
-from pytest_distperf.gate.store import MAX_BASELINE_BYTES, BaselineReplaceable, Store, parse
+from pytest_distperf.store import jsonio
+from pytest_distperf.store.baselines import MAX_BASELINE_BYTES, BaselineReplaceable, Store, parse
 
 
 def write_baseline(path: str, size_mb: float, key: str) -> None:

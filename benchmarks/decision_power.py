@@ -1,4 +1,4 @@
-"""Simulated operating characteristic of the decision core (pytest_distperf.measure.decision): the shipped design
+"""Simulated operating characteristic of the decision core (pytest_distperf.decide.decision): the shipped design
 (planned looks, Pocock-type spending, Bonferroni over the looks) beside the previous one (a look after every
 pair, Kim-DeMets power-3 spending through the recursive integration, 0.7 of the error spent, Student's t at the
 nominal levels).
@@ -40,7 +40,7 @@ try:
 except ImportError:  # pragma: no cover - a benchmark, not the plugin
     sys.exit("benchmarks/decision_power.py needs numpy (pip install numpy)")
 
-from pytest_distperf.measure import decision  # noqa: E402
+from pytest_distperf.decide import decision  # noqa: E402
 
 N, FIRST = decision.DEFAULT_MAX_PAIRS, decision.FIRST_LOOK
 ALPHA = (1.0 - decision.DEFAULT_CONFIDENCE) / 2.0  # one side's error over all looks

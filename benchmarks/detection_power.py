@@ -14,7 +14,7 @@ Analysis (re-sampling the recorded runs; --from-json re-analyses a file, also th
   paired  the ratio checks between two jobs. A sequence draws rounds at random; a drawn round gives the
           interleaved pair (condition run, ref run). --repeats pairs to start, then the
           plugin's own Comparison.assert_step_time_within(1 + floor) adds pairs while INCONCLUSIVE, up to
-          --max-pairs (gate/checks.py with its Adaptive: the shipped code, not a copy).
+          --max-pairs (decide/checks.py with its Adaptive: the shipped code, not a copy).
   gate    the baseline gate. The stored baseline is two thirds of the stored block (a different subset each
           trial); the candidate starts with --repeats runs drawn from the condition's runs and
           regression.until_job_decided adds one at a time while the step-time verdict is INCONCLUSIVE, exactly as
@@ -49,18 +49,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_distperf.errors import DistPerfCheckFailed  # noqa: E402
-from pytest_distperf.gate import regression  # noqa: E402
-from pytest_distperf.gate.policy import Policy  # noqa: E402
-from pytest_distperf.gate.checks import Adaptive, Comparison, SideSummary  # noqa: E402
-from pytest_distperf.gate.store import MetricSeries  # noqa: E402
+from pytest_distperf.decide import regression  # noqa: E402
+from pytest_distperf.decide.policy import Policy  # noqa: E402
+from pytest_distperf.decide.checks import Adaptive, Comparison, SideSummary  # noqa: E402
+from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
 from pytest_distperf.measure.figures import KNOWN_METRICS  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
-from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
+from pytest_distperf.decide.decision import Budget, Clock, Design  # noqa: E402
 from pytest_distperf.measure.stats import quantile, relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
-from pytest_distperf.results import RankResult, RunResult  # noqa: E402
-from pytest_distperf.spec import JobSpec  # noqa: E402
+from pytest_distperf.rank.results import RankResult, RunResult  # noqa: E402
+from pytest_distperf.spec.job import JobSpec  # noqa: E402
 
 JOB_FIELDS = ("device", "world_size", "strategy", "shape", "steps", "warmup")
 
@@ -114,7 +114,7 @@ def job_fields(args: argparse.Namespace) -> dict[str, Any]:
 def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Write the runs collected so far to --json, so a run cut short (a time limit) keeps them."""
     if args.json:
-        from pytest_distperf.jsonio import write_json_atomic
+        from pytest_distperf.store.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     show(data, rows, args)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if args.json:
-        from pytest_distperf.jsonio import write_json_atomic
+        from pytest_distperf.store.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "rows": rows, "data": data}, lock=False)
     return 0

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.launch.launcher import JobError, RankOutcome, launch  # noqa: E402
-from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
+from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 MODULE = "distperf_faults_bench"
 KINDS = ("raise", "sigkill", "abort", "segfault", "exit0", "skip", "hang")

@@ -56,7 +56,7 @@ def git(repo: str, *args: str) -> str:
 
 
 def run_sessions(args: argparse.Namespace, db: str) -> None:
-    from pytest_distperf.history import record_session
+    from pytest_distperf.store.history import record_session
 
     repo = tempfile.mkdtemp(prefix="distperf-history-bench-")
     with open(os.path.join(repo, "test_bench.py"), "w", encoding="utf-8") as f:
@@ -90,7 +90,7 @@ def run_sessions(args: argparse.Namespace, db: str) -> None:
 
 
 def replay_sessions(args: argparse.Namespace, db: str) -> None:
-    from pytest_distperf.history import record_session
+    from pytest_distperf.store.history import record_session
 
     with open(args.replay, encoding="utf-8") as f:
         base = json.load(f)

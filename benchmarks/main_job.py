@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_distperf.jsonio import write_json_atomic  # noqa: E402
+from pytest_distperf.store.jsonio import write_json_atomic  # noqa: E402
 
 MAIN_JOB = ("-m", "pytest", "--distperf", "-m", "zero3", "-p", "no:cacheprovider")
 

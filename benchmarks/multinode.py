@@ -38,7 +38,7 @@ from pytest_distperf.errors import JobError  # noqa: E402
 from pytest_distperf.launch.base import LocalLauncher  # noqa: E402
 from pytest_distperf.launch.slurm import SlurmLauncher  # noqa: E402
 from pytest_distperf.launch.torchrun import TorchrunLauncher  # noqa: E402
-from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
+from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 MODULE = "distperf_multinode_bench"
 TAG = "DISTPERF_MULTINODE_BENCH_TAG"

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.launch.launcher import launch  # noqa: E402
-from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
+from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 THIS = FunctionRef(module="distperf_overhead_bench", qualname="", file=__file__)
 
@@ -146,7 +146,7 @@ def time_harness(ws: int, device: str) -> float:
 def time_job(job: JobSpec, fresh_agent: bool) -> tuple[float, float | None]:
     """(wall seconds of one launch, its start-up: launch to the latest rank's build start; None for a function)."""
     from pytest_distperf.measure.figures import run_time_split
-    from pytest_distperf.results import RunResult
+    from pytest_distperf.rank.results import RunResult
 
     launched = time.time()
     start = time.perf_counter()
@@ -199,7 +199,7 @@ def agent_cost(a: argparse.Namespace) -> dict:
 
 def work_phase_cost(a: argparse.Namespace) -> None:
     from pytest_distperf.measure.figures import run_step_time
-    from pytest_distperf.results import RunResult
+    from pytest_distperf.rank.results import RunResult
 
     shape = a.shape or ("350m" if a.device == "cuda" else "tiny")
     sides: dict[int, tuple[list[float], list[float]]] = {0: ([], []), 2: ([], [])}

@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.launch.launcher import launch  # noqa: E402
-from pytest_distperf.measure.decision import Design, paired  # noqa: E402
+from pytest_distperf.decide.decision import Design, paired  # noqa: E402
 from pytest_distperf.measure.figures import run_step_time, run_time_split  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
-from pytest_distperf.results import RunResult  # noqa: E402
-from pytest_distperf.spec import JobSpec  # noqa: E402
+from pytest_distperf.rank.results import RunResult  # noqa: E402
+from pytest_distperf.spec.job import JobSpec  # noqa: E402
 
 
 def one_run(job: JobSpec, fresh_agent: bool) -> dict:

@@ -37,16 +37,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.detection_power import run_once  # noqa: E402  (one way to run a job, holding its devices)
-from pytest_distperf.gate import regression  # noqa: E402
-from pytest_distperf.gate.policy import Policy  # noqa: E402
-from pytest_distperf.gate.store import MetricSeries  # noqa: E402
+from pytest_distperf.decide import regression  # noqa: E402
+from pytest_distperf.decide.policy import Policy  # noqa: E402
+from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
 from pytest_distperf.measure.figures import metric_traits  # noqa: E402
-from pytest_distperf.measure.decision import Budget, Clock, Design  # noqa: E402
+from pytest_distperf.decide.decision import Budget, Clock, Design  # noqa: E402
 from pytest_distperf.measure.figures import run_gpu_busy, run_step_time, run_work  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
-from pytest_distperf.results import RunResult  # noqa: E402
-from pytest_distperf.spec import FunctionRef, JobSpec  # noqa: E402
+from pytest_distperf.rank.results import RunResult  # noqa: E402
+from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 MODULE = "distperf_hostbound"
 WORKLOAD = '''

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytest_distperf.workloads import Workload
+from pytest_distperf.spec.workloads import Workload
 
 REPORTER_SIZE = dict(vocab_size=33278, nlayers=32, nhid=4096, ninp=1024, nhead=64)
 # The same model, small enough for a CPU unit test (the structure and the code path are the reporter's).

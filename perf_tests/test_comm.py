@@ -18,7 +18,7 @@ OVERLAP_FLOOR = 0.5  # at least half of the communication-kernel time hidden und
 PROBES = ("comms", "overlap")
 
 
-# Counts on CUDA are NCCL kernels on the GPU timeline (probes/comms.py says why not the profiler's c10d ops).
+# Counts on CUDA are NCCL kernels on the GPU timeline (rank/probes/comms.py says why not the profiler's c10d ops).
 GAP_ALL_GATHERS = {
     "cpu": "deepspeedai/DeepSpeed#5047 (ZeRO-3 launches one all-gather per parameter): measured 3.33x "
            "(20 vs 6 all-gathers per step per rank, median 32.25 KiB vs 770 KiB), tiny on 2 CPU ranks",

@@ -16,12 +16,12 @@ except PackageNotFoundError:  # a source tree on sys.path without an install
 
 _PUBLIC = {
     "DistPerf": "pytest_distperf.fixture",
-    "JobSpec": "pytest_distperf.spec",
-    "FunctionRef": "pytest_distperf.spec",
-    "RunResult": "pytest_distperf.results",
-    "RankResult": "pytest_distperf.results",
-    "Comparison": "pytest_distperf.gate.checks",
-    "ProbeAssertions": "pytest_distperf.gate.probe_checks",
+    "JobSpec": "pytest_distperf.spec.job",
+    "FunctionRef": "pytest_distperf.spec.job",
+    "RunResult": "pytest_distperf.rank.results",
+    "RankResult": "pytest_distperf.rank.results",
+    "Comparison": "pytest_distperf.decide.checks",
+    "ProbeAssertions": "pytest_distperf.decide.probe_checks",
     "DistPerfError": "pytest_distperf.errors",
     "UsageError": "pytest_distperf.errors",
     "SettingsError": "pytest_distperf.errors",
@@ -38,12 +38,15 @@ _PUBLIC = {
     "DistPerfInconclusive": "pytest_distperf.errors",
     "GpuClockWarning": "pytest_distperf.errors",
     # Your own model, step and strategy
-    "Workload": "pytest_distperf.workloads",
-    "phase": "pytest_distperf.phases",
+    "Workload": "pytest_distperf.spec.workloads",
+    "phase": "pytest_distperf.spec.phases",
     "Strategy": "pytest_distperf.strategies.registry",
     "WorkloadError": "pytest_distperf.errors",
     "PhaseError": "pytest_distperf.errors",
 }
+
+# Subpackages a user imports by their old name: `from pytest_distperf import probes` inside a rank.
+_SUBPACKAGES = {"probes": "pytest_distperf.rank.probes"}
 
 __all__ = ["__version__", *_PUBLIC]
 
@@ -53,16 +56,18 @@ if TYPE_CHECKING:
                                         HostBusyWarning, JobError, JobTimeout, PhaseError, ProbeError, SettingsError,
                                         StrategyError, UsageError, WorkloadError)
     from pytest_distperf.fixture import DistPerf
-    from pytest_distperf.gate.checks import Comparison
-    from pytest_distperf.gate.probe_checks import ProbeAssertions
-    from pytest_distperf.results import RankResult, RunResult
-    from pytest_distperf.phases import phase
-    from pytest_distperf.spec import FunctionRef, JobSpec
+    from pytest_distperf.decide.checks import Comparison
+    from pytest_distperf.decide.probe_checks import ProbeAssertions
+    from pytest_distperf.rank.results import RankResult, RunResult
+    from pytest_distperf.spec.phases import phase
+    from pytest_distperf.spec.job import FunctionRef, JobSpec
     from pytest_distperf.strategies.registry import Strategy
-    from pytest_distperf.workloads import Workload
+    from pytest_distperf.spec.workloads import Workload
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return import_module(_SUBPACKAGES[name])
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_distperf' has no attribute {name!r}")

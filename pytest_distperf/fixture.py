@@ -4,7 +4,7 @@ Two ways in:
 - `distperf.run("fsdp2")` / `distperf.compare(distperf.job("deepspeed", stage=3), distperf.job("fsdp2"))`:
   named strategies on the built-in workload;
 - `distperf.job("fsdp2", workload="pkg.mod:make_workload")`: a named strategy on the user's own model
-  (pytest_distperf.workloads); `distperf.step_job(make_step)` / `distperf.measure_function(make_step)`:
+  (pytest_distperf.spec.workloads); `distperf.step_job(make_step)` / `distperf.measure_function(make_step)`:
   the user's own training step, measured like a strategy (rank/userstep.py);
 - `distperf.run_function(fn, *args)`: the user's module-level function in every rank
   (process group initialised, device set); returns the per-rank values.
@@ -19,19 +19,20 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from pytest_distperf import strategies, userjobs
+from pytest_distperf import strategies
+from pytest_distperf.spec import userjobs
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.launch.gpuclocks import ClockWarnings
-from pytest_distperf.gate.checks import Adaptive, Check, Comparison, SideSummary
+from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSummary
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
-from pytest_distperf.config import Settings, TestPlan
+from pytest_distperf.spec.settings import Settings, TestPlan
 from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, UsageError
-from pytest_distperf.probes.results import probe_record
-from pytest_distperf.spec import FunctionRef, JobSpec
-from pytest_distperf.results import RunResult
-from pytest_distperf.measure.decision import Budget, Clock
+from pytest_distperf.rank.probes.results import probe_record
+from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.rank.results import RunResult
+from pytest_distperf.decide.decision import Budget, Clock
 from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.rank.workload import resolve_shape
 
@@ -39,7 +40,7 @@ ProgressSink = Callable[[str], None]
 
 if TYPE_CHECKING:
     from pytest_distperf.session import RunCache
-    from pytest_distperf.gate.regression import BaselineGate
+    from pytest_distperf.decide.regression import BaselineGate
 
 
 def _drop_scratch(values: dict[int, Any]) -> None:
@@ -71,8 +72,8 @@ def _strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dic
 
 
 def _label(job: JobSpec) -> str:
-    """A job's name in every report: its description, and its injected work when it carries any (gate/store.py)."""
-    from pytest_distperf.gate.store import injection_suffix
+    """A job's name in every report: its description, and its injected work when it carries any (store/baselines.py)."""
+    from pytest_distperf.store.baselines import injection_suffix
 
     return job.describe() + injection_suffix(job)
 
@@ -142,13 +143,13 @@ class DistPerf:
         """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}.
 
         `workload`: the user's workload factory instead, "module:function" or the module-level function,
-        called in every rank with `workload_kwargs` (pytest_distperf.workloads). `launch`: "controlled" or
-        "as_user", how the strategy's users start it (pytest_distperf.launch.profiles).
+        called in every rank with `workload_kwargs` (pytest_distperf.spec.workloads). `launch`: "controlled" or
+        "as_user", how the strategy's users start it (pytest_distperf.spec.profiles).
 
         `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
-        after the timing phase (pytest_distperf.probes)."""
-        from pytest_distperf import probes as probe_names
+        after the timing phase (pytest_distperf.rank.probes)."""
+        from pytest_distperf.rank import probes as probe_names
 
         options = _strategy_options(strategy, options, legacy_options)
 
@@ -194,7 +195,7 @@ class DistPerf:
         """A job of the user's own step: `make_step(*args, **kwargs)` runs in every rank (process group up) and
         returns `step()`, one whole training iteration. Measured like a strategy job: warm-up, timing, memory,
         probes, the breakdown of the phases it marks (pytest_distperf.phase); run/measure/compare/probe take it."""
-        from pytest_distperf import probes as probe_names
+        from pytest_distperf.rank import probes as probe_names
 
         with userjobs.naming(self.nodeid):
             ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")
@@ -309,7 +310,7 @@ class DistPerf:
 
     def _run(self, job: JobSpec) -> RunResult:
         """One run of the job. Head vs base (--distperf-against): with its twin on the base's code, head first in
-        even pairs, base first in odd ones (gate/against.py); a base that fails is recorded, never raised."""
+        even pairs, base first in odd ones (decide/against.py); a base that fails is recorded, never raised."""
         base_side = getattr(self.gate, "base_side", None)  # gate/against.AgainstGate
         base = base_side(job) if base_side else None
         if base is None:
@@ -423,8 +424,8 @@ class DistPerf:
         return cached
 
     def probe_checks(self, a: RunResult | list[RunResult], b: RunResult | list[RunResult] | None = None) -> Any:
-        """Assertions over the probe results of A (and B): see pytest_distperf.gate.probe_checks."""
-        from pytest_distperf.gate.probe_checks import ProbeAssertions
+        """Assertions over the probe results of A (and B): see pytest_distperf.decide.probe_checks."""
+        from pytest_distperf.decide.probe_checks import ProbeAssertions
 
         return ProbeAssertions(a, b, on_check=self._record_check)
 

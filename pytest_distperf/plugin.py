@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from pytest_distperf.config import TestPlan, build_settings, plan_test
+from pytest_distperf.spec.settings import TestPlan, build_settings, plan_test
 from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, SettingsError
 from pytest_distperf.launch.devices import DEVICE_CHOICES, visible_gpu_count
 from pytest_distperf.session import DistPerfSession
 
 if TYPE_CHECKING:
     from pytest_distperf.fixture import DistPerf
-    from pytest_distperf.gate import regression
-    from pytest_distperf.gate.policy import Policy
+    from pytest_distperf.decide import regression
+    from pytest_distperf.decide.policy import Policy
 
 session_key = pytest.StashKey[DistPerfSession]()
 plan_key = pytest.StashKey[TestPlan]()
@@ -196,7 +196,7 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
     _check_report_paths(config, enabled)
     if config.getoption("distperf_history") is not None:
-        from pytest_distperf.history import HistoryError, check_url
+        from pytest_distperf.store.history import HistoryError, check_url
 
         try:
             check_url(config.getoption("distperf_history"))  # its form, before any job; opened at the end
@@ -204,7 +204,7 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
             raise pytest.UsageError(f"distperf: {e}") from None
     if not enabled:
         return None
-    from pytest_distperf.gate import policy, regression
+    from pytest_distperf.decide import policy, regression
 
     try:
         gs = policy.gate_settings(
@@ -222,7 +222,7 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
 
 
 def _base_checkout(config: pytest.Config, enabled: bool) -> Any:
-    """--distperf-against=REF: REF's code checked out beside HEAD's for the session (gate/against.py)."""
+    """--distperf-against=REF: REF's code checked out beside HEAD's for the session (decide/against.py)."""
     ref = config.getoption("distperf_against") or config.getini("distperf_against")
     if not ref:
         if config.getoption("distperf_against_exact"):
@@ -233,7 +233,7 @@ def _base_checkout(config: pytest.Config, enabled: bool) -> Any:
     if config.getoption("distperf_save"):
         raise pytest.UsageError("distperf: --distperf-against compares head with base in this session; "
                                 "--distperf-save records stored baselines: give one of them")
-    from pytest_distperf.gate import against
+    from pytest_distperf.decide import against
 
     try:
         return against.prepare(str(config.rootpath), ref, bool(config.getoption("distperf_against_exact")))
@@ -243,7 +243,7 @@ def _base_checkout(config: pytest.Config, enabled: bool) -> Any:
 
 def _check_report_paths(config: pytest.Config, enabled: bool) -> None:
     """Every report file the session will write, checked before any job: what is in the way is named."""
-    from pytest_distperf.outputs import REPORT_FILE_OPTIONS, OutputPathError, check_file
+    from pytest_distperf.store.outputs import REPORT_FILE_OPTIONS, OutputPathError, check_file
 
     targets = [(flag, config.getoption(dest, None)) for dest, flag in REPORT_FILE_OPTIONS.items()
                if enabled or dest.startswith("distperf_")]
@@ -296,7 +296,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             plan = plan_test(settings, kwargs, gpus, item.nodeid)
             plan = session.with_clock_skip(plan)  # locked clocks asked for and refused (launch/gpuclocks.py)
             if session.gate is not None:
-                from pytest_distperf.gate import policy
+                from pytest_distperf.decide import policy
 
                 item.stash[policy_key] = policy.policy_for(session.gate.settings.policy, kwargs, item.nodeid)
         except SettingsError as e:
@@ -347,15 +347,15 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     progress = _progress_writer(config) if config.get_verbosity() > 0 else None
     gate = None
     if session.gate is not None:
-        from pytest_distperf.gate import regression
+        from pytest_distperf.decide import regression
 
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             from pytest_distperf.launch.base import make_launcher
 
-            if session.against is not None:  # head vs base in the stored baselines' place (gate/against.py)
-                from pytest_distperf.gate.against import AgainstGate
+            if session.against is not None:  # head vs base in the stored baselines' place (decide/against.py)
+                from pytest_distperf.decide.against import AgainstGate
 
                 gate = AgainstGate(session.against, request.node.nodeid, policy, test_file=str(request.node.path))
             else:
@@ -379,7 +379,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def _progress_writer(config: pytest.Config) -> Any:
     """Live lines on the terminal during a test: output capture is suspended for each write
     (as pytest's live logging does), else the lines would land in the test's captured stdout."""
-    from pytest_distperf.redact import redact_text
+    from pytest_distperf.store.redact import redact_text
 
     tr = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")

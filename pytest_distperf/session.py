@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_distperf.config import Settings, TestPlan
+from pytest_distperf.spec.settings import Settings, TestPlan
 
 if TYPE_CHECKING:
-    from pytest_distperf.gate.regression import GateSession
+    from pytest_distperf.decide.regression import GateSession
     from pytest_distperf.launch.gpuclocks import SessionClocks
     from pytest_distperf.report.files import ReportEntry
-    from pytest_distperf.results import RunResult
+    from pytest_distperf.rank.results import RunResult
 
 
 @dataclass
@@ -81,7 +81,7 @@ class DistPerfSession:
         without a session budget."""
         if self.pairs_deadline is None:
             return None
-        from pytest_distperf.measure.decision import session_share
+        from pytest_distperf.decide.decision import session_share
 
         deadline, tests_left, finished = self.pairs_deadline, max(1, tests_left), list(self.test_seconds)
         later = tests_left - 1
@@ -94,7 +94,7 @@ class DistPerfSession:
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:
-        from pytest_distperf.redact import redact_text
+        from pytest_distperf.store.redact import redact_text
         from pytest_distperf.report.header import header_lines
 
         against = [f"distperf: {self.against.label()}: every job runs in interleaved head/base pairs, decided on "
@@ -157,8 +157,8 @@ class DistPerfSession:
         if not self.is_controller:
             return
         from pytest_distperf.errors import BaselineError
-        from pytest_distperf.history.errors import HistoryError
-        from pytest_distperf.redact import redact_args, redact_text
+        from pytest_distperf.store.history.errors import HistoryError
+        from pytest_distperf.store.redact import redact_args, redact_text
         from pytest_distperf.report import files
 
         gate = self.gate

@@ -94,7 +94,7 @@ def main(out: str) -> None:
     set_up_namespace()
     sys.path.insert(0, str(ROOT))
     from pytest_distperf.launch.launcher import launch
-    from pytest_distperf.spec import FunctionRef, JobSpec
+    from pytest_distperf.spec.job import FunctionRef, JobSpec
 
     result: dict = {"hostname": socket.gethostname(),
                     "resolves_to": sorted({a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)})}

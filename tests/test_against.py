@@ -1,4 +1,4 @@
-"""Head against base (--distperf-against=REF, gate/against.py): a real git repository, a real worktree of the
+"""Head against base (--distperf-against=REF, decide/against.py): a real git repository, a real worktree of the
 base commit and real CPU jobs whose ranks import the project from each side.
 
 The project's step sleeps a module constant; the head commit doubles it. Interleaved head/base pairs decide
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.gate import against
-from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.decide import against
+from pytest_distperf.spec.job import FunctionRef, JobSpec
 
 STEPS = """
 import time
@@ -114,8 +114,8 @@ def test_the_base_side_imports_the_project_from_the_worktree_and_the_harness_fro
 
 
 def test_the_progress_line_says_head_vs_base_and_pairs():
-    from pytest_distperf.gate.regression import MetricVerdict, until_job_decided
-    from pytest_distperf.measure.decision import Budget, Clock
+    from pytest_distperf.decide.regression import MetricVerdict, until_job_decided
+    from pytest_distperf.decide.decision import Budget, Clock
 
     pairs, lines = [3], []
     undecided = MetricVerdict(test="t", job="j", metric="step_time", metric_kind="time", unit="s", direction="lower",

@@ -71,7 +71,7 @@ def _take_cpu_slot(folder):
 def test_every_job_splits_the_cores_between_its_ranks_unless_the_user_set_threads(monkeypatch):
     from pytest_distperf.launch.devices import usable_cores
     from pytest_distperf.launch.launcher import agent_environment
-    from pytest_distperf.spec import JobSpec
+    from pytest_distperf.spec.job import JobSpec
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     share = str(max(1, usable_cores() // 2))

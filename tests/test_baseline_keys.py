@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_distperf.errors import BaselineError
-from pytest_distperf.gate import fingerprint
-from pytest_distperf.gate.store import Store, file_name_for, parse
+from pytest_distperf.launch import fingerprint
+from pytest_distperf.store.baselines import Store, file_name_for, parse
 
 GATE_TEST = """
 import json

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from pytest_distperf.gate import fingerprint
-from pytest_distperf.gate.store import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
-                                      file_name_for, read_json, write_json_atomic)
+from pytest_distperf.launch import fingerprint
+from pytest_distperf.store.baselines import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+                                             file_name_for, read_json, write_json_atomic)
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats); 3 keeps these tests quick.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "3")

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from benchmarks import detection_power
-from pytest_distperf.spec import JobSpec
-from pytest_distperf.results import RunResult
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.rank.results import RunResult
 
 JOB_ARGS = ["--device", "cpu", "--strategy", "ddp", "--shape", "tiny", "--steps", "2", "--stored", "2", "--rounds",
             "2", "--repeats", "2", "--trials", "5", "--knobs", "0.1,0.2", "--sizes", "0.05,0.10"]

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, nvml, visible_gpu_count
 from pytest_distperf.launch.launcher import RankFailed, agent_environment, launch
-from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.spec.job import FunctionRef, JobSpec
 
 needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0,
                                reason="needs a GPU: proves that a CPU job creates no CUDA context next to one")

@@ -1,15 +1,15 @@
-"""The decision core (measure/decision.py): its planned looks and levels, boundaries against published values, and
+"""The decision core (decide/decision.py): its planned looks and levels, boundaries against published values, and
 its properties by simulation with fixed seeds -- false alarms over all looks, a first look that decides, power, the
-three outcomes, budgets and the session budget's sharing -- and the wording of intervals (report/wording.py)."""
+three outcomes, budgets and the session budget's sharing -- and the wording of intervals (measure/wording.py)."""
 
 import math
 import random
 
 import pytest
 
-from pytest_distperf.measure import decision as d
-from pytest_distperf.measure.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
-from pytest_distperf.report import wording
+from pytest_distperf.decide import decision as d
+from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
+from pytest_distperf.measure import wording
 
 
 def test_boundaries_match_published_obrien_fleming_type_spending():
@@ -364,7 +364,7 @@ def test_interval_wording():
 
 
 def test_the_header_names_the_planned_looks_and_how_the_session_budget_is_shared():
-    from pytest_distperf.config import build_settings
+    from pytest_distperf.spec.settings import build_settings
     from pytest_distperf.report.header import looks_line
 
     line = looks_line(build_settings(True, {"session_budget": 360}, {}))

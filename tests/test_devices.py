@@ -47,7 +47,7 @@ class FakeNVML:
 
 
 def test_machine_class_and_driver_read_through_nvml(monkeypatch):
-    from pytest_distperf.gate import fingerprint
+    from pytest_distperf.launch import fingerprint
 
     fake = FakeNVML()
     monkeypatch.setitem(sys.modules, "pynvml", fake)

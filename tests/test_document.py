@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from pytest_distperf.document import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
+from pytest_distperf.store.document import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
                                       run_to_dict)
 from pytest_distperf.measure.figures import job_figures, job_id, metric_values, run_figures
-from pytest_distperf.results import RankResult, RunResult
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult
+from pytest_distperf.spec.job import JobSpec
 
 
 def _run(steps: list[list[float]], memory: int = 1 << 20) -> RunResult:

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from pytest_distperf.gate import fingerprint
-from pytest_distperf.outputs import OutputPathError, check_file, check_folder
+from pytest_distperf.launch import fingerprint
+from pytest_distperf.store.outputs import OutputPathError, check_file, check_folder
 
 BODY = """
 import pytest

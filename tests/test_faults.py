@@ -294,7 +294,7 @@ def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp
 
     from pytest_distperf.launch import jobfiles
     from pytest_distperf.launch.launcher import _failure_message
-    from pytest_distperf.spec import FunctionRef, JobSpec
+    from pytest_distperf.spec.job import FunctionRef, JobSpec
 
     job = JobSpec(world_size=2, device="cpu", function=FunctionRef("m", "f"))
     (tmp_path / "failed-rank1.time").write_text("100.0")

@@ -15,8 +15,8 @@ import sys
 import pytest
 import torch
 
-from pytest_distperf import config
-from pytest_distperf.config import build_settings
+from pytest_distperf.spec import settings as config
+from pytest_distperf.spec.settings import build_settings
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch import gpuclocks
 from pytest_distperf.launch.devices import visible_gpu_count

@@ -23,12 +23,12 @@ import pytest
 sa = pytest.importorskip("sqlalchemy", reason="the history extra is not installed (pytest-distperf[history])")
 pytest.importorskip("ruptures", reason="the history extra is not installed (pytest-distperf[history])")
 
-from pytest_distperf.history import (HistoryError, HistoryUrlError, ReportDocumentError,  # noqa: E402
-                                     SchemaVersionError, record_session, trends)
-from pytest_distperf.history import schema  # noqa: E402
-from pytest_distperf.history.changepoints import find_splits, strongest_split  # noqa: E402
-from pytest_distperf.history.ingest import read_report  # noqa: E402
-from pytest_distperf.history.store import SUMMED_SUFFIX, HistoryStore  # noqa: E402
+from pytest_distperf.store.history import (HistoryError, HistoryUrlError, ReportDocumentError, SchemaVersionError,  # noqa: E402
+                                           record_session, trends)
+from pytest_distperf.store.history import schema  # noqa: E402
+from pytest_distperf.store.history.changepoints import find_splits, strongest_split  # noqa: E402
+from pytest_distperf.store.history.ingest import read_report  # noqa: E402
+from pytest_distperf.store.history.store import SUMMED_SUFFIX, HistoryStore  # noqa: E402
 
 # A real `--distperf-json` document: perf_tests/test_zero3.py (two tests, ZeRO-3 and FSDP2, 3 runs each) on the
 # 2-core CPU box; paths made relative.
@@ -202,7 +202,7 @@ def test_a_bad_url_is_an_error_naming_the_option(tmp_path, bad):
 
 
 def test_check_url_checks_the_form_without_opening_anything(tmp_path):
-    from pytest_distperf.history import check_url
+    from pytest_distperf.store.history import check_url
 
     assert check_url(str(tmp_path / "h.db")) == f"sqlite:///{tmp_path / 'h.db'}"
     assert check_url("postgresql://me:pw@db.example:5432/perf") == "postgresql+psycopg://me:***@db.example:5432/perf"
@@ -309,7 +309,7 @@ def test_summed_comms_rows_of_a_version_3_database_are_kept_as_a_series_of_their
     [step] = trends(url, test=test["nodeid"], job=job, metric="step_time")
     assert [p.session_id for p in step.points][0] == "summed" and len(step.points) == 2
     # the session's own trends are the per-rank series only
-    from pytest_distperf.history import session_trends
+    from pytest_distperf.store.history import session_trends
 
     assert {t.key.metric for t in session_trends(url, doc)} == {r.metric for r in new_rows}
 
@@ -340,7 +340,7 @@ def test_a_newer_database_is_refused_and_left_untouched(url):
 
 
 def _engine_url(url: str) -> sa.URL:
-    from pytest_distperf.history.store import resolve_url
+    from pytest_distperf.store.history.store import resolve_url
 
     return resolve_url(url)
 
@@ -348,7 +348,7 @@ def _engine_url(url: str) -> sa.URL:
 # -- concurrent writers ------------------------------------------------------------------------------------------
 WRITER = textwrap.dedent("""
     import copy, datetime, json, os, sys, time
-    from pytest_distperf.history import record_session
+    from pytest_distperf.store.history import record_session
     url, report, go, writer, sessions = sys.argv[1:6]
     doc = json.load(open(report))
     while not os.path.exists(go):
@@ -415,7 +415,7 @@ def test_a_step_change_in_24_sessions_is_found_at_its_commit_range(url):
 
 
 def test_session_trends_are_the_series_of_that_report(tmp_path):
-    from pytest_distperf.history import report_series, session_trends
+    from pytest_distperf.store.history import report_series, session_trends
 
     db, zero3, comm = str(tmp_path / "h.db"), load(), load(REPORT_COMMS)
     record_session(db, zero3)

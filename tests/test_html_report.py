@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf.probes.timeline import StepTimeline, step_timeline
-from pytest_distperf.probes.trace import Trace, load
+from pytest_distperf.rank.probes.timeline import StepTimeline, step_timeline
+from pytest_distperf.rank.probes.trace import Trace, load
 from pytest_distperf.report.charts import timeline_chart
 from pytest_distperf.report.html import (SECTIONS, ChangePoint, TrendPoint, TrendSeries, render_history, render_html,
                                          write_html)
 from pytest_distperf.report.outcomes import OUTCOME_STYLE
 from pytest_distperf.report.pr_comment import HTML_URL_ENV, MARKER, MAX_LINES, render_pr_comment
 from pytest_distperf.report.rows import unique_jobs
-from pytest_distperf.report.wording import record_bound_text
+from pytest_distperf.measure.wording import record_bound_text
 
 DATA = Path(__file__).parent / "data"
 SECTION_IDS = [sid for sid, _ in SECTIONS]
@@ -154,7 +154,7 @@ def test_each_probed_job_with_its_collectives_and_recorded_timelines(comm_doc: d
 
 TRACE_SCRIPT = textwrap.dedent("""
     import dataclasses, json, sys, torch, torch.distributed as dist
-    from pytest_distperf.probes import Recorder
+    from pytest_distperf.rank.probes import Recorder
     dist.init_process_group("gloo", init_method="file://" + sys.argv[3], rank=0, world_size=1)
     w = torch.randn(256, 256)
     with Recorder(("comms",), device="cpu", trace_path=sys.argv[1]) as recorder:

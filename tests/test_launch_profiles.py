@@ -14,7 +14,7 @@ import json
 import pytest
 
 from pytest_distperf.errors import UsageError
-from pytest_distperf.launch.profiles import PROFILES, check_choice, resolve, thread_environment
+from pytest_distperf.spec.profiles import PROFILES, check_choice, resolve, thread_environment
 
 INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE")
 
@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn as nn
 
-from pytest_distperf.workloads import Workload
+from pytest_distperf.spec.workloads import Workload
 
 
 def sleeper():

@@ -14,9 +14,9 @@ import pytest
 from pytest_distperf import strategies
 
 from pytest_distperf.rank import breakdown
-from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
-from pytest_distperf.spec import JobSpec
-from pytest_distperf.results import RankResult, RunResult
+from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult
 
 FRONTEND_VS_DDP = """
 import pytest
@@ -108,7 +108,7 @@ def test_trainer_runs_its_loop_on_the_rank_main_thread(pytester):
 
         import torch
         from pytest_distperf.rank.workload import build_model, make_batch, resolve_shape
-        from pytest_distperf.workloads import Workload
+        from pytest_distperf.spec.workloads import Workload
 
         def main_thread_only():
             shape = resolve_shape("tiny")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_distperf.launch.launcher import agent_environment
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 SCRIPT = Path(__file__).resolve().parent / "netns_loopback.py"
 

@@ -22,7 +22,7 @@ import pytest
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.base import LocalLauncher
 from pytest_distperf.launch.torchrun import TorchrunLauncher
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 TORCHRUN = ["--distperf", "--distperf-launcher", "torchrun", "--distperf-nodes", "2", "-p", "no:cacheprovider"]
 TAG = "DISTPERF_MULTINODE_TAG"

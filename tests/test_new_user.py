@@ -165,7 +165,7 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
 # -- 4. budgets count the test's own time, not the wait for the measurement slot ------------------------------
 def test_slot_wait_is_off_the_budget_clock():
     from pytest_distperf.fixture import DistPerf
-    from pytest_distperf.measure.decision import Budget, Clock, stop_reason
+    from pytest_distperf.decide.decision import Budget, Clock, stop_reason
     from pytest_distperf.session import RunCache
 
     dp = DistPerf.__new__(DistPerf)
@@ -225,8 +225,8 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
 
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------
 def _undecided_baseline_record() -> dict:
-    from pytest_distperf.gate.policy import Policy
-    from pytest_distperf.gate.regression import MetricVerdict
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.decide.regression import MetricVerdict
 
     v = MetricVerdict(test="t.py::test_conv", job="my_ddp conv x2 cpu", metric="step_time", metric_kind="time", unit="s",
                 direction="lower", status="inconclusive", baseline=0.100, current=0.1618, baseline_cv=0.19,
@@ -261,7 +261,7 @@ def test_undecided_in_the_job_summary_and_the_pr_comment():
 
 
 INCONCLUSIVE_CHECK = """
-from pytest_distperf.gate.checks import Check
+from pytest_distperf.decide.checks import Check
 
 def test_slow_step(distperf):
     check = Check(name="step_time", a="mine conv x2 cpu", b="ddp conv x2 cpu", a_value=0.162, b_value=0.100,
@@ -392,7 +392,7 @@ def test_command_line_world_size_overrides_markers(pytester: pytest.Pytester):
 
 
 def test_plan_and_header_on_a_one_gpu_box():
-    from pytest_distperf.config import build_settings, plan_test
+    from pytest_distperf.spec.settings import build_settings, plan_test
     from pytest_distperf.report.header import gpu_use_lines
 
     default = build_settings(True, {}, {})
@@ -416,7 +416,7 @@ def test_plan_and_header_on_a_one_gpu_box():
 
 # -- 9. smaller ---------------------------------------------------------------------------------------------
 def test_repeats_error_says_positive_integer():
-    from pytest_distperf.config import build_settings
+    from pytest_distperf.spec.settings import build_settings
     from pytest_distperf.errors import SettingsError
 
     for value in ("0", "1.5", 2.5, "two"):
@@ -428,7 +428,7 @@ def test_repeats_error_says_positive_integer():
 
 def test_one_name_per_probe_figure_and_old_reports_stay_readable():
     from pytest_distperf.measure.figures import comms_counts
-    from pytest_distperf.probes.results import CollectiveStats, CommsResult, ProbeResult
+    from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, ProbeResult
 
     stats = CollectiveStats("all_gather", [5, 5], [10 << 20, 10 << 20], [2 << 20] * 10)
     probe = ProbeResult(rank=0, device="cpu", steps=2, probes=["comms"],
@@ -442,7 +442,7 @@ def test_one_name_per_probe_figure_and_old_reports_stay_readable():
 
 
 def test_a_brand_new_test_is_not_asked_whether_it_was_renamed(tmp_path: Path):
-    from pytest_distperf.gate.store import Store, file_name_for
+    from pytest_distperf.store.baselines import Store, file_name_for
 
     root = tmp_path / "proj"
     (root / "perf").mkdir(parents=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_distperf.launch.devices import resolve_device
-from pytest_distperf.config import DEFAULTS, SettingsError, build_settings, plan_test
+from pytest_distperf.spec.settings import DEFAULTS, SettingsError, build_settings, plan_test
 
 
 def settings(**cli):

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf import probes
+from pytest_distperf.rank import probes
 
 from pytest_distperf.report import terminal as report
-from pytest_distperf.gate.checks import DistPerfCheckFailed
-from pytest_distperf.config import SettingsError, build_settings, plan_test
-from pytest_distperf.gate.probe_checks import ProbeAssertions
-from pytest_distperf.probes import comms, overlap, placement
-from pytest_distperf.probes.comms import nccl_kernel_kind
-from pytest_distperf.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
-from pytest_distperf.probes.trace import Trace, intersection_length, union
-from pytest_distperf.spec import JobSpec
-from pytest_distperf.results import RankResult, RunResult
+from pytest_distperf.decide.checks import DistPerfCheckFailed
+from pytest_distperf.spec.settings import SettingsError, build_settings, plan_test
+from pytest_distperf.decide.probe_checks import ProbeAssertions
+from pytest_distperf.rank.probes import comms, overlap, placement
+from pytest_distperf.rank.probes.comms import nccl_kernel_kind
+from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
+from pytest_distperf.rank.probes.trace import Trace, intersection_length, union
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult
 
 # -- real jobs: a user function with a known set of collectives --------------------------------------------------
 

@@ -13,11 +13,11 @@ import shutil
 
 import pytest
 
-from pytest_distperf.gate import fingerprint
-from pytest_distperf.gate.store import JobEntry, MetricSeries
-from pytest_distperf.config import SettingsError
-from pytest_distperf.gate.policy import Policy, policy_for
-from pytest_distperf.gate.regression import decide_job, decide_metric, is_failing
+from pytest_distperf.launch import fingerprint
+from pytest_distperf.store.baselines import JobEntry, MetricSeries
+from pytest_distperf.spec.settings import SettingsError
+from pytest_distperf.decide.policy import Policy, policy_for
+from pytest_distperf.decide.regression import decide_job, decide_metric, is_failing
 from pytest_distperf.report.terminal import render
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it:
@@ -160,7 +160,7 @@ def test_a_changed_config_is_not_comparable_rather_than_a_regression():
 
 
 def test_verdict_records_round_trip():
-    from pytest_distperf.gate.regression import MetricVerdict
+    from pytest_distperf.decide.regression import MetricVerdict
 
     v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
     assert MetricVerdict.from_record(v.to_record(Policy())) == v
@@ -289,7 +289,7 @@ def test_a_changed_job_config_reads_not_comparable(pytester: pytest.Pytester, sa
 
 # -- the per-test gate (plain RunResult data: what ranks send back, no jobs) ---------------------------------------
 def fake_run(job, ms: float, opt_bytes: int = 1000):
-    from pytest_distperf.results import RankResult, RunResult
+    from pytest_distperf.rank.results import RankResult, RunResult
 
     ranks = [RankResult(rank=r, step_times=[ms / 1e3] * 4, losses=[1.0] * 4, cuda_peak_allocated=None,
                         cuda_peak_reserved=None, host_peak_rss=200 * MiB, host_rss_before_build=100 * MiB,
@@ -299,8 +299,8 @@ def fake_run(job, ms: float, opt_bytes: int = 1000):
 
 
 def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
-    from pytest_distperf.gate.policy import GateSettings
-    from pytest_distperf.gate.regression import BaselineGate, GateSession
+    from pytest_distperf.decide.policy import GateSettings
+    from pytest_distperf.decide.regression import BaselineGate, GateSession
 
     session = GateSession(GateSettings(str(tmp_path / "baselines"), save, policy), str(tmp_path))
     return session, BaselineGate(session, "t.py::test_x", "cpu", 2, policy)
@@ -309,8 +309,8 @@ def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
 def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_version_changes(tmp_path):
     from pytest_distperf.errors import DistPerfInconclusive
     from pytest_distperf.errors import BaselineEnvironmentWarning
-    from pytest_distperf.measure.decision import Budget
-    from pytest_distperf.spec import JobSpec
+    from pytest_distperf.decide.decision import Budget
+    from pytest_distperf.spec.job import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
     _, gate = make_gate(tmp_path, save=True)
@@ -365,8 +365,8 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     import warnings
 
     from pytest_distperf.errors import BaselineNoisyWarning
-    from pytest_distperf.measure.decision import Budget
-    from pytest_distperf.spec import JobSpec
+    from pytest_distperf.decide.decision import Budget
+    from pytest_distperf.spec.job import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
     _, gate = make_gate(tmp_path, save=True)
@@ -380,9 +380,9 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     quiet = saved["step_time"]
     assert quiet["can_pass"] and 0.05 < quiet["fails_above"] < 0.08 and quiet["candidate_runs"] == 12
     assert quiet["file"] == os.path.relpath(gate.path, tmp_path) and quiet["test"] == "t.py::test_x"
-    from pytest_distperf.gate.regression import resolutions
-    from pytest_distperf.gate.store import metrics_from_runs
-    from pytest_distperf.measure.decision import Design
+    from pytest_distperf.decide.regression import resolutions
+    from pytest_distperf.store.baselines import metrics_from_runs
+    from pytest_distperf.decide.decision import Design
     assert resolutions("j", metrics_from_runs([]), Policy(), Design()) == []  # a job that never ran: nothing said
 
     # a burst of other load through the save: said when it is saved, with what it costs

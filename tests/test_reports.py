@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_distperf.gate import fingerprint
+from pytest_distperf.launch import fingerprint
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats): 2, as the test's repeats.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "2")

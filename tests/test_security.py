@@ -24,11 +24,11 @@ import time
 
 import pytest
 
-from pytest_distperf import jsonio
+from pytest_distperf.store import jsonio
 from pytest_distperf.errors import LockWaitTimeout, UnsafeFolderError
-from pytest_distperf.gate import fingerprint
+from pytest_distperf.launch import fingerprint
 from pytest_distperf.launch import allocator, gpuclocks, jobfiles, safefs
-from pytest_distperf.redact import redact, redact_args, redact_env, redact_text
+from pytest_distperf.store.redact import redact, redact_args, redact_env, redact_text
 
 SECRET = "S3cretPW"
 TOKEN = "S3cretTOK"
@@ -62,7 +62,7 @@ def test_the_one_redaction_masks_url_passwords_query_secrets_and_secret_named_va
 
 def test_the_history_url_is_shown_through_the_same_redaction():
     pytest.importorskip("sqlalchemy")
-    from pytest_distperf.history import check_url
+    from pytest_distperf.store.history import check_url
 
     assert check_url(f"postgresql://u:{SECRET}@127.0.0.1:1/db") == "postgresql+psycopg://u:***@127.0.0.1:1/db"
 
@@ -198,7 +198,7 @@ class _Planted:
 
 def test_job_files_are_authenticated_and_a_planted_pickle_is_refused_unread(tmp_path, monkeypatch):
     """Finding 3: whoever writes into the job folder must not run code in pytest or a rank."""
-    from pytest_distperf.spec import JobSpec
+    from pytest_distperf.spec.job import JobSpec
 
     monkeypatch.delenv(jobfiles.KEY_ENV, raising=False)
     job = JobSpec(world_size=2, device="cpu", strategy="ddp")
@@ -255,7 +255,7 @@ def test_the_shared_folder_mode_is_checked(tmp_path):
 # -- 4. --distperf-save over a corrupt baseline --------------------------------------------------------------
 def test_save_over_a_corrupt_baseline_moves_it_aside_and_writes_a_new_one(pytester: pytest.Pytester):
     """Finding 4: "fast" in a run value; the error promised that --distperf-save writes a new one."""
-    from pytest_distperf.gate.store import parse
+    from pytest_distperf.store.baselines import parse
 
     pytester.makepyfile(test_slow="""
 import pytest
@@ -304,7 +304,7 @@ def test_stale_temp_files_of_a_crashed_writer_are_removed_under_the_lock(tmp_pat
 
 
 def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path):
-    from pytest_distperf.gate.store import MAX_BASELINE_BYTES, BaselineError, BaselineReplaceable, Store
+    from pytest_distperf.store.baselines import MAX_BASELINE_BYTES, BaselineError, BaselineReplaceable, Store
 
     store = Store(str(tmp_path / "baselines"))
     path = store.path_for("cpu-x", "t.py::test_a")
@@ -325,7 +325,7 @@ def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path):
 
 
 def test_a_huge_resolution_factor_prints_sanely():
-    from pytest_distperf.gate.regression import Resolution
+    from pytest_distperf.decide.regression import Resolution
     from pytest_distperf.report.terminal import _saved_row
 
     r = Resolution("ddp tiny x2 cpu", "step_time", 3, 0.9, 12, 0.05, 2.4e21)

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from pytest_distperf.errors import DistPerfInconclusive
-from pytest_distperf.gate.checks import Comparison, DistPerfCheckFailed, SideSummary
-from pytest_distperf.spec import JobSpec
-from pytest_distperf.results import RankResult, RunResult
+from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.measure.stats import max_relative_difference, quantile
 
 
@@ -63,7 +63,7 @@ def test_an_inconclusive_check_runs_more_pairs_until_decided():
         a.runs.append(_run([0.30], 10))
         b.runs.append(_run([0.10], 10))
 
-    from pytest_distperf.gate.checks import Adaptive
+    from pytest_distperf.decide.checks import Adaptive
 
     cmp = Comparison(a, b, adaptive=Adaptive(extend=one_more_pair, progress=progress.append))
     with pytest.raises(DistPerfCheckFailed):
@@ -94,7 +94,7 @@ def test_slowest_rank_sets_each_step_time():
 def test_relative_spread_is_the_gates_run_to_run_variation():
     import statistics
 
-    from pytest_distperf.gate.store import MetricSeries
+    from pytest_distperf.store.baselines import MetricSeries
     from pytest_distperf.measure.stats import relative_spread
 
     runs = [0.100, 0.110, 0.095]
@@ -124,7 +124,7 @@ def test_a_jobs_figures_have_one_definition():
 def test_what_an_inconclusive_check_does_in_a_test():
     from _pytest.outcomes import Failed, Skipped
 
-    from pytest_distperf.config import TestPlan, build_settings
+    from pytest_distperf.spec.settings import TestPlan, build_settings
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.session import RunCache
 
@@ -137,7 +137,7 @@ def test_what_an_inconclusive_check_does_in_a_test():
         return DistPerf(settings, plan, RunCache(), "t.py::test_x", "/tmp")
 
     def check(dp: DistPerf):
-        from pytest_distperf.gate.checks import Adaptive
+        from pytest_distperf.decide.checks import Adaptive
 
         return Comparison(a, b, on_check=dp._record_check,
                           adaptive=Adaptive(on_inconclusive=dp._inconclusive)).assert_step_time_within(1.1)

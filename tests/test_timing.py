@@ -11,8 +11,8 @@ import torch
 
 from pytest_distperf.rank import timing
 from pytest_distperf.rank.timing import CudaMarks, StepTimer, TimedWindow
-from pytest_distperf.results import RankResult, RunResult
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult
+from pytest_distperf.spec.job import JobSpec
 
 
 class FakeGpu:

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from pytest_distperf.errors import PhaseError
-from pytest_distperf.phases import phase, recording
+from pytest_distperf.spec.phases import phase, recording
 from pytest_distperf.rank.breakdown import PhaseClock
 
 # A small adaptive budget: these tests check what step jobs report, and saving records the budget's runs.

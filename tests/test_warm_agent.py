@@ -14,7 +14,7 @@ import pytest
 from pytest_distperf.errors import JobTimeout
 from pytest_distperf.launch import warm_pool
 from pytest_distperf.launch.launcher import RankFailed, launch
-from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.spec.job import FunctionRef, JobSpec
 
 
 def rank_facts() -> dict:
@@ -189,7 +189,7 @@ def test_fresh_agent_ini_option(pytester, monkeypatch):
 
 def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
     from pytest_distperf.measure.figures import job_time_split, run_time_split, time_split_text
-    from pytest_distperf.results import RankResult, RunResult
+    from pytest_distperf.rank.results import RankResult, RunResult
 
     def rank(r: int, started: float, build: float) -> RankResult:
         return RankResult(rank=r, step_times=[0.5, 0.5], losses=[], cuda_peak_allocated=None, cuda_peak_reserved=None,

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_distperf.gate import regression
-from pytest_distperf.gate.policy import Policy
-from pytest_distperf.gate.store import MetricSeries, metrics_from_runs
+from pytest_distperf.decide import regression
+from pytest_distperf.decide.policy import Policy
+from pytest_distperf.store.baselines import MetricSeries, metrics_from_runs
 from pytest_distperf.measure.figures import metric_traits
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.launcher import launch
 from pytest_distperf.measure.figures import job_figures, run_work
-from pytest_distperf.results import RankResult, RunResult, WorkResult
-from pytest_distperf.spec import FunctionRef, JobSpec
+from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
+from pytest_distperf.spec.job import FunctionRef, JobSpec
 
 WIDTH, BATCH = 32, 8
 
@@ -105,7 +105,7 @@ def test_gpu_time_decides_on_its_own_floor_where_wall_time_cannot():
 
 
 def test_the_work_threshold_is_a_marker_key():
-    from pytest_distperf.gate.policy import policy_for
+    from pytest_distperf.decide.policy import policy_for
 
     assert policy_for(Policy(), {"work_threshold": 0.02}, "t").work_threshold == 0.02
     with pytest.raises(Exception, match="work_threshold"):

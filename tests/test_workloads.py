@@ -14,7 +14,7 @@ import os
 import pytest
 
 from pytest_distperf.errors import WorkloadError
-from pytest_distperf.workloads import Workload, check_workload
+from pytest_distperf.spec.workloads import Workload, check_workload
 
 INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE")
 PERF_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "perf_tests")
@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytest_distperf.workloads import Workload
+from pytest_distperf.spec.workloads import Workload
 
 
 class Block(nn.Module):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 LAUNCHERS = ("local", "torchrun", "slurm")
 

@@ -371,7 +371,7 @@ class SessionClocks:
             self._guard.release()
 
     def _write(self, state: ClockState) -> None:
-        from pytest_distperf.jsonio import write_json_atomic
+        from pytest_distperf.store.jsonio import write_json_atomic
 
         self.state = state
         write_json_atomic(self.path, state.to_json(), lock=False)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_distperf.errors import FileError
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 JOB = "job.pkl"
 RESULT = "result.pkl"

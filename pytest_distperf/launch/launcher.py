@@ -26,8 +26,9 @@ from typing import Any, Callable
 import psutil
 
 from pytest_distperf.errors import JobError, JobTimeout
-from pytest_distperf.launch import jobfiles, profiles
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.launch import jobfiles
+from pytest_distperf.spec import profiles
+from pytest_distperf.spec.job import JobSpec
 
 POLL_SECONDS = 0.05
 TERM_GRACE_SECONDS = 3.0
@@ -79,7 +80,7 @@ def threads_per_rank(local_ranks: int) -> int:
 
 def launch_threads(job: JobSpec, env: dict[str, str]) -> dict[str, str]:
     """OMP_NUM_THREADS as the job's launch sets it: usable cores // ranks under the controlled launch
-    (threads_per_rank), else as the strategy's users' launcher does (launch/profiles.py)."""
+    (threads_per_rank), else as the strategy's users' launcher does (spec/profiles.py)."""
     from pytest_distperf.launch.devices import usable_cores
 
     return profiles.thread_environment(profiles.PROFILES[job.launch_profile], env, job.world_size, job.device,
@@ -119,7 +120,7 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
     log_path = os.path.join(job_dir, jobfiles.AGENT_LOG)
     with open(log_path, "wb") as log:
         # torch elastic's agent, or, for a job launched as Lightning's users launch it, the script agent
-        # (the user's `python script.py`; Lightning's own launcher starts the other ranks): launch/profiles.py
+        # (the user's `python script.py`; Lightning's own launcher starts the other ranks): spec/profiles.py
         agent = "script_agent" if profiles.PROFILES[job.launch_profile].starter == "script" else "agent"
         if agent == "agent" and not fresh_agent:
             from pytest_distperf.launch import warm_pool

@@ -18,7 +18,7 @@ from typing import Any
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.errors import JobError, UsageError
 from pytest_distperf.launch.launcher import RankFailed, RankOutcome, root_cause
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 

@@ -31,7 +31,7 @@ from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
 from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.launch.safefs import check_shared_folder
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 POLL_SECONDS = 0.25
 PEER_GRACE_SECONDS = 10.0  # after one agent reported a failure, how long the others get before scancel
@@ -130,7 +130,7 @@ class SlurmLauncher:
             return "none"
         if self.nodes == self.agents_per_node:
             return "loopback"  # every agent on one SLURM node
-        from pytest_distperf.gate.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import network_fabric
 
         return network_fabric()
 

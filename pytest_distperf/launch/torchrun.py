@@ -31,7 +31,7 @@ from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.launcher import agent_environment, end_tree, threads_per_rank
 from pytest_distperf.launch.node_agent import free_port
 from pytest_distperf.launch.safefs import check_shared_folder
-from pytest_distperf.spec import JobSpec
+from pytest_distperf.spec.job import JobSpec
 
 NODE_AGENT = "pytest_distperf.launch.node_agent"
 POLL_SECONDS = 0.05
@@ -86,7 +86,7 @@ class TorchrunLauncher:
             return "none"
         if self.agents == "local":
             return "loopback"
-        from pytest_distperf.gate.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import network_fabric
 
         return network_fabric()
 

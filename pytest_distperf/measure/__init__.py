@@ -1,1 +1,1 @@
-"""Numbers about runs: the statistics core and units. Pure Python, no torch."""
+"""Numbers about runs: a job's figures, statistics, units and the wording of intervals. Pure Python, no torch."""

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from pytest_distperf.measure.stats import quantile, relative_spread
 
 if TYPE_CHECKING:
-    from pytest_distperf.results import RunResult
+    from pytest_distperf.rank.results import RunResult
 
 HOST_BOUND_BELOW = 0.5  # GPU busy share under which a step is host-bound
 
@@ -68,7 +68,7 @@ WORK_METRICS: dict[str, tuple[str, str]] = {
 
 
 # The figures a job is gated and tracked on: name -> (unit, direction, kind). kind picks the decision rule
-# (gate/regression.py): time and memory on the decision core's interval against a floor, count exact.
+# (decide/regression.py): time and memory on the decision core's interval against a floor, count exact.
 KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
     "step_time": ("s", "lower", "time"),
     "peak_memory": ("bytes", "lower", "memory"),
@@ -216,8 +216,8 @@ def run_figures(run: "RunResult") -> RunFigures:
 def metric_values(runs: Sequence[RunFigures]) -> dict[str, list[float]]:
     """The gated and tracked metrics of a job, one value per run: step time, peak memory, optimizer state bytes,
     the work figures every run measured and, where every run was probed, collective calls and bytes per step by
-    kind (per rank, the rank with the most; a kind a run did not call counts 0). The baseline (gate/store.py)
-    and the history (history/ingest.py) both read a job's series from here."""
+    kind (per rank, the rank with the most; a kind a run did not call counts 0). The baseline (store/baselines.py)
+    and the history (store/history/ingest.py) both read a job's series from here."""
     out = {"step_time": [f.step_time for f in runs], "peak_memory": [f.peak_memory for f in runs],
            "optimizer_state_bytes": [f.optimizer_state_bytes for f in runs]}
     if not runs:

@@ -31,7 +31,7 @@ def main(job_dir: str) -> int:
         pid=os.getpid(), log_dir=os.path.dirname(error_file) if error_file else None)
     jobfiles.write_rank_place(job_dir, place)
 
-    from pytest_distperf.results import RankResult
+    from pytest_distperf.rank.results import RankResult
     from pytest_distperf.rank.worker import rank_main
 
     value = rank_main(job_dir)  # raises on failure: @record leaves the traceback for the node agent

@@ -14,11 +14,13 @@ the rest (its time is the job's build time).
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from pytest_distperf.spec import FunctionRef, JobSpec
-from pytest_distperf.workloads import Workload, WorkloadError, check_workload
+from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.spec.workloads import Workload, WorkloadError, check_workload
 
 
 @dataclass
@@ -63,9 +65,24 @@ def load(job: JobSpec, rank: int, local_rank: int, device: Any, scratch_dir: str
     return Loaded(job=job, ctx=ctx, adapter_module=module, options=options, factory=factory)
 
 
-def _resolve(ref: FunctionRef, kind: str) -> Any:
-    from pytest_distperf.rank.worker import resolve_function
+def resolve_function(ref: FunctionRef) -> Callable[..., Any]:
+    try:
+        module = importlib.import_module(ref.module)
+    except ImportError:
+        if not ref.file:
+            raise
+        spec = importlib.util.spec_from_file_location(ref.module, ref.file)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref.module] = module
+        spec.loader.exec_module(module)
+    obj: Any = module
+    for part in ref.qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
+
+def _resolve(ref: FunctionRef, kind: str) -> Any:
     try:
         return resolve_function(ref)
     except (ImportError, AttributeError) as e:

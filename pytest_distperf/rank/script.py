@@ -1,5 +1,5 @@
 """`python -m pytest_distperf.rank.script JOB_DIR`: a rank of a job launched as the framework's users
-launch it (launch profile "lightning", see pytest_distperf.launch.profiles).
+launch it (launch profile "lightning", see pytest_distperf.spec.profiles).
 
 Rank 0 is this process, started by the script agent the way a user runs `python script.py`. The
 framework's own launcher inside it (Lightning: `Trainer(devices=N).fit`, `Fabric(devices=N).launch()`)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pytest_distperf import phases
+from pytest_distperf.spec import phases
 from pytest_distperf.rank.breakdown import PhaseClock
 from pytest_distperf.rank.timing import StepTimer
 

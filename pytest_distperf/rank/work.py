@@ -33,8 +33,8 @@ import platform
 import tempfile
 from typing import Any, Callable
 
-from pytest_distperf.probes import STEP_MARK
-from pytest_distperf.results import WorkResult
+from pytest_distperf.rank.probes import STEP_MARK
+from pytest_distperf.rank.results import WorkResult
 
 DEFAULT_STEPS = 2
 
@@ -150,7 +150,7 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pytest_distperf.probes.recorder import _all_threads
+    from pytest_distperf.rank.probes.recorder import _all_threads
 
     cuda = device.type == "cuda"
     result = WorkResult(steps=steps)
@@ -215,8 +215,8 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
 
 
 def _gpu_figures(result: WorkResult, events: list[dict[str, Any]], steps: int) -> None:
-    from pytest_distperf.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, Trace, interval, is_comm_kernel
-    from pytest_distperf.probes.trace import length as union_length
+    from pytest_distperf.rank.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, Trace, interval, is_comm_kernel
+    from pytest_distperf.rank.probes.trace import length as union_length
 
     trace = Trace(events)
     if len(trace.steps) != steps:

@@ -10,42 +10,24 @@ probes and the step breakdown -- or calls the user's function.
 from __future__ import annotations
 
 import faulthandler
-import importlib
-import importlib.util
 import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from pytest_distperf.launch import jobfiles
-from pytest_distperf.launch.profiles import PROFILES
-from pytest_distperf.spec import FunctionRef, JobSpec
-from pytest_distperf.results import RankResult
+from pytest_distperf.spec.profiles import PROFILES
+from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.rank.prepare import resolve_function
+from pytest_distperf.rank.results import RankResult
 
 # torch's error for CUDA in a process forked after its parent asked torch about CUDA (torch elastic's LaunchConfig
 # calls torch.cuda.is_available() in the agent).
 FORKED_CUDA_REFUSAL = "Cannot re-initialize CUDA in forked subprocess"
 EXIT_OUTCOME = 75  # the rank stopped on pytest.skip/xfail; its outcome file says which
-
-
-def resolve_function(ref: FunctionRef) -> Callable[..., Any]:
-    try:
-        module = importlib.import_module(ref.module)
-    except ImportError:
-        if not ref.file:
-            raise
-        spec = importlib.util.spec_from_file_location(ref.module, ref.file)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[ref.module] = module
-        spec.loader.exec_module(module)
-    obj: Any = module
-    for part in ref.qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 @record
@@ -73,7 +55,7 @@ def rank_main(job_dir: str) -> Any:
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-        if PROFILES[job.launch_profile].pin_cpu:  # launched as the user launches: no pinning (launch/profiles.py)
+        if PROFILES[job.launch_profile].pin_cpu:  # launched as the user launches: no pinning (spec/profiles.py)
             _pin_to_own_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
         dist.init_process_group("gloo")
     progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
@@ -222,7 +204,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
                                   device, model=prepared.model, optimizer=optimizer)
     probe_result = None
     if job.probes:  # after timing and the memory reads, so probes never change what they report
-        from pytest_distperf.probes.runner import run_probe_phase
+        from pytest_distperf.rank.probes.runner import run_probe_phase
 
         probe_result = run_probe_phase(
             probes=job.probes, steps=job.probe_steps, step=lambda i: trainer.step(*timed[i % len(timed)]),

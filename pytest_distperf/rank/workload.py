@@ -2,7 +2,7 @@
 
 One file, read top to bottom (nanoGPT style). Named shapes go from `tiny` (CPU, a
 fraction of a second a step) to `7b` (GPU). Nothing is downloaded. `builtin_workload`
-gives it as one implementation of the workload interface (pytest_distperf.workloads).
+gives it as one implementation of the workload interface (pytest_distperf.spec.workloads).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytest_distperf.workloads import Workload
+from pytest_distperf.spec.workloads import Workload
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from markupsafe import Markup
 
 from pytest_distperf.measure.units import fmt_seconds
-from pytest_distperf.probes.timeline import StepTimeline
+from pytest_distperf.rank.probes.timeline import StepTimeline
 from pytest_distperf.report.outcomes import LIMIT_SIGN
 from pytest_distperf.report.rows import fmt_unit
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, SIDE_COLOURS, Chart, esc,

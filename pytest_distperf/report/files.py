@@ -14,11 +14,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from pytest_distperf.document import REPORT_VERSION
-from pytest_distperf.jsonio import write_json_atomic
+from pytest_distperf.store.document import REPORT_VERSION
+from pytest_distperf.store.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
-from pytest_distperf.report.wording import fmt_interval, pair_to_pair, short_test, status_mark
-from pytest_distperf.measure.decision import OUTCOME_MARK
+from pytest_distperf.measure.wording import fmt_interval, pair_to_pair, short_test, status_mark
+from pytest_distperf.decide.decision import OUTCOME_MARK
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
 
@@ -221,7 +221,7 @@ def session_environment(entries: list[ReportEntry], rootdir: str, device: str = 
         env = (e.detail or {}).get("environment")
         if env:
             return env
-    from pytest_distperf.gate.fingerprint import soft_metadata
+    from pytest_distperf.launch.fingerprint import soft_metadata
 
     return soft_metadata(device, rootdir)
 
@@ -238,7 +238,7 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
     if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
             or (history_url and entries)):
         return written
-    from pytest_distperf.redact import redact, redact_text
+    from pytest_distperf.store.redact import redact, redact_text
 
     # The one redaction (redact.py): every report below is drawn from these redacted documents.
     environment = redact(session_environment(entries, rootdir, device))
@@ -250,7 +250,7 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
     history: list[Any] = []
     history_error = None
     if history_url and entries:
-        from pytest_distperf.history import HistoryError, record_session, report_series, session_trends
+        from pytest_distperf.store.history import HistoryError, record_session, report_series, session_trends
 
         try:
             recorded = record_session(history_url, doc)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING, Sequence
 
-from pytest_distperf.config import Settings, TestPlan
+from pytest_distperf.spec.settings import Settings, TestPlan
 
 if TYPE_CHECKING:
-    from pytest_distperf.gate.regression import GateSession
+    from pytest_distperf.decide.regression import GateSession
 
 STACK = ("torch", "deepspeed", "lightning", "accelerate")
 NCCL_PACKAGES = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
@@ -38,7 +38,7 @@ def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
 
 def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
     """The design's planned looks (measure/decision.planned_looks) and, with a session budget, how it is shared."""
-    from pytest_distperf.measure.decision import Design, planned_looks
+    from pytest_distperf.decide.decision import Design, planned_looks
 
     looks = planned_looks(settings.max_repeats, settings.repeats)
     others = sorted({planned_looks(p.max_repeats, p.repeats) for p in plans if p.device is not None} - {looks})
@@ -88,7 +88,7 @@ def agent_line(settings: Settings) -> str:
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
     if not settings.enabled:
         return ["distperf: off (performance tests are skipped; run with --distperf)"]
-    from pytest_distperf.gate.fingerprint import machine_class
+    from pytest_distperf.launch.fingerprint import machine_class
     from pytest_distperf.launch.devices import visible_gpu_count
 
     gpus = visible_gpu_count()

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jinja2
 from markupsafe import Markup
 
-from pytest_distperf.jsonio import write_text_atomic as write_text
+from pytest_distperf.store.jsonio import write_text_atomic as write_text
 from pytest_distperf.report.charts import ChangePoint, TrendPoint, TrendSeries, trend_chart
 from pytest_distperf.report.outcomes import LEGEND, style
 from pytest_distperf.report.rows import short_nodeid
@@ -80,6 +80,6 @@ def render_history(series: Sequence[TrendSeries], *, title: str = "distperf hist
 
 
 def write_html(path: str, doc: Mapping[str, Any], history: Iterable[TrendSeries] = ()) -> None:
-    from pytest_distperf.redact import redact
+    from pytest_distperf.store.redact import redact
 
     write_text(path, render_html(redact(doc), history=history))  # also for a document not from this session

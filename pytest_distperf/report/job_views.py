@@ -1,6 +1,6 @@
 """The view of the HTML report's #jobs and #probes sections: each job once with its per-rank step times, memory
 and breakdown; each probed job with its collectives, probe metrics and one step's timeline (as the probe phase
-recorded it, probes/timeline.py). Read from the JSON document by views.report_view only."""
+recorded it, rank/probes/timeline.py). Read from the JSON document by views.report_view only."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from pytest_distperf.measure.figures import time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.probes.timeline import StepTimeline
+from pytest_distperf.rank.probes.timeline import StepTimeline
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
 from pytest_distperf.report.rows import probe_records, run_steps, short_nodeid, unique_jobs
 from pytest_distperf.report.svg import COMM_COLOUR, COMPUTE_COLOUR, OVERLAP_COLOUR, RANK_COLOURS, legend

@@ -19,7 +19,7 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.jsonio import write_text_atomic
+from pytest_distperf.store.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import mark, rank, test_outcome
 from pytest_distperf.report.rows import SharedRow, shared_rows, short_nodeid, unique_jobs, verdict_rows
 
@@ -158,6 +158,6 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
 
 def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = None,
                      html_path: str | None = None) -> None:
-    from pytest_distperf.redact import redact_text
+    from pytest_distperf.store.redact import redact_text
 
     write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from pytest_distperf.measure.units import fmt_value
 from pytest_distperf.report.outcomes import LIMIT_SIGN, check_outcome, test_outcome, verdict_outcome
-from pytest_distperf.report.wording import WIDE, is_words, pair_to_pair
+from pytest_distperf.measure.wording import WIDE, is_words, pair_to_pair
 
 
 def fmt_unit(value: float | None, unit: str) -> str:
@@ -105,7 +105,7 @@ def verdict_row(test: Mapping[str, Any], v: Mapping[str, Any]) -> VerdictRow:
     fails = bool(v.get("fails")) and outcome != "fail"  # e.g. 'new' under --distperf-require-baseline
     limit = f"± {v['threshold']:.1%}" if v.get("threshold") is not None else "–"
     delta = "–" if v.get("delta") is None else f"{v['delta']:+.1%}"
-    arrow = " base → head " if v.get("reference") else " → "  # head vs base (gate/against.py): both commits
+    arrow = " base → head " if v.get("reference") else " → "  # head vs base (decide/against.py): both commits
     value = f"{delta} ({fmt_unit(v.get('baseline'), v.get('unit', ''))}{arrow}{fmt_unit(v.get('current'), v.get('unit', ''))})"
     subject = f"{v.get('metric')} of {v.get('job')}" + (f", {v['reference']}" if v.get("reference") else "")
     return VerdictRow(test["nodeid"], "baseline", subject, value, interval_cell(v), limit, outcome,

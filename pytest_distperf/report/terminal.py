@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
-from pytest_distperf.report.wording import fmt_interval, pair_to_pair, short_test, status_mark
-from pytest_distperf.measure.decision import OUTCOME_MARK
+from pytest_distperf.measure.wording import fmt_interval, pair_to_pair, short_test, status_mark
+from pytest_distperf.decide.decision import OUTCOME_MARK
 from pytest_distperf.measure.figures import TIME_PARTS, time_split_text
 
 
@@ -149,7 +149,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
             elif r["kind"] == "baseline_saved":
                 saved_jobs.add((nodeid, r["job"]))
                 saved.append(_saved_row(nodeid, r))
-            elif r["kind"] == "baseline" and r.get("reference"):  # head vs base (gate/against.py)
+            elif r["kind"] == "baseline" and r.get("reference"):  # head vs base (decide/against.py)
                 against.setdefault(r["reference"], []).append(_baseline_row(nodeid, r) + [r.get("note", "")])
             elif r["kind"] == "baseline" and r.get("status") == "new":
                 unrecorded.setdefault((nodeid, r["job"]), []).append(r["metric"])

@@ -38,7 +38,7 @@ def _signed_pct(x: float) -> str:
 def _interval(record: Mapping[str, Any]) -> str:
     """The verdict's interval: a check's ratio ends, a baseline verdict's ends as changes; 'unbounded' where an
     end is missing (too few runs to bound it)."""
-    from pytest_distperf.report.wording import record_bound_text
+    from pytest_distperf.measure.wording import record_bound_text
 
     return record_bound_text(record)  # the words every report uses where the design cannot bound it
 

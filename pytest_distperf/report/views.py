@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from markupsafe import Markup
 
 from pytest_distperf.errors import DistPerfError
-from pytest_distperf.jsonio import read_json
+from pytest_distperf.store.jsonio import read_json
 from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
 from pytest_distperf.report.outcomes import check_outcome, counted, test_outcome

@@ -133,8 +133,8 @@ class RankContext:
     device: Any  # torch.device
     micro_batch: int
     scratch_dir: str  # per-job temporary folder (NVMe offload files etc.)
-    launch: str = "controlled"  # the launch profile (pytest_distperf.launch.profiles)
-    # From the workload (pytest_distperf.workloads.Workload):
+    launch: str = "controlled"  # the launch profile (pytest_distperf.spec.profiles)
+    # From the workload (pytest_distperf.spec.workloads.Workload):
     precision: str = "auto"
     wrap_units: tuple[type, ...] = ()  # module classes that are sharding units
     optimizer: Callable[[Any], Any] | None = None  # the workload's optimizer factory, or None: AdamW

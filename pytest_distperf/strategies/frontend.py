@@ -160,7 +160,7 @@ def split_optimizer(config: dict[str, Any], ctx: Any = None) -> tuple[dict[str, 
 
 def default_process_group(ctx: Any = None) -> Any:
     """The process group the worker initialised; None when the front-end starts its own (launched as its
-    users launch it: pytest_distperf.launch.profiles "lightning")."""
+    users launch it: pytest_distperf.spec.profiles "lightning")."""
     import torch.distributed as dist
 
     if ctx is not None and not ctx.controlled:

@@ -33,7 +33,7 @@ from pytest_distperf.errors import StrategyError
 
 ENTRY_POINT_GROUP = "pytest_distperf.strategies"
 COMMON_OPTIONS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 0.01}
-USER_LAUNCHES = ("torchrun", "deepspeed", "accelerate", "lightning")  # launch profiles (launch/profiles.py)
+USER_LAUNCHES = ("torchrun", "deepspeed", "accelerate", "lightning")  # launch profiles (spec/profiles.py)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Strategy:
     check: check(options) raises StrategyError for a bad value (options are completed with defaults).
     unsupported: unsupported(options, device) -> why it cannot run there (the test is skipped), or None.
     user_launch: how its users start it ("torchrun", "deepspeed", "accelerate", "lightning"),
-        used by jobs with launch="as_user" (pytest_distperf.launch.profiles).
+        used by jobs with launch="as_user" (pytest_distperf.spec.profiles).
     """
 
     name: str

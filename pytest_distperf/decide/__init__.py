@@ -1,0 +1,1 @@
+"""Decisions: the decision core, ratio checks between strategies, probe checks, the baseline gate and head against base."""

@@ -1,0 +1,274 @@
+"""Head against base in one session (--distperf-against=REF): every job runs as interleaved pairs, the job on
+HEAD's code and on REF's, and each gated metric is decided on the pairs by the decision core.
+
+The stored-baseline gate compares today's runs with runs recorded days earlier, unpaired: a machine whose speed
+drifted in between reads an unchanged job as slower. Pairs run back to back (head then base, base then head
+next) cancel the drift common to a pair, as a ratio check between two strategies does (decide/decision.py,
+paired). The per-metric limits are the gate's (regression.limit_of: time +5 %, memory, exact counts).
+
+The base side is a `git worktree` of REF (the merge base of REF and HEAD unless --distperf-against-exact) in a
+temporary folder. Its ranks import the project from there (each sys.path entry inside the repository moved to
+the worktree, its root and src/ first), while the harness stays HEAD's: a folder holding only a link to this
+package comes before them. What cannot be compared says so and never reads as a regression of HEAD: a REF that
+does not exist (a usage error), a project with compiled extensions built in place, a test file that does not
+exist at REF ("new"), a job that fails on the base side ("not comparable", with the error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pytest_distperf.errors import SettingsError
+from pytest_distperf.decide.policy import Policy
+from pytest_distperf.decide.regression import (Landing, MetricVerdict, property_text, decide_metric, describe_verdict,
+                                               is_failing, note_deciding_figure, until_job_decided)
+from pytest_distperf.store.baselines import job_identity, metrics_from_runs
+from pytest_distperf.decide import decision
+from pytest_distperf.decide.decision import Budget, Clock
+from pytest_distperf.measure.figures import job_figures
+from pytest_distperf.rank.results import RunResult
+from pytest_distperf.spec.job import FunctionRef, JobSpec
+
+COMPILED_SOURCES = (".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".cu")
+BUILT_EXTENSIONS = (".so", ".pyd")
+SKIPPED_DIRS = {".git", ".venv", "venv", "build", "dist", "node_modules", "site-packages", "__pycache__"}
+
+
+def _git(root: str, *args: str) -> str:
+    done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, ["git", *args], done.stdout, done.stderr)
+    return done.stdout.strip()
+
+
+@dataclass(frozen=True)
+class BaseCheckout:
+    """REF's code beside HEAD's for one session: plain data the reports name."""
+
+    ref: str
+    exact: bool  # REF itself (--distperf-against-exact), else the merge base of REF and HEAD
+    head_commit: str
+    base_commit: str
+    repo_root: str  # HEAD's repository (its top level)
+    worktree: str  # REF's checkout
+    harness_dir: str  # holds only a link to HEAD's pytest_distperf: first on the base side's sys.path
+    dirty: str = ""  # `git diff --stat HEAD` of HEAD's working tree: what HEAD's side runs beyond its commit
+    problem: str = ""  # why no job can be compared ("" none)
+
+    def label(self) -> str:
+        """'head 1a2b3c4d5e6f (+ uncommitted changes) vs base 9f8e7d6c5b4a (merge base of main and HEAD)'."""
+        head = self.head_commit[:12] + (" (+ uncommitted changes)" if self.dirty else "")
+        how = f"{self.ref}" if self.exact else f"merge base of {self.ref} and HEAD"
+        return f"head {head} vs base {self.base_commit[:12]} ({how})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "exact": self.exact, "head_commit": self.head_commit,
+                "base_commit": self.base_commit, "worktree": self.worktree, "dirty": self.dirty,
+                "problem": self.problem, "label": self.label()}
+
+    # -- the base side of a job ------------------------------------------------------------------------------
+    def moved(self, path: str) -> str:
+        """A path inside HEAD's repository as the same path in the base worktree; any other path as it is."""
+        real = os.path.realpath(path) if path else path
+        if real and (real == self.repo_root or real.startswith(self.repo_root + os.sep)):
+            return os.path.join(self.worktree, os.path.relpath(real, self.repo_root))
+        return path
+
+    def _ref(self, ref: FunctionRef | None) -> FunctionRef | None:
+        if ref is None or not ref.file:
+            return ref
+        return dataclasses.replace(ref, file=self.moved(ref.file))
+
+    def base_job(self, job: JobSpec) -> JobSpec:
+        """The same job on REF's code: the configuration (and so its hash) unchanged, the import paths moved."""
+        first = [self.harness_dir, self.worktree] + [p for p in (os.path.join(self.worktree, "src"),) if os.path.isdir(p)]
+        path = list(dict.fromkeys(first + [self.moved(p) for p in job.sys_path if p]))
+        return dataclasses.replace(job, sys_path=path, workload=self._ref(job.workload), step=self._ref(job.step),
+                                   function=self._ref(job.function))
+
+    def missing_at_base(self, test_file: str | None) -> bool:
+        """The test's file does not exist at REF (a test the change adds)."""
+        if not test_file:
+            return False
+        moved = self.moved(test_file)
+        return moved != test_file and not os.path.exists(moved)
+
+    def remove(self) -> None:
+        """The worktree and the harness folder go when the session ends; the repository forgets the worktree."""
+        try:
+            _git(self.repo_root, "worktree", "remove", "--force", self.worktree)
+        except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
+            shutil.rmtree(self.worktree, ignore_errors=True)
+            try:
+                _git(self.repo_root, "worktree", "prune")
+            except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
+                pass
+        shutil.rmtree(os.path.dirname(self.harness_dir), ignore_errors=True)
+
+
+def _compiled_problem(repo_root: str, base_commit: str) -> str:
+    """Extensions built in place in HEAD's tree from compiled sources the base tracks: REF's checkout has none
+    built, and its ranks would import HEAD's build or fail."""
+    tracked = _git(repo_root, "ls-tree", "-r", "--name-only", base_commit).splitlines()
+    sources = [f for f in tracked if f.endswith(COMPILED_SOURCES)]
+    if not sources:
+        return ""
+    built = []
+    for folder, dirs, files in os.walk(repo_root):
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")]
+        built += [os.path.relpath(os.path.join(folder, f), repo_root) for f in files if f.endswith(BUILT_EXTENSIONS)]
+        if len(built) >= 3:
+            break
+    if not built:
+        return ""
+    return (f"the project builds compiled extensions in place ({', '.join(sorted(built)[:3])} from "
+            f"{', '.join(sources[:3])}); REF's checkout would need its own build, which the plugin does not make: "
+            f"build REF in its own checkout and compare with the stored-baseline gate")
+
+
+def prepare(start: str, ref: str, exact: bool = False, parent: str | None = None) -> BaseCheckout:
+    """A worktree of REF (or of the merge base of REF and HEAD) for the repository `start` lies in."""
+    flag = "--distperf-against"
+    try:
+        root = os.path.realpath(_git(start, "rev-parse", "--show-toplevel"))
+    except (subprocess.CalledProcessError, OSError) as e:
+        raise SettingsError(f"{flag}={ref}: {start} is not inside a git repository "
+                            f"({getattr(e, 'stderr', '') or e})".strip()) from None
+    try:
+        head = _git(root, "rev-parse", "--verify", "HEAD^{commit}")
+    except subprocess.CalledProcessError:
+        raise SettingsError(f"{flag}={ref}: the repository {root} has no commit yet") from None
+    try:
+        target = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise SettingsError(f"{flag}={ref}: no commit {ref!r} in {root} (a branch, tag or commit; fetch it first "
+                            f"in a shallow clone)") from None
+    if exact:
+        base = target
+    else:
+        try:
+            base = _git(root, "merge-base", target, head)
+        except subprocess.CalledProcessError:
+            raise SettingsError(f"{flag}={ref}: {ref} and HEAD have no merge base (unrelated histories); "
+                                f"--distperf-against-exact compares against {ref} itself") from None
+    dirty = _git(root, "diff", "--stat", "HEAD")
+    folder = tempfile.mkdtemp(prefix="distperf-against-", dir=parent)
+    worktree = os.path.join(folder, f"base-{base[:12]}")
+    try:
+        _git(root, "worktree", "add", "--detach", "--quiet", worktree, base)
+    except subprocess.CalledProcessError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise SettingsError(f"{flag}={ref}: git worktree add of {base[:12]} failed: {e.stderr.strip()}") from None
+    harness = os.path.join(folder, "harness")
+    os.makedirs(harness)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # HEAD's pytest_distperf
+    os.symlink(package, os.path.join(harness, "pytest_distperf"))
+    return BaseCheckout(ref=ref, exact=exact, head_commit=head, base_commit=base, repo_root=root,
+                        worktree=worktree, harness_dir=harness, dirty=dirty, problem=_compiled_problem(root, base))
+
+
+# -- the verdicts --------------------------------------------------------------------------------------------
+@dataclass
+class PairedJob:
+    """One job of the test and its interleaved pairs (head run, base run), in run order."""
+
+    key: str
+    pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
+    base_error: str = ""  # the base side failed: its first lines
+
+
+def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], policy: Policy,
+                 design: decision.Design) -> list[MetricVerdict]:
+    """Each gated metric of head against base on the pairs, as the baseline gate decides it (decide_metric),
+    on the paired interval: the gate's limits, counts exactly."""
+    head = metrics_from_runs([h for h, _ in pairs])
+    base = metrics_from_runs([b for _, b in pairs])
+    return [decide_metric(test, job, name, base[name], current, policy, design, paired=True)
+            for name, current in head.items() if policy.gates(name) and name in base]
+
+
+class AgainstGate:
+    """One test's head-vs-base verdicts, in the baseline gate's place (the fixture calls check and the plugin
+    finish alike): told of each job's runs, it extends them while a time or memory verdict is undecided (each run
+    the fixture adds brings its base twin), and decides every job on its pairs when the test ends."""
+
+    def __init__(self, checkout: BaseCheckout, nodeid: str, policy: Policy, test_file: str | None = None):
+        self.checkout, self.nodeid, self.policy = checkout, nodeid, policy
+        self.new_reason = (f"the test file does not exist at base {checkout.base_commit[:12]}"
+                           if checkout.missing_at_base(test_file) else "")
+        self.jobs: dict[str, PairedJob] = {}
+        self.budget = Budget()
+        self.stopped: dict[str, str] = {}
+
+    # -- the fixture runs the base side through these ------------------------------------------------------------
+    def _job(self, job: JobSpec) -> PairedJob:
+        key = job.describe() + "#" + job.config_hash()
+        return self.jobs.setdefault(key, PairedJob(key=job_identity(job)[0]))
+
+    def base_side(self, job: JobSpec) -> JobSpec | None:
+        """The job on REF's code, or None when its side is not run (nothing to compare, or it failed before)."""
+        if self.new_reason or self.checkout.problem or self._job(job).base_error:
+            return None
+        return self.checkout.base_job(job)
+
+    def head_first(self, job: JobSpec) -> bool:
+        """Head then base, then base then head: what drifts within a pair hits both orders alike."""
+        return len(self._job(job).pairs) % 2 == 0
+
+    def add(self, job: JobSpec, head: RunResult, base: RunResult) -> None:
+        self._job(job).pairs.append((head, base))
+
+    def base_failed(self, job: JobSpec, error: str) -> None:
+        lines = [line for line in error.strip().splitlines() if line.strip()]
+        self._job(job).base_error = "\n".join(lines[:3])[:600] or "failed"
+
+    # -- the gate's interface -------------------------------------------------------------------------------------
+    @property
+    def design(self) -> decision.Design:
+        return self.budget.design()
+
+    def _decide(self, job: PairedJob) -> list[MetricVerdict]:
+        if not job.pairs:
+            status, note = (("new", self.new_reason) if self.new_reason else
+                            ("not comparable", self.checkout.problem or
+                             f"the job failed on the base side: {job.base_error}; not a regression of HEAD"))
+            return [MetricVerdict(test=self.nodeid, job=job.key, metric="step_time", metric_kind="time", unit="s",
+                            direction="lower", status=status, note=note)]
+        out = decide_pairs(self.nodeid, job.key, job.pairs, self.policy, self.design)
+        for v in out:
+            v.stopped = self.stopped.get(job.key, "")
+            if job.base_error:
+                v.note += f"; the base side failed after {len(job.pairs)} pair(s): {job.base_error}"
+        note_deciding_figure(out, job_figures(job.key, [h for h, _ in job.pairs]))
+        return out
+
+    def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
+              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
+        paired = self._job(job)
+        if self.base_side(job) is not None:
+            self.stopped[paired.key] = until_job_decided(lambda: self._decide(paired), lambda: len(paired.pairs),
+                                                     extend, self.budget, clock or Clock(), False, progress,
+                                                     paired.key, against="head vs base", unit="pairs")
+        return self._decide(paired)
+
+    def finish(self, test_passed: bool) -> Landing:
+        verdicts = [v for job in self.jobs.values() for v in self._decide(job)]
+        against = {"reference": self.checkout.label(), "head_commit": self.checkout.head_commit,
+                   "base_commit": self.checkout.base_commit}
+        records = [{**v.to_record(self.policy), **against} for v in verdicts]
+        props = [(f"distperf.against.{v.metric}[{v.job}]", property_text(v)) for v in verdicts]
+        failing = [v for v in verdicts if is_failing(v, self.policy)]
+        message = None
+        if failing:
+            lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
+            for v in failing:
+                lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
+            message = "\n".join(lines)
+        detail = {"against": self.checkout.to_json()}
+        return Landing(bool(failing), message, props, detail, records)

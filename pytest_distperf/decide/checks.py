@@ -1,0 +1,271 @@
+"""Ratio checks between two strategies: "A within k x of B" for step time and memory.
+
+A Comparison holds the runs of both sides (interleaved A B, then B A, ...) and turns them into Checks:
+plain records with the numbers, the interval, the limit and the outcome, which the assertion message, the
+terminal table, the reports and JUnit properties all read. Every outcome comes from the decision core
+(decide/decision.py): PASS when the interval of A/B lies within the limit, FAIL when beyond it,
+INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for interleaved pairs up to the design's
+next planned look (`Adaptive.extend`, one pair a call, which grows the runs every test sharing this comparison
+sees) until decided or out of budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a
+DistPerfInconclusive warning, or a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
+from pytest_distperf.decide import decision
+from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
+from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figures, memory_kind, run_peak_memory,
+                                             run_step_time, run_work, work_not_measured)
+from pytest_distperf.measure.stats import max_relative_difference, relative_spread
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
+from pytest_distperf.rank import breakdown
+from pytest_distperf.measure.wording import is_words, record_bound_text
+from pytest_distperf.rank.results import RunResult
+
+
+@dataclass
+class Check:
+    """One decided check. ratio/low/high: A/B and its interval (None: unbounded; exact checks have none)."""
+
+    name: str  # "step_time", "peak_memory", "loss_match", probe checks' names
+    a: str
+    b: str
+    a_value: float
+    b_value: float
+    ratio: float
+    low: float | None
+    high: float | None
+    threshold: float
+    outcome: str  # pass | fail | inconclusive (decision.OUTCOMES)
+    unit: str  # "s", "bytes", "rel", "count", "frac"
+    level: float | None = None  # of the interval (decision.Design.confidence)
+    method: str = "exact"  # decision.METHODS
+    pairs: int = 1  # interleaved pairs the interval is over
+    pair_cv: float | None = None  # sd of the pairs' log ratios
+    run_cv_a: float | None = None  # run-to-run: sd of each side's log run values
+    run_cv_b: float | None = None
+    stopped: str = ""  # why no more pairs were run
+    reason: str = ""
+    next_look: int | None = None  # the design's next planned look (0: the last was reached; None: not said)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASS
+
+    @classmethod
+    def from_verdict(cls, name: str, a: str, b: str, a_value: float, b_value: float, unit: str,
+                     v: decision.Verdict, **extra: Any) -> "Check":
+        e = v.estimate
+        return cls(name=name, a=a, b=b, a_value=a_value, b_value=b_value, ratio=e.ratio,
+                   low=None if e.method == "exact" else e.lo, high=None if e.method == "exact" else e.hi,
+                   threshold=v.limit, outcome=v.outcome, unit=unit, level=e.level, method=e.method, pairs=e.n_pairs,
+                   pair_cv=e.pair_cv, run_cv_a=e.run_cv, run_cv_b=e.run_cv_reference, stopped=v.stopped,
+                   reason=v.reason, next_look=e.next_look, **extra)
+
+    def interval_text(self) -> str:
+        """'[0.970, 1.160]', or words where the design cannot bound it (report/wording.record_bound_text)."""
+        if self.method == "exact":
+            return "exact"
+        return record_bound_text(asdict(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
+
+
+@dataclass
+class Adaptive:
+    """How a comparison may grow while a check is INCONCLUSIVE, and what an INCONCLUSIVE that stays does."""
+
+    extend: Callable[[], None] | None = None  # run one more interleaved pair onto both sides' (shared) runs
+    budget: Budget = field(default_factory=Budget)
+    clock: Clock = field(default_factory=Clock)
+    progress: Callable[[str], None] | None = None
+    on_inconclusive: Callable[[Check, str], None] | None = None  # default: a DistPerfInconclusive warning
+
+
+def warn_inconclusive(check: Check, message: str) -> None:
+    warnings.warn(DistPerfInconclusive(message), stacklevel=4)
+
+
+@dataclass
+class SideSummary:
+    """One side's runs (the list is shared and may grow) and the figures every report uses (measure/figures)."""
+
+    label: str
+    runs: list[RunResult]
+
+    @property
+    def run_step_times(self) -> list[float]:
+        return [run_step_time(r) for r in self.runs]
+
+    @property
+    def run_peak_memories(self) -> list[float]:
+        return [run_peak_memory(r) for r in self.runs]
+
+    @property
+    def figures(self) -> JobFigures:
+        return job_figures(self.label, self.runs)
+
+    @property
+    def step_time(self) -> float:
+        return self.figures.step_time
+
+    def step_line(self) -> str:
+        f = self.figures
+        cv = f" (run-to-run {f.run_cv:.1%})" if f.run_cv is not None else ""
+        return (f"{self.label}: step time {fmt_seconds(f.step_time)}{cv}, steps p10 {fmt_seconds(f.step_p10)} - "
+                f"p90 {fmt_seconds(f.step_p90)}, over {f.runs} run(s) x {f.steps} steps")
+
+    def run_work(self, metric: str) -> list[float]:
+        """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
+        values = [run_work(r).get(metric) for r in self.runs]
+        if any(v is None for v in values):
+            why = work_not_measured(self.runs).get(WORK_METRICS[metric][0], "the job ran no work phase")
+            import pytest
+
+            pytest.skip(f"{metric} of {self.label}: {why}")
+        return [float(v) for v in values]  # type: ignore[arg-type]
+
+    def gpu_line(self) -> str:
+        f, times = self.figures, self.run_work("gpu_time")
+        share = f", GPU busy {f.gpu_busy_share:.0%} of the step" if f.gpu_busy_share is not None else ""
+        cv = relative_spread(times)
+        spread = f" (run-to-run {cv:.2%})" if cv is not None else ""
+        return (f"{self.label}: GPU kernel time {fmt_seconds(f.work['gpu_time'])}{spread} a step{share}, "
+                f"wall step time {fmt_seconds(f.step_time)}, over {f.runs} run(s)")
+
+    def memory_line(self) -> str:
+        mems = self.run_peak_memories
+        return (f"{self.label}: {memory_kind(self.runs[0].spec.device)} {fmt_bytes(self.figures.peak_memory)} "
+                f"(runs {fmt_bytes(min(mems))} - {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
+
+
+class Comparison:
+    def __init__(self, a: SideSummary, b: SideSummary, on_check: Callable[[Check], None] | None = None,
+                 adaptive: Adaptive | None = None):
+        if len(a.runs) != len(b.runs) or not a.runs:
+            raise ValueError("a comparison needs the same, non-zero number of runs on both sides")
+        self.a, self.b = a, b
+        self.checks: list[Check] = []
+        self._on_check = on_check
+        self.adaptive = adaptive or Adaptive()
+
+    @property
+    def design(self) -> Design:
+        return self.adaptive.budget.design()  # its planned looks are those the adaptive pairs step to
+
+    def _add(self, check: Check) -> None:
+        self.checks.append(check)
+        if self._on_check:
+            self._on_check(check)
+
+    def _decide(self, values: Callable[[SideSummary], list[float]], limit: float, what: str) -> decision.Verdict:
+        """The core's verdict on A/B over the interleaved pairs, adding pairs while INCONCLUSIVE."""
+
+        def look() -> decision.Verdict:
+            return decision.decide(decision.paired(values(self.a), values(self.b), self.design), limit)
+
+        sink = self.adaptive.progress  # without `extend` (fixed runs): one look
+        return decision.until_decided(look, self.adaptive.extend, self.adaptive.budget, self.adaptive.clock,
+                                      (lambda text: sink(f"{what}: {text}")) if sink else None)
+
+    @property
+    def step_time_ratio(self) -> decision.Estimate:
+        return decision.paired(self.a.run_step_times, self.b.run_step_times, self.design)
+
+    def _config_notes(self) -> str:
+        a, b = self.a.runs[0], self.b.runs[0]
+        line = (f"optimizer state + master weights: {a.optimizer_bytes_per_param:.1f} vs "
+                f"{b.optimizer_bytes_per_param:.1f} bytes/param (summed over ranks)")
+        if abs(a.optimizer_bytes_per_param - b.optimizer_bytes_per_param) > 0.5:
+            line += " -- the sides keep different optimizer precision: a config mismatch, not only a speed gap"
+        return line
+
+    def _ratio_check(self, name: str, k: float, values: Callable[[SideSummary], list[float]],
+                     value: Callable[[SideSummary], float], unit: str, line: Callable[[SideSummary], str],
+                     what: str) -> Check:
+        __tracebackhide__ = True  # pytest shows the message, not this frame
+        v = self._decide(values, k, what)
+        check = Check.from_verdict(name, self.a.label, self.b.label, value(self.a), value(self.b), unit, v)
+        self._add(check)
+        noise = (f"  pair-to-pair variation {check.pair_cv:.1%}" if check.pair_cv is not None else "  ") + (
+            f", run-to-run {check.run_cv_a:.1%} (A) / {check.run_cv_b:.1%} (B)"
+            if check.run_cv_a is not None and check.run_cv_b is not None else "")
+        interval = (f"  ratio A/B {check.ratio:.3f}, {check.level:.0%} interval {check.interval_text()} over "
+                    f"{check.pairs} interleaved pair(s) ({v.stopped}); limit {k:.2f}")
+        if v.outcome == FAIL:
+            raise DistPerfCheckFailed("\n".join([
+                f"{what} of {self.a.label} is {check.ratio:.3f}x {self.b.label}'s, above the {k:.2f}x limit "
+                f"(the whole interval is)",
+                f"  A {line(self.a)}", f"  B {line(self.b)}", interval, noise.rstrip(), f"  {self._config_notes()}",
+                *(breakdown.message_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
+            ]), check)
+        if v.outcome == INCONCLUSIVE:
+            text = check.interval_text()
+            held = (f"against the {k:.2f}x limit: {text}" if is_words(text) else
+                    f"with the {check.level:.0%} interval {text} holding the {k:.2f}x limit")
+            message = "\n".join([
+                f"{what} of {self.a.label} vs {self.b.label}: inconclusive, {check.ratio:.3f}x {held} after "
+                f"{check.pairs} interleaved pair(s) ({v.stopped})",
+                f"  A {line(self.a)}", f"  B {line(self.b)}", noise.rstrip()])
+            (self.adaptive.on_inconclusive or warn_inconclusive)(check, message)
+        return check
+
+    def assert_step_time_within(self, k: float) -> Check:
+        """Fail unless A's step time is at most k x B's: decided on the interval of the pair ratios."""
+        __tracebackhide__ = True
+        return self._ratio_check("step_time", k, lambda s: s.run_step_times, lambda s: s.step_time, "s",
+                                 SideSummary.step_line, "step time")
+
+    def assert_memory_within(self, k: float) -> Check:
+        """Fail unless A's peak memory is at most k x B's (CUDA peak allocated; host RSS growth on CPU)."""
+        __tracebackhide__ = True
+        return self._ratio_check("peak_memory", k, lambda s: s.run_peak_memories, lambda s: s.figures.peak_memory,
+                                 "bytes", SideSummary.memory_line, "peak memory")
+
+    def assert_gpu_time_within(self, k: float) -> Check:
+        """Fail unless A's GPU kernel time per step (compute + memcpy/memset, measure/figures.py) is at most k x
+        B's: the same interval over the interleaved pairs as step time, on a figure the host's noise does not
+        move. Skips where it was not measured (CPU jobs)."""
+        __tracebackhide__ = True
+        self.a.run_work("gpu_time"), self.b.run_work("gpu_time")  # skip before any pair is added
+        return self._ratio_check("gpu_time", k, lambda s: s.run_work("gpu_time"),
+                                 lambda s: s.figures.work["gpu_time"], "s", SideSummary.gpu_line, "GPU kernel time")
+
+    def assert_flops_within(self, k: float) -> Check:
+        """Fail unless A's FLOPs per step are at most k x B's (exact counts: no interval)."""
+        __tracebackhide__ = True
+        fa, fb = max(self.a.run_work("flops_per_step")), max(self.b.run_work("flops_per_step"))
+        ratio = fa / fb if fb else float("inf")
+        v = decision.decide(decision.exact(ratio), k)
+        check = Check.from_verdict("flops", self.a.label, self.b.label, fa, fb, "FLOP", v)
+        self._add(check)
+        if v.outcome == FAIL:
+            raise DistPerfCheckFailed(f"FLOPs per step of {self.a.label} are {ratio:.4f}x {self.b.label}'s "
+                                      f"({fa:.4g} vs {fb:.4g}), above the {k:.2f}x limit (exact counts)", check)
+        return check
+
+    def assert_losses_match(self, rtol: float) -> Check:
+        """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at
+        every step (exact: no interval)."""
+        __tracebackhide__ = True
+        pairs = list(itertools.product(range(len(self.a.runs)), range(len(self.b.runs))))
+        diffs = [max_relative_difference(self.a.runs[i].losses, self.b.runs[j].losses) for i, j in pairs]
+        worst = max(range(len(pairs)), key=lambda n: diffs[n])
+        i, j = pairs[worst]
+        la, lb = self.a.runs[i].losses, self.b.runs[j].losses
+        v = decision.decide(decision.exact(diffs[worst]), rtol)
+        check = Check.from_verdict("loss_match", self.a.label, self.b.label, la[-1], lb[-1], "rel", v)
+        self._add(check)
+        if v.outcome == FAIL:
+            raise DistPerfCheckFailed(
+                f"losses of {self.a.label} and {self.b.label} differ by {diffs[worst]:.2e} (relative), above "
+                f"{rtol:.1e} (worst of {len(pairs)} run pair(s): A run {i + 1}, B run {j + 1})\n"
+                f"  A: {[round(x, 5) for x in la]}\n  B: {[round(x, 5) for x in lb]}", check)
+        return check

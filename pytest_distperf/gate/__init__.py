@@ -1,1 +1,0 @@
-"""Decisions: ratio checks between strategies, probe checks, the baseline store and the baseline gate."""

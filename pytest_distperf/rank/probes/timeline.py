@@ -1,0 +1,97 @@
+"""One profiled step of one rank, read from its probe trace: when compute and when communication ran.
+
+The probe phase computes it next to the other probes (recorder.py) from the trace it already holds, so the
+report draws it from the JSON document and never opens a trace file. No torch here: the pytest process reads
+these records back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pytest_distperf.rank.probes import STEP_MARK
+from pytest_distperf.rank.probes.comms import COLLECTIVE_OPS
+from pytest_distperf.rank.probes.trace import KERNEL_CAT, Interval, Trace, intersection, interval, is_comm_kernel, union
+
+GPU_SOURCE = "GPU kernels"
+CPU_SOURCE = "CPU ops"
+RESOLUTION = 700  # gaps shorter than 1/700 of the step are closed: a chart 900 px wide cannot show them
+
+
+@dataclass
+class StepTimeline:
+    """When compute and communication ran in one profiled step of one rank (µs from the step's start)."""
+
+    rank: int
+    source: str  # what the lanes are: GPU_SOURCE or CPU_SOURCE
+    step: int  # which profiled step (0-based) of `steps`
+    steps: int
+    length: float  # µs, the step's range
+    compute: list[Interval]
+    comm: list[tuple[float, float, str]]  # (start, end, name)
+
+    def overlap(self) -> list[Interval]:
+        """Where compute and communication ran at once."""
+        return intersection(self.compute, ((s, e) for s, e, _ in self.comm))
+
+    def comm_time(self) -> float:
+        """µs during which some communication ran."""
+        return sum(e - s for s, e in union((s, e) for s, e, _ in self.comm))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StepTimeline":
+        """A timeline as the JSON document holds it (lists for the tuples)."""
+        return cls(rank=int(d["rank"]), source=str(d["source"]), step=int(d["step"]), steps=int(d["steps"]),
+                   length=float(d["length"]), compute=[(float(s), float(e)) for s, e in d["compute"]],
+                   comm=[(float(s), float(e), str(n)) for s, e, n in d["comm"]])
+
+
+def _is_comm_name(name: str) -> bool:
+    return name.startswith(("gloo:", "nccl:", "nccl")) or name in COLLECTIVE_OPS
+
+
+def step_timeline(trace: Trace, rank: int) -> StepTimeline:
+    """The middle profiled step of a probe trace. On CUDA the lanes are GPU kernels (NCCL vs the rest, as the
+    overlap probe reads them); on CPU they are the profiler's ops: the collectives' own ranges (gloo runs them
+    on its worker threads) against the ops of the thread that runs the step."""
+    if not trace.steps:
+        raise ValueError(f"no '{STEP_MARK}' range in the probe trace")
+    step = len(trace.steps) // 2
+    start, end = trace.steps[step]
+    kernels = [e for e in trace.of_cat(KERNEL_CAT) if trace.gpu_step(e) == step]
+    if trace.of_cat(KERNEL_CAT):
+        source = GPU_SOURCE
+        compute = [interval(e) for e in kernels if not is_comm_kernel(e.get("name", ""))]
+        comm = [(*interval(e), e["name"].split("(")[0]) for e in kernels if is_comm_kernel(e.get("name", ""))]
+        start = min([start, *(s for s, _ in compute), *(s for s, _, _ in comm)])
+        end = max([end, *(f for _, f in compute), *(f for _, f, _ in comm)])
+    else:
+        source = CPU_SOURCE
+        compute, comm = _cpu_lanes(trace, start, end)
+    gap = (end - start) / RESOLUTION
+    return StepTimeline(rank=rank, source=source, step=step, steps=len(trace.steps), length=end - start,
+                        compute=[(s - start, e - start) for s, e in union(compute, gap)],
+                        comm=[(s - start, e - start, n) for s, e, n in sorted(comm)])
+
+
+def _cpu_lanes(trace: Trace, start: float, end: float) -> tuple[list[Interval], list[tuple[float, float, str]]]:
+    """(compute, communication) of the CPU step in [start, end]."""
+    step_threads = {e.get("tid") for e in trace.events
+                    if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK}
+    inside = [e for e in trace.events
+              if start <= float(e["ts"]) <= end and e.get("cat") in ("cpu_op", "user_annotation")]
+    comm_events = [e for e in inside if _is_comm_name(e.get("name", ""))]
+    # gloo's ranges on its worker threads are the transfers; the c10d op on the step's thread is the call that
+    # issues them (and waits, when the collective is synchronous).
+    worker = [e for e in comm_events if e.get("name", "").startswith("gloo:")]
+    comm = [(*interval(e), e["name"]) for e in worker or comm_events]
+    issued = [interval(e) for e in comm_events if e.get("tid") in step_threads]
+    compute = []
+    for e in inside:
+        if e.get("cat") != "cpu_op" or e.get("tid") not in step_threads or _is_comm_name(e.get("name", "")):
+            continue
+        s, f = interval(e)
+        if not any(s <= a and b <= f for a, b in issued):  # an op around a collective call is not compute
+            compute.append((s, f))
+    return compute, comm

@@ -1,0 +1,92 @@
+"""`python -m pytest_distperf history URL ...`: print (and render) the trend of each metric with its change points.
+
+Exit status: 0, or 2 for a usage error or a history that cannot be read (the message names the argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from pytest_distperf.store.history import HistoryError, render_text, trends
+
+if TYPE_CHECKING:
+    from pytest_distperf.store.history.trend import Trend
+
+DESCRIPTION = ("Print the trend of each recorded metric (one point per session) and the step changes found in it "
+               "(E-divisive split proposed by ruptures, kept when a Welch t-test gives p <= alpha), naming the "
+               "commit range of each.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", metavar="URL",
+                        help="the history: a file path, sqlite:///path/history.db or postgresql://user@host/db")
+    parser.add_argument("--test", help="only tests whose node id contains this")
+    parser.add_argument("--job", help="only jobs whose label contains this")
+    parser.add_argument("--metric", help="only metrics whose name contains this (step_time, peak_memory, comms. ...)")
+    parser.add_argument("--machine-class", help="only machine classes that contain this")
+    parser.add_argument("--html", metavar="PATH", help="also write the trends as one self-contained HTML file")
+    parser.add_argument("--json", metavar="PATH", help="also write the trends and change points as JSON")
+    parser.add_argument("--points", action="store_true", help="list every session's value")
+    parser.add_argument("--alpha", type=_probability, default=0.001,
+                        help="t-test significance a change point needs (default 0.001)")
+    parser.add_argument("--min-size", type=_at_least_two, default=3,
+                        help="sessions needed on each side of a change point (default 3)")
+    parser.add_argument("--min-change", type=_fraction, default=0.0,
+                        help="also require |after/before - 1| >= this, e.g. 0.02 (default 0: significance alone)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_distperf history", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        found = trends(args.url, test=args.test, job=args.job, metric=args.metric, machine_class=args.machine_class,
+                       alpha=args.alpha, min_size=args.min_size, min_change=args.min_change,
+                       option="history URL")
+    except HistoryError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(render_text(found, points=args.points))
+    if args.json:
+        from pytest_distperf.store.jsonio import write_json_atomic
+
+        write_json_atomic(args.json, {"trends": [t.to_dict() for t in found]})
+        print(f"wrote {args.json}")
+    if args.html:
+        print(f"wrote {write_html(found, args.html)}")
+    return 0
+
+
+def write_html(found: list[Trend], path: str) -> str:
+    """The trend page of the HTML report (report.html.render_history)."""
+    from pytest_distperf.store.history import report_series
+    from pytest_distperf.report import html as report_html
+
+    report_html.write_text(path, report_html.render_history(report_series(found)))
+    return path
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must lie between 0 and 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must not be negative")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text}: a t-test needs at least 2 sessions a side")
+    return value

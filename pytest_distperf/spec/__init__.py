@@ -1,0 +1,1 @@
+"""What a job is and what a user hands in: the job spec, settings, user jobs, the workload interface."""

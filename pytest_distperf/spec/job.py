@@ -1,0 +1,109 @@
+"""What a job is: plain data that crosses the process boundary from pytest to the ranks.
+
+Everything here is a dataclass of builtins so it pickles for the local launcher and
+turns into JSON for reports and baselines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+@dataclass(frozen=True)
+class FunctionRef:
+    """A module-level function named by where it lives, resolved inside each rank."""
+
+    module: str
+    qualname: str
+    file: str | None = None
+
+
+@dataclass
+class JobSpec:
+    """One job on N ranks: a strategy on a workload (the built-in GPT or a user's factory), a user's own
+    step (`step`), or a user function (`function`, run_function)."""
+
+    world_size: int
+    device: str  # "cpu" or "cuda"
+    strategy: str | None = None  # None when `function` is set
+    options: dict[str, Any] = field(default_factory=dict)
+    shape: str = "tiny"
+    shape_overrides: dict[str, Any] = field(default_factory=dict)
+    warmup_steps: int = 3
+    steps: int = 10
+    seed: int = 1234
+    function: FunctionRef | None = None
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    sys_path: list[str] = field(default_factory=list)
+    progress: bool = False
+    # Probe phase after timing (pytest_distperf.rank.probes): which probes, over how many profiled steps.
+    probes: tuple[str, ...] = ()
+    probe_steps: int = 3
+    # Work phase after timing (rank/work.py): steps per pass; 0 runs none.
+    work_steps: int = 2
+    # A user's workload factory (pytest_distperf.spec.workloads) instead of the built-in GPT, and its arguments.
+    workload: FunctionRef | None = None
+    workload_kwargs: dict[str, Any] = field(default_factory=dict)
+    # A user's step factory (distperf.step_job): its (args, kwargs) are `args` and `kwargs` above.
+    step: FunctionRef | None = None
+    # How the ranks are started: "controlled" or "as_user", and the launch profile that resolves to
+    # (pytest_distperf.spec.profiles).
+    launch: str = "controlled"
+    launch_profile: str = "controlled"
+    # Resolved by the pytest process for the ranks (which may not know a strategy a conftest registered):
+    # the adapter module and the options completed with defaults. Not part of the configuration: the
+    # strategy's name and given options are.
+    adapter: str | None = None
+    full_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device == "cuda" else "gloo"
+
+    def describe(self) -> str:
+        launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""
+        if self.function is not None:
+            return f"{self.function.qualname} x{self.world_size} {self.device}"
+        if self.step is not None:
+            args = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in sorted(self.kwargs.items())]
+            call = f"({', '.join(args)})" if args else ""
+            return f"step:{self.step.module}:{self.step.qualname}{call} x{self.world_size} {self.device}{launch}"
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if k != "ds_config" and v is not None)
+        work = self.shape
+        if self.workload is not None:
+            kw = ",".join(f"{k}={v}" for k, v in sorted(self.workload_kwargs.items()))
+            work = f"{self.workload.module}:{self.workload.qualname}" + (f"({kw})" if kw else "")
+        return f"{self.strategy}[{opts}] {work} x{self.world_size} {self.device}{launch}".replace("[]", "")
+
+    def config_dict(self, ignore_shape_fields: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The parts of the job that decide what is measured (not where it runs or the harness's bookkeeping).
+
+        ignore_shape_fields: shape overrides left out, e.g. the baseline key ignores the knobs that inject
+        a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
+        """
+        d = asdict(self)
+        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps"):
+            d.pop(k)
+        if not self.probes:  # jobs without probes keep the hash they had before probes existed
+            d.pop("probes")
+            d.pop("probe_steps")
+        # Jobs on the built-in workload under the controlled launch keep the hash they had before these existed.
+        for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
+                           ("launch", "controlled"), ("launch_profile", "controlled")):
+            if d[k] == default:
+                d.pop(k)
+            elif k in ("workload", "step"):  # by name: the file's path differs between checkouts
+                d[k] = {"module": d[k]["module"], "qualname": d[k]["qualname"]}
+        if self.workload is not None or self.step is not None:  # no built-in shape in these jobs
+            d.pop("shape")
+            d.pop("shape_overrides")
+            return d
+        d["shape_overrides"] = {k: v for k, v in d["shape_overrides"].items() if k not in ignore_shape_fields}
+        return d
+
+    def config_hash(self, ignore_shape_fields: tuple[str, ...] = ()) -> str:
+        blob = json.dumps(self.config_dict(ignore_shape_fields), sort_keys=True, default=repr).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

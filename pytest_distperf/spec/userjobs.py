@@ -1,0 +1,133 @@
+"""What the fixture needs to build jobs on a user's code: references by name, the checks, the launch choice.
+
+- a workload factory (`distperf.job(..., workload="pkg.mod:make_workload")` or the function itself) and a
+  step factory (`distperf.step_job(make_step)`) are named by module and qualified name, so every rank
+  imports them; the pytest process imports them once to fail here, naming the test, not in every rank;
+- a strategy is resolved through the registry (built-in, entry point or register()) to its adapter module
+  and its options completed with defaults, which the ranks receive in the JobSpec;
+- `launch="controlled" | "as_user"` resolves to a launch profile (spec/profiles.py).
+
+Every error is a UsageError subclass whose message starts with the test's node id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+from typing import Any, Callable, Iterator
+
+from pytest_distperf.errors import UsageError, WorkloadError
+from pytest_distperf.spec import profiles
+from pytest_distperf.spec.job import FunctionRef
+
+
+@contextlib.contextmanager
+def naming(nodeid: str) -> Iterator[None]:
+    """Prefix a usage error raised inside with the test's node id (the type is kept)."""
+    try:
+        yield
+    except UsageError as e:
+        if str(e).startswith(nodeid):
+            raise
+        raise type(e)(f"{nodeid}: {e}") from None
+
+
+def function_ref(obj: Callable[..., Any] | str, where: str, kind: str) -> FunctionRef:
+    """A module-level function, or "module:qualname", as a FunctionRef the ranks resolve; checked here."""
+    if isinstance(obj, str):
+        module_name, sep, qualname = obj.partition(":")
+        if not sep or not module_name or not qualname:
+            raise WorkloadError(f"{where}: expected 'module:function' (e.g. 'mypkg.bench:make_workload') or the "
+                                f"function itself, got {obj!r}")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise WorkloadError(f"{kind} {obj!r} cannot be imported: {e}") from None
+        target: Any = module
+        for part in qualname.split("."):
+            if not hasattr(target, part):
+                raise WorkloadError(f"{kind} {obj!r}: module {module_name} has no attribute {qualname!r}")
+            target = getattr(target, part)
+        if not callable(target):
+            raise WorkloadError(f"{kind} {obj!r} is not callable")
+        return FunctionRef(module=module_name, qualname=qualname, file=_source_file(target, module))
+    if not callable(obj):
+        raise WorkloadError(f"{where}: expected a module-level function or 'module:function', got {obj!r}")
+    qualname = getattr(obj, "__qualname__", "")
+    if "<locals>" in qualname or getattr(obj, "__name__", "") == "<lambda>" or not qualname:
+        raise WorkloadError(f"{where} needs a module-level function (ranks import it by name); {qualname or obj!r} "
+                            f"is not")
+    return FunctionRef(module=obj.__module__, qualname=qualname, file=_source_file(obj, None))
+
+
+def _resolve_target(obj: Callable[..., Any] | str) -> Any:
+    """The callable a checked reference names (function_ref() checked it already)."""
+    if not isinstance(obj, str):
+        return obj
+    module_name, _, qualname = obj.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def check_call(obj: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any], kind: str, given: str) -> None:
+    """The arguments the ranks will call a workload or step factory with, bound to its signature here, in the
+    pytest process: a wrong keyword is an error naming the factory and its parameters before any rank starts
+    (not a TypeError in rank 0 after a full launch). `given` says where they came from, e.g. 'workload_kwargs'."""
+    target = _resolve_target(obj)
+    name = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: the ranks will tell
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        params = [p for p in signature.parameters.values()]
+        names = ", ".join(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)) or "none"
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
+        keyword_ok = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        unknown = [k for k in kwargs if k not in keyword_ok] if not takes_any else []
+        if unknown:
+            what = (f"has no parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                    f"(given in {given})")
+        else:
+            what = f"cannot be called with {given}: {e}"
+        raise WorkloadError(f"{kind} {name} {what}; its parameters are: {names}") from None
+
+
+def _source_file(obj: Any, module: Any) -> str | None:
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        return getattr(module, "__file__", None)
+
+
+def strategy_fields(strategy: str, options: dict[str, Any], launch: str, where: str) -> dict[str, Any]:
+    """The JobSpec fields the ranks need about a strategy: adapter module, full options, launch profile."""
+    from pytest_distperf import strategies
+
+    record = strategies.REGISTRY.get(strategy)
+    full = strategies.validate(strategy, options)
+    return dict(adapter=record.adapter, full_options=full, **launch_fields(launch, record.user_launch, where))
+
+
+def launch_fields(launch: str, user_launch: str, where: str) -> dict[str, str]:
+    launch = profiles.check_choice(launch, f"{where}(launch=...)")
+    return dict(launch=launch, launch_profile=profiles.resolve(launch, user_launch).name)
+
+
+def check_step_arguments(args: Any, kwargs: Any, where: str) -> tuple[tuple, dict[str, Any]]:
+    if not isinstance(args, tuple):
+        raise UsageError(f"{where}(args=...) must be a tuple of the factory's positional arguments, got "
+                         f"{type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise UsageError(f"{where}(kwargs=...) must be a dict, got {type(kwargs).__name__}")
+    return args, dict(kwargs or {})
+
+
+def starts_as_script(profile: str) -> bool:
+    """Rank 0 runs as the user's script and the framework starts the others (only the local launcher can)."""
+    return profiles.PROFILES[profile].starter == "script"

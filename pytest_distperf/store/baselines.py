@@ -1,0 +1,474 @@
+"""The baseline store: one JSON file per test under `<baselines>/<machine-class>/`.
+
+A file holds, for each job the test measured (keyed by the job's label, plus its injection knobs
+when it carries any: ' +extra_work=0.4'), the hash of the job's configuration and, per metric, its
+unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
+measure/figures.py defines each) and the raw step samples of each run. Collective counts and bytes
+per step are per rank (the rank with the most).
+
+    {"schema_version": 3, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
+     "machine": {...}, "environment": {...}, "saved_at": "...",
+     "jobs": {"deepspeed[stage=3] tiny x2 cpu": {"config_hash": "...", "config": {...},
+              "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
+                                        "runs": [0.101, 0.099, 0.103], "samples": [[...], ...],
+                                        "summary": {...}}, ...}}}}
+
+Reading never writes: a file that cannot be used (corrupt, truncated, wrongly typed, from a newer
+pytest-distperf) raises BaselineError naming it and stays byte-identical. Older schemas are
+migrated in memory when read. Writes are atomic (temporary file in the same folder, fsync,
+rename) under a lock file of the folder, so concurrent writers (pytest-xdist workers, two
+sessions) never lose or tear an entry.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from pytest_distperf.store import jsonio
+from pytest_distperf.errors import BaselineError, FileError
+from pytest_distperf.store.jsonio import LOCK_NAME
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.rank.results import RunResult
+from pytest_distperf.measure.figures import geometric_mean, metric_traits, metric_values, run_figures
+from pytest_distperf.measure.stats import relative_spread
+
+SCHEMA_VERSION = 3
+
+DIRECTIONS = ("lower", "higher")
+KINDS = ("time", "memory", "count")
+# Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
+# slowdown reads as a regression (as a code change would), not as "not comparable".
+INJECTION_FIELDS = ("extra_work",)
+
+
+MAX_BASELINE_BYTES = 8 << 20  # 8 MiB; 12 runs x 100 steps x 20 jobs is about 1 MiB: larger is not a baseline
+
+
+class BaselineReplaceable(BaselineError):
+    """A baseline whose contents cannot be used (corrupt, truncated, wrongly typed, too large, another test's):
+    --distperf-save moves it aside (Store.move_aside) and writes a new one."""
+
+
+class BaselineTooNew(BaselineError):
+    """A baseline of a newer schema: left alone also by --distperf-save (a newer pytest-distperf reads it)."""
+
+
+def read_json(path: str) -> Any:
+    """jsonio.read_json (no symlink followed, at most MAX_BASELINE_BYTES), with a baseline file's error type."""
+    try:
+        return jsonio.read_json(path, max_bytes=MAX_BASELINE_BYTES)
+    except jsonio.CorruptFileError as e:
+        raise BaselineReplaceable(str(e)) from None
+    except FileError as e:
+        raise BaselineError(str(e)) from None
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """jsonio.write_json_atomic under the folder's lock, with a baseline file's error type."""
+    try:
+        jsonio.write_json_atomic(path, obj, lock=True)
+    except FileError as e:
+        raise BaselineError(str(e)) from None
+
+
+# -- what is stored ---------------------------------------------------------------------------------------------
+@dataclass
+class MetricSeries:
+    unit: str
+    direction: str  # "lower" or "higher" is better
+    kind: str  # "time" | "memory" | "count"
+    runs: list[float]  # one value per run (measure/figures.py): step time, peak bytes, a count
+    samples: list[list[float]] | None = None  # raw per-step values of each run (time metrics)
+
+    @property
+    def center(self) -> float:
+        """The job's figure: the geometric mean of the runs (measure/figures.py); a count's median."""
+        return statistics.median(self.runs) if self.kind == "count" else geometric_mean(self.runs)
+
+    @property
+    def variation(self) -> float | None:
+        """Run-to-run variation (stats.relative_spread of the run values)."""
+        return relative_spread(self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"unit": self.unit, "direction": self.direction, "kind": self.kind,
+                             "runs": list(self.runs), "samples": self.samples,
+                             "summary": {"n": len(self.runs), "center": self.center, "min": min(self.runs),
+                                         "max": max(self.runs), "variation": self.variation}}
+        return d
+
+
+@dataclass
+class JobEntry:
+    label: str
+    config_hash: str
+    config: dict[str, Any]
+    metrics: dict[str, MetricSeries]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config_hash": self.config_hash, "config": self.config,
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
+
+
+@dataclass
+class BaselineFile:
+    test: str  # the pytest node id
+    machine_class: str
+    machine: dict[str, Any]
+    environment: dict[str, Any]
+    saved_at: str
+    jobs: dict[str, JobEntry] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "test": self.test, "machine_class": self.machine_class,
+                "machine": self.machine, "environment": self.environment, "saved_at": self.saved_at,
+                "jobs": {label: j.to_dict() for label, j in self.jobs.items()}}
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# -- from runs --------------------------------------------------------------------------------------------------
+def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any], str]:
+    """(label, config hash, config, injection) of a job as the baseline keys it: the hash and config leave the
+    injection knobs out; `injection` names them (' +extra_work=0.4', '' for none), so an injected job and
+    the clean one never share a series."""
+    config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
+    return job.describe(), job.config_hash(INJECTION_FIELDS), config, injection_suffix(job)
+
+
+def injection_suffix(job: JobSpec) -> str:
+    """' +extra_work=0.4' for a job with injected work ('' for none): part of its name in every report."""
+    knobs = sorted((k, v) for k, v in job.shape_overrides.items() if k in INJECTION_FIELDS and v)
+    return "".join(f" +{k}={v:g}" if isinstance(v, (int, float)) else f" +{k}={v}" for k, v in knobs)
+
+
+def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
+    """The gated metrics of a job's runs (measure/figures.metric_values), with each run's raw step samples for
+    step time."""
+    values = metric_values([run_figures(r) for r in runs])
+    out = {}
+    for name, runs_values in values.items():
+        unit, direction, kind = metric_traits(name)
+        out[name] = MetricSeries(unit=unit, direction=direction, kind=kind, runs=runs_values,
+                                 samples=[list(r.step_times) for r in runs] if name == "step_time" else None)
+    return out
+
+
+# -- reading, with validation and migration ---------------------------------------------------------------------
+class _Check:
+    """Type checks that name the file and the place inside it."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, expected: str, got: Any) -> BaselineError:
+        return BaselineError(f"{self.path}: wrong type at {where}: expected {expected}, got "
+                             f"{type(got).__name__} {_short(got)}; fix or delete the file "
+                             f"(--distperf-save writes a new one)")
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, "an object", v)
+        return v
+
+    def str_(self, v: Any, where: str) -> str:
+        if not isinstance(v, str):
+            raise self.fail(where, "a string", v)
+        return v
+
+    def number(self, v: Any, where: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.fail(where, "a finite number", v)
+        return float(v)
+
+    def numbers(self, v: Any, where: str, nonempty: bool = True) -> list[float]:
+        if not isinstance(v, list) or (nonempty and not v):
+            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
+        return [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
+
+    def measurements(self, v: Any, where: str, kind: str, nonempty: bool = True) -> list[float]:
+        """Measured values: finite, never negative, and a time above zero (a 0 s step was never measured)."""
+        values = self.numbers(v, where, nonempty)
+        for i, x in enumerate(values):
+            if x < 0 or (kind == "time" and x == 0):
+                raise self.fail(f"{where}[{i}]", "a positive time" if kind == "time" else "a number >= 0", x)
+        return values
+
+    def summary(self, v: Any, where: str) -> None:
+        """The stored summary (written for readers of the file, recomputed from the runs when read): every
+        number in it finite and not negative, so a hand-edited or corrupted one is not passed over."""
+        if v is None:
+            return
+        for key, x in self.obj(v, where).items():
+            if x is not None:
+                self.measurements([x], f"{where}.{key}", "count")
+
+    def choice(self, v: Any, where: str, allowed: tuple[str, ...]) -> str:
+        if v not in allowed:
+            raise self.fail(where, f"one of {list(allowed)}", v)
+        return v
+
+
+def _non_finite(doc: Any, where: str = "the top level") -> str | None:
+    """Where in a parsed document a NaN or infinity sits (the first one), else None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        inner = f"[{key!r}]" if isinstance(doc, dict) else f"[{key}]"
+        found = _non_finite(value, inner if where == "the top level" else where + inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _migrate_v1(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
+    """Schema 1 (the first draft layout): per job, flat `<metric>_runs` lists, no unit/direction/kind/samples."""
+    jobs = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        job = check.obj(job, f"jobs[{label!r}]")
+        metrics = {}
+        for key, runs in job.items():
+            if key.endswith("_runs"):
+                name = key[: -len("_runs")]
+                unit, direction, kind = metric_traits(name)
+                metrics[name] = {"unit": unit, "direction": direction, "kind": kind, "runs": runs, "samples": None}
+        jobs[label] = {"config_hash": job.get("config_hash"), "config": job.get("config", {}), "metrics": metrics}
+    return {**doc, "schema_version": 2, "machine": doc.get("machine", {}), "environment": doc.get("environment", {}),
+            "jobs": jobs}
+
+
+def _migrate_v2(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
+    """Schema 2 held comms.* counts summed over ranks; schema 3 holds them per rank (the rank with the most). A
+    sum cannot be split back into the busiest rank's share, so those metrics are left out (they read "new"
+    until the file is saved again); everything else is unchanged. Schema 2's `test` was the node id at save time:
+    the same as schema 3's key (Store.key_for) in the usual layout, baselines/ at the rootdir; a file saved under
+    another rootdir is not found under its new key and reads as unmatched (Store.unmatched_note)."""
+    jobs = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        job = check.obj(job, f"jobs[{label!r}]")
+        metrics = check.obj(job.get("metrics"), f"jobs[{label!r}].metrics")
+        jobs[label] = {**job, "metrics": {k: m for k, m in metrics.items() if not k.startswith("comms.")}}
+    return {**doc, "schema_version": 3, "jobs": jobs}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any], _Check], dict[str, Any]]] = {1: _migrate_v1, 2: _migrate_v2}
+
+
+def parse(doc: Any, path: str) -> BaselineFile:
+    """Validate (and migrate) a parsed baseline document; BaselineError naming the file on any problem."""
+    check = _Check(path)
+    doc = check.obj(doc, "the top level")
+    where = _non_finite(doc)
+    if where is not None:  # JSON has no NaN or Infinity; Python's reader accepts them, so say so here
+        raise BaselineError(f"{path}: holds a non-finite number (NaN or Infinity) at {where}; distperf never "
+                            f"writes one: the file was edited or corrupted -- fix or delete it "
+                            f"(--distperf-save writes a new one)")
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise check.fail("schema_version", "an integer", version) if "schema_version" in doc else BaselineError(
+            f"{path}: not a distperf baseline (no schema_version); fix or delete the file")
+    if version > SCHEMA_VERSION:
+        raise BaselineTooNew(f"{path}: written with baseline schema {version}, newer than the {SCHEMA_VERSION} this "
+                            f"pytest-distperf reads; upgrade pytest-distperf (the file was left as it is)")
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise BaselineError(f"{path}: baseline schema {version} is too old to migrate; re-save it with "
+                                f"--distperf-save")
+        doc = MIGRATIONS[version](doc, check)
+        version = doc["schema_version"]
+
+    jobs: dict[str, JobEntry] = {}
+    for label, job in check.obj(doc.get("jobs"), "jobs").items():
+        at = f"jobs[{label!r}]"
+        job = check.obj(job, at)
+        metrics: dict[str, MetricSeries] = {}
+        for name, m in check.obj(job.get("metrics"), f"{at}.metrics").items():
+            mat = f"{at}.metrics[{name!r}]"
+            m = check.obj(m, mat)
+            kind = check.choice(m.get("kind"), f"{mat}.kind", KINDS)
+            samples = m.get("samples")
+            if samples is not None:
+                if not isinstance(samples, list):
+                    raise check.fail(f"{mat}.samples", "a list of lists of numbers or null", samples)
+                samples = [check.measurements(s, f"{mat}.samples[{i}]", kind, nonempty=False)
+                           for i, s in enumerate(samples)]
+            check.summary(m.get("summary"), f"{mat}.summary")
+            metrics[name] = MetricSeries(
+                unit=check.str_(m.get("unit"), f"{mat}.unit"),
+                direction=check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS),
+                kind=kind, runs=check.measurements(m.get("runs"), f"{mat}.runs", kind), samples=samples)
+        jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
+                               config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics)
+    return BaselineFile(test=check.str_(doc.get("test"), "test"),
+                        machine_class=check.str_(doc.get("machine_class"), "machine_class"),
+                        machine=check.obj(doc.get("machine", {}), "machine"),
+                        environment=check.obj(doc.get("environment", {}), "environment"),
+                        saved_at=check.str_(doc.get("saved_at", ""), "saved_at"), jobs=jobs)
+
+
+# -- the store --------------------------------------------------------------------------------------------------
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def file_name_for(nodeid: str) -> str:
+    """A readable file name for a test: `perf_tests.test_zero3--test_x.json`; a short hash of the node id is
+    added when characters had to be replaced (parametrised ids) or the name is long, so names never collide."""
+    path, _, rest = nodeid.partition("::")
+    path = path[:-3] if path.endswith(".py") else path
+    readable = path.replace("/", ".").replace("\\", ".") + ("--" + rest.replace("::", "--") if rest else "")
+    safe = _SAFE.sub("_", readable).strip("._") or "test"
+    if safe != readable or len(safe) > 150:
+        safe = f"{safe[:150]}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}"
+    return safe + ".json"
+
+
+class Store:
+    """Baseline files under one root folder, one sub-folder per machine class.
+
+    A test's file is named after its key: the test file's path from the project root (the rootdir when an ini
+    file or --rootdir fixed it, else the folder that holds the baselines folder) and the test's name in it,
+    e.g. `perf_tests/test_zero3.py::test_x`. Not
+    the node id: that is relative to the rootdir pytest infers, which a path-like option value moves
+    (pytest-dev/pytest#8846: `--distperf-baselines DIR`, space form, in a project without an ini file,
+    made the rootdir `/`), and a moved rootdir renamed every file: each test then read "new" and a
+    slowdown passed. In the usual layout (baselines/ next to the ini file) key and node id are the same.
+    """
+
+    def __init__(self, root: str, project_root: str | None = None):
+        self.root = os.path.abspath(root)
+        self.project_root = os.path.abspath(project_root) if project_root else os.path.dirname(self.root)
+
+    def key_for(self, test_file: str, nodeid: str) -> str:
+        """The key of the test `nodeid` defined in `test_file`."""
+        rel = os.path.relpath(os.path.abspath(test_file), self.project_root).replace(os.sep, "/")
+        _, sep, name = nodeid.partition("::")
+        return f"{rel}::{name}" if sep else rel
+
+    def path_for(self, machine_class: str, key: str) -> str:
+        return os.path.join(self.root, machine_class, file_name_for(key))
+
+    def load(self, path: str, key: str) -> BaselineFile | None:
+        """The baseline in `path`, None when there is none. Never writes. BaselineReplaceable when its contents
+        cannot be used (--distperf-save then moves it aside); a symlink or a folder is refused as such."""
+        if not os.path.lexists(path):
+            return None
+        if os.path.islink(path):
+            raise BaselineError(f"{path}: is a symlink, not a baseline file; distperf neither reads nor writes "
+                                f"through one: replace it with the file itself")
+        if not os.path.isfile(path):
+            raise BaselineError(f"{path}: expected a baseline file, found something else (a folder?)")
+        try:
+            baseline = parse(read_json(path), path)
+        except (BaselineTooNew, BaselineReplaceable):
+            raise
+        except BaselineError as e:  # parse's: wrongly typed, non-finite, not a baseline, too old
+            raise BaselineReplaceable(str(e)) from None
+        if baseline.test != key:
+            raise BaselineReplaceable(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file "
+                                      f"was renamed or copied -- move it back or delete it")
+        return baseline
+
+    def move_aside(self, path: str, key: str) -> str | None:
+        """Under the folder's lock: rename an unusable baseline to `<name>.corrupt-<UTC time>` (never deleted), so
+        --distperf-save can write a new one. None when it has become usable (or gone) meanwhile."""
+        from filelock import FileLock, Timeout
+
+        folder = os.path.dirname(path)
+        try:
+            with FileLock(os.path.join(folder, LOCK_NAME), timeout=jsonio.LOCK_TIMEOUT_SECONDS):
+                try:
+                    self.load(path, key)
+                    return None
+                except BaselineReplaceable:
+                    pass
+                stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                aside, n = f"{path}.corrupt-{stamp}", 1
+                while os.path.lexists(aside):
+                    n += 1
+                    aside = f"{path}.corrupt-{stamp}-{n}"
+                os.rename(path, aside)
+                return aside
+        except Timeout:
+            raise BaselineError(f"{path}: gave up waiting for the lock {os.path.join(folder, LOCK_NAME)} to move "
+                                f"the unusable file aside") from None
+        except OSError as e:
+            raise BaselineError(f"{path}: cannot move the unusable file aside: {e.strerror or e}") from None
+
+    def unmatched_note(self, machine_class: str, key: str) -> str | None:
+        """When this test has no file but its machine-class folder holds the baseline of what looks like the same
+        test under its old key: a note naming it. A candidate is a baseline whose test is gone from where it was
+        recorded (its file is missing or no longer defines it) and that has this test's name (a moved file, or
+        baselines saved from another project root) or this test's file (a renamed test). None otherwise: a
+        brand-new test next to other tests' baselines is simply new."""
+        folder = os.path.join(self.root, machine_class)
+        own = file_name_for(key)
+        try:
+            others = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".") and n != own)
+        except OSError:
+            return None
+        path, _, name = key.partition("::")
+        candidates, same_name = [], False
+        for n in others:
+            try:
+                other = read_json(os.path.join(folder, n)).get("test")
+            except Exception:  # unreadable or not an object: not a candidate
+                continue
+            if not isinstance(other, str) or other == key:
+                continue
+            other_path, _, other_name = other.partition("::")
+            named = bool(name) and other_name == name
+            if (named or other_path == path) and not self._test_exists(other_path, other_name):
+                candidates.append(n)
+                same_name = same_name or named
+        if not candidates:
+            return None
+        listed = ", ".join(candidates[:5]) + (f" and {len(candidates) - 5} more" if len(candidates) > 5 else "")
+        return (f"no baseline file {own} for this test (key {key!r}), but {folder} holds {len(candidates)} "
+                f"other baseline(s) of {'a test with the same name' if same_name else 'a test of this file'} that "
+                f"is no longer where it was recorded: {listed}. Was the test renamed or moved, or were the baselines "
+                f"saved from another project root? Rename the file (and its \"test\" field) or record it again "
+                f"with --distperf-save")
+
+    def _test_exists(self, rel_path: str, name: str) -> bool:
+        """Whether the test file (relative to the project root) still defines the test (by its function name)."""
+        try:
+            with open(os.path.join(self.project_root, rel_path), encoding="utf-8", errors="replace") as f:
+                source = f.read()
+        except OSError:
+            return False
+        function = name.rpartition("::")[2].partition("[")[0]
+        return not function or re.search(rf"\bdef\s+{re.escape(function)}\s*\(", source) is not None
+
+    def save(self, baseline: BaselineFile) -> str:
+        path = self.path_for(baseline.machine_class, baseline.test)
+        write_json_atomic(path, baseline.to_dict())
+        return path
+
+    def check_writable(self, machine_classes: Iterable[str] = ()) -> None:
+        """Fail early (before any job runs) when --distperf-save could not write here: the baselines folder and
+        the folders of these machine classes, each a folder (or creatable as one) that files can be written in;
+        the message says what is in the way. Creates nothing."""
+        from pytest_distperf.store.outputs import OutputPathError, check_folder
+
+        try:
+            check_folder(self.root, "--distperf-save: baselines folder")
+            for name in sorted(set(machine_classes)):
+                check_folder(os.path.join(self.root, name), f"--distperf-save: baselines of machine class {name}")
+        except OutputPathError as e:
+            raise BaselineError(str(e)) from None

@@ -1,0 +1,152 @@
+"""A session's `--distperf-json` report document -> the rows the history stores (plain data).
+
+Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
+metric: the metrics the gate keeps (measure/figures.metric_values) over the figures each run carries
+(`runs[].figures`, document.run_figures_in; a version-1 report's are derived from its measurements by the same
+definitions). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
+(failed at set-up, run without a gate) add no rows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_distperf.store.history.errors import ReportDocumentError
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One pytest session as the history keeps it."""
+
+    created_at: _dt.datetime  # when the session wrote its report (aware, UTC)
+    git_commit: str | None
+    host: str | None
+    environment: dict[str, Any]  # the report's environment (versions, host, cpu, commit)
+    report_digest: str  # SHA-256 of the canonical JSON of the whole document
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One run-level value of one metric of one job in one test."""
+
+    machine_class: str
+    test: str
+    job: str
+    config_hash: str | None
+    metric: str
+    unit: str
+    direction: str  # "lower" or "higher" is better
+    kind: str  # time | memory | count
+    run_index: int
+    value: float
+    host_load: float | None = None  # other load on the host's cores during the run (host_other_load_cores)
+
+
+def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecord, list[Measurement]]:
+    """Validate a `json_report` document and flatten it; `source` names it in errors (a file, an option)."""
+    if not isinstance(doc, dict):
+        raise ReportDocumentError(f"{source}: expected a distperf JSON report (an object), got {type(doc).__name__}")
+    for key, kind, what in (("created_at", str, "a string"), ("environment", dict, "an object"),
+                            ("tests", list, "an array")):
+        if not isinstance(doc.get(key), kind):
+            raise ReportDocumentError(f"{source}: '{key}' is missing or not {what} (is this a --distperf-json "
+                                      f"report?)")
+    from pytest_distperf.store.document import ReportVersionError, check_version
+
+    try:
+        check_version(doc, source)
+    except ReportVersionError as e:
+        raise ReportDocumentError(str(e)) from None
+    environment = doc["environment"]
+    session = SessionRecord(created_at=_timestamp(doc["created_at"], f"{source}: 'created_at'"),
+                            git_commit=_opt_str(environment.get("git_commit")),
+                            host=_opt_str(environment.get("host")), environment=environment,
+                            report_digest=report_digest(doc))
+    rows: list[Measurement] = []
+    for i, test in enumerate(doc["tests"]):
+        rows += _test_rows(test, f"{source}: tests[{i}]")
+    return session, rows
+
+
+def report_digest(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr).encode()).hexdigest()
+
+
+def _test_rows(test: Any, where: str) -> list[Measurement]:
+    if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
+        raise ReportDocumentError(f"{where}: a test entry needs a 'nodeid' string")
+    where = f"{where} ({test['nodeid']})"
+    jobs = test.get("jobs") or []
+    if not jobs:
+        return []
+    machine_class = test.get("machine_class")
+    if not isinstance(machine_class, str) or not machine_class:
+        raise ReportDocumentError(f"{where}: has jobs but no 'machine_class'")
+    if not isinstance(jobs, list):
+        raise ReportDocumentError(f"{where}: 'jobs' is not an array")
+    from pytest_distperf.measure.figures import metric_traits
+
+    rows = []
+    for j, job in enumerate(jobs):
+        job_where = f"{where}: jobs[{j}]"
+        if not isinstance(job, dict) or not isinstance(job.get("label"), str):
+            raise ReportDocumentError(f"{job_where}: a job needs a 'label' string")
+        runs = job.get("runs")
+        if not isinstance(runs, list):
+            raise ReportDocumentError(f"{job_where} ({job['label']}): 'runs' is missing or not an array")
+        loads = [_opt_float(run.get("host_other_load_cores")) if isinstance(run, dict) else None for run in runs]
+        for metric, values in run_metrics(runs, f"{job_where} ({job['label']})").items():
+            unit, direction, kind = metric_traits(metric)
+            rows += [Measurement(machine_class=machine_class, test=test["nodeid"], job=job["label"],
+                                 config_hash=_opt_str(job.get("config_hash")), metric=metric, unit=unit,
+                                 direction=direction, kind=kind, run_index=r, value=v, host_load=loads[r])
+                     for r, v in enumerate(values)]
+    return rows
+
+
+def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
+    """metric -> one value per run, from the report's run dicts (see the module docstring)."""
+    from pytest_distperf.store.document import run_figures_in
+    from pytest_distperf.measure.figures import metric_values
+
+    if not runs:
+        return {}
+    figures = []
+    for r, run in enumerate(runs):
+        run_where = f"{where}: runs[{r}]"
+        if not isinstance(run, dict):
+            raise ReportDocumentError(f"{run_where}: a run must be an object, got {type(run).__name__}")
+        probes = [k.get("probes") if isinstance(k, dict) else None for k in run.get("ranks") or []]
+        for i, p in enumerate(probes):
+            if p is not None and not isinstance(p, dict):
+                raise ReportDocumentError(f"{run_where}: ranks[{i}].probes must be an object or null, got "
+                                          f"{type(p).__name__}")
+        try:
+            figures.append(run_figures_in(run))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ReportDocumentError(f"{run_where}: figures, or step_times, peak_memory, ranks[].optimizer_state_bytes"
+                                      f" and ranks[].probes' comms.* values, must be numbers "
+                                      f"({type(e).__name__}: {e})") from None
+    return metric_values(figures)
+
+
+def _timestamp(text: str, where: str) -> _dt.datetime:
+    try:
+        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportDocumentError(f"{where}: {text!r} is not an ISO 8601 time") from None
+    if value.tzinfo is None:
+        raise ReportDocumentError(f"{where}: {text!r} has no UTC offset")
+    return value.astimezone(_dt.timezone.utc)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
