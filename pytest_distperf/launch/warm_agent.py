@@ -54,14 +54,35 @@ def cuda_mapped() -> bool:
         return False
 
 
-def preload() -> tuple[list[str], str | None]:
-    """Import what the job agents and ranks need; ([modules imported], why this agent cannot serve or None)."""
-    loaded = []
+def loads_cuda_driver(name: str) -> bool:
+    """Does importing `name` load the CUDA driver? Tried in a forked child, so this agent stays without it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(name)
+            code = 3 if cuda_mapped() else 0
+        except BaseException:
+            code = 2  # the import fails: the agent's own import reports it
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 3
+
+
+def preload(device: str = "cpu") -> tuple[list[str], list[str], str | None]:
+    """Import what the job agents and ranks need; ([modules imported], [libraries left to the ranks and why],
+    why this agent cannot serve or None). For CUDA jobs a strategy library whose import loads the CUDA driver is
+    left to the ranks (they import it themselves, as with a fresh agent): the agent must fork before cuInit."""
+    loaded, skipped = [], []
     for name in HARNESS_MODULES:
         importlib.import_module(name)
         loaded.append(name)
+    if cuda_mapped():
+        return loaded, skipped, "importing torch loaded the CUDA driver (libcuda) in the agent"
     for name in STRATEGY_LIBRARIES:
         if importlib.util.find_spec(name) is None:
+            continue
+        if device == "cuda" and loads_cuda_driver(name):
+            skipped.append(f"{name} (its import loads the CUDA driver)")
             continue
         try:
             importlib.import_module(name)
@@ -70,11 +91,11 @@ def preload() -> tuple[list[str], str | None]:
             continue
         loaded.append(name)
     if cuda_mapped():
-        return loaded, "importing torch and the strategy libraries loaded the CUDA driver (libcuda) in the agent"
+        return loaded, skipped, "importing the strategy libraries loaded the CUDA driver (libcuda) in the agent"
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
-        return loaded, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
-    return loaded, None
+        return loaded, skipped, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
+    return loaded, skipped, None
 
 
 class Channel:
@@ -156,14 +177,14 @@ def main() -> int:
     os.dup2(2, 1)
     started = time.monotonic()
     try:
-        loaded, problem = preload()
+        loaded, skipped, problem = preload(sys.argv[1] if len(sys.argv) > 1 else "cpu")
     except BaseException as e:
         channel.send({"ready": False, "reason": f"preloading failed: {type(e).__name__}: {e}"})
         return 1
     if problem:
         channel.send({"ready": False, "reason": problem, "preloaded": loaded})
         return 1
-    channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded,
+    channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded, "left_to_ranks": skipped,
                   "seconds": round(time.monotonic() - started, 3)})
     while True:
         request = channel.receive()

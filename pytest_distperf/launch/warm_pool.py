@@ -39,6 +39,7 @@ class AgentState:
     ended_after_failure: int = 0
     preload_seconds: list[float] = field(default_factory=list)
     preloaded: list[str] = field(default_factory=list)
+    left_to_ranks: list[str] = field(default_factory=list)  # libraries the ranks import themselves, and why
     refused: dict[str, str] = field(default_factory=dict)  # device kind -> why its jobs got fresh agents
 
 
@@ -97,7 +98,8 @@ class WarmAgent:
         self.device, self.log_path = device, log_path
         self.lock = threading.Lock()  # one job at a time; a concurrent job gets a fresh agent
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.launch.warm_agent"], env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.launch.warm_agent", device],
+                                         env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, bufsize=0)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -190,6 +192,7 @@ def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) ->
         STATE.started += 1
         STATE.preload_seconds.append(float(agent.ready.get("seconds", 0.0)) if agent.ready else 0.0)
         STATE.preloaded = list(agent.ready.get("preloaded", [])) if agent.ready else []
+        STATE.left_to_ranks = list(agent.ready.get("left_to_ranks", [])) if agent.ready else []
         _agents[key] = agent
     if not agent.lock.acquire(blocking=False):
         return None, "its warm agent is busy with another job of this process"
@@ -230,6 +233,7 @@ def describe() -> str:
     preload = sum(STATE.preload_seconds)
     text = (f"{STATE.started} warm agent(s) served {STATE.jobs} job(s) ({preload:.1f} s of imports, once an agent: "
             f"{', '.join(m for m in STATE.preloaded if '.' not in m)})"
+            + (f"; not preloaded: {', '.join(STATE.left_to_ranks)}" if STATE.left_to_ranks else "")
             + (f"; {STATE.ended_after_failure} ended after a failed job" if STATE.ended_after_failure else ""))
     return text + (f"; {refused}" if refused else "")
 
