@@ -178,9 +178,7 @@ def agent_cost(a: argparse.Namespace) -> dict:
           f"once a session): {agent_start:.2f} s with its first job")
     for device, why in warm_pool.STATE.refused.items():
         print(f"  no warm agent for {device} jobs (both sides below are fresh): {why}")
-    if warm_pool.STATE.left_to_ranks:
-        print(f"  left to the ranks: {', '.join(warm_pool.STATE.left_to_ranks)}")
-    out["refused"], out["left_to_ranks"] = dict(warm_pool.STATE.refused), list(warm_pool.STATE.left_to_ranks)
+    out["refused"] = dict(warm_pool.STATE.refused)
     for name, job in jobs.items():
         sides: dict[str, list[tuple[float, float | None]]] = {"fresh": [], "warm": []}
         for i in range(a.agents):

@@ -45,44 +45,37 @@ STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def cuda_mapped() -> bool:
-    """Is the CUDA driver library loaded in this process (CUDA initialised, forking CUDA ranks unsafe)?"""
-    try:
-        with open("/proc/self/maps") as f:
-            return any("libcuda.so" in line for line in f)
-    except OSError:
-        return False
+def cuda_forks_cleanly() -> str | None:
+    """Can a process forked from here use CUDA? CUDA does not survive fork once the driver is initialised (a library
+    may call cuInit at import, past torch's own lazy-init flag), so a forked child tries it: None, or why not.
+    (Torch's CUDA build maps libcuda at import without initialising it: being mapped is not the test.)"""
+    import torch
 
-
-def loads_cuda_driver(name: str) -> bool:
-    """Does importing `name` load the CUDA driver? Tried in a forked child, so this agent stays without it."""
+    if torch.cuda.is_initialized():
+        return "importing the strategy libraries initialised CUDA in the agent"
     pid = os.fork()
     if pid == 0:
         try:
-            importlib.import_module(name)
-            code = 3 if cuda_mapped() else 0
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            code = 0
         except BaseException:
-            code = 2  # the import fails: the agent's own import reports it
+            code = 4
         os._exit(code)
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 3
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "a process forked from the agent could not initialise CUDA (a preloaded library initialised the driver)"
+    return None
 
 
-def preload(device: str = "cpu") -> tuple[list[str], list[str], str | None]:
-    """Import what the job agents and ranks need; ([modules imported], [libraries left to the ranks and why],
-    why this agent cannot serve or None). For CUDA jobs a strategy library whose import loads the CUDA driver is
-    left to the ranks (they import it themselves, as with a fresh agent): the agent must fork before cuInit."""
-    loaded, skipped = [], []
+def preload(device: str = "cpu") -> tuple[list[str], str | None]:
+    """Import what the job agents and ranks need; ([modules imported], why this agent cannot serve or None)."""
+    loaded = []
     for name in HARNESS_MODULES:
         importlib.import_module(name)
         loaded.append(name)
-    if cuda_mapped():
-        return loaded, skipped, "importing torch loaded the CUDA driver (libcuda) in the agent"
     for name in STRATEGY_LIBRARIES:
         if importlib.util.find_spec(name) is None:
-            continue
-        if device == "cuda" and loads_cuda_driver(name):
-            skipped.append(f"{name} (its import loads the CUDA driver)")
             continue
         try:
             importlib.import_module(name)
@@ -90,12 +83,14 @@ def preload(device: str = "cpu") -> tuple[list[str], list[str], str | None]:
             print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         loaded.append(name)
-    if cuda_mapped():
-        return loaded, skipped, "importing the strategy libraries loaded the CUDA driver (libcuda) in the agent"
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
-        return loaded, skipped, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
-    return loaded, skipped, None
+        return loaded, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
+    if device == "cuda":  # a CPU job's ranks never touch the GPU
+        problem = cuda_forks_cleanly()
+        if problem:
+            return loaded, problem
+    return loaded, None
 
 
 class Channel:
@@ -177,14 +172,14 @@ def main() -> int:
     os.dup2(2, 1)
     started = time.monotonic()
     try:
-        loaded, skipped, problem = preload(sys.argv[1] if len(sys.argv) > 1 else "cpu")
+        loaded, problem = preload(sys.argv[1] if len(sys.argv) > 1 else "cpu")
     except BaseException as e:
         channel.send({"ready": False, "reason": f"preloading failed: {type(e).__name__}: {e}"})
         return 1
     if problem:
         channel.send({"ready": False, "reason": problem, "preloaded": loaded})
         return 1
-    channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded, "left_to_ranks": skipped,
+    channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded,
                   "seconds": round(time.monotonic() - started, 3)})
     while True:
         request = channel.receive()

@@ -39,7 +39,6 @@ class AgentState:
     ended_after_failure: int = 0
     preload_seconds: list[float] = field(default_factory=list)
     preloaded: list[str] = field(default_factory=list)
-    left_to_ranks: list[str] = field(default_factory=list)  # libraries the ranks import themselves, and why
     refused: dict[str, str] = field(default_factory=dict)  # device kind -> why its jobs got fresh agents
 
 
@@ -192,7 +191,6 @@ def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) ->
         STATE.started += 1
         STATE.preload_seconds.append(float(agent.ready.get("seconds", 0.0)) if agent.ready else 0.0)
         STATE.preloaded = list(agent.ready.get("preloaded", [])) if agent.ready else []
-        STATE.left_to_ranks = list(agent.ready.get("left_to_ranks", [])) if agent.ready else []
         _agents[key] = agent
     if not agent.lock.acquire(blocking=False):
         return None, "its warm agent is busy with another job of this process"
@@ -233,7 +231,6 @@ def describe() -> str:
     preload = sum(STATE.preload_seconds)
     text = (f"{STATE.started} warm agent(s) served {STATE.jobs} job(s) ({preload:.1f} s of imports, once an agent: "
             f"{', '.join(m for m in STATE.preloaded if '.' not in m)})"
-            + (f"; not preloaded: {', '.join(STATE.left_to_ranks)}" if STATE.left_to_ranks else "")
             + (f"; {STATE.ended_after_failure} ended after a failed job" if STATE.ended_after_failure else ""))
     return text + (f"; {refused}" if refused else "")
 
