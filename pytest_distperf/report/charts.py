@@ -8,12 +8,12 @@ templates insert a chart as it is.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from markupsafe import Markup
 
+from pytest_distperf.measure.figures import step_time_of
 from pytest_distperf.measure.units import fmt_seconds
 from pytest_distperf.rank.probes.timeline import StepTimeline
 from pytest_distperf.report.outcomes import LIMIT_SIGN
@@ -118,7 +118,7 @@ def strip_chart(rows: Sequence[tuple[str, list[float], str, str]], unit: str, la
                 c.add(f'<circle cx="{x(v):.1f}" cy="{y:.1f}" r="3.2">{title}</circle>')
         c.add("</g>")
         if vs:
-            med = statistics.median(vs)
+            med = step_time_of(vs)  # each row is step times: its median is the step-time figure
             c.line(x(med), yc - 9, x(med), yc + 9, "#24292f", "median", 2.5,
                    title=f"{name}: median {fmt_unit(med, unit)}")
         if notes and i in notes:

@@ -4,13 +4,12 @@ recorded it, rank/probes/timeline.py). Read from the JSON document by views.repo
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from markupsafe import Markup
 
-from pytest_distperf.measure.figures import time_split_text
+from pytest_distperf.measure.figures import step_time_of, time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank.probes.timeline import StepTimeline
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
@@ -77,7 +76,7 @@ def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any
         times = [float(t) for run in runs for r in run["ranks"] if r.get("rank") == rank for t in r["step_times"]]
         name = f"rank {rank}" + (f" ({hosts.get(rank)})" if several_hosts and hosts.get(rank) else "")
         rows.append((name, times, RANK_COLOURS[k % len(RANK_COLOURS)], "circle"))
-        medians.append(statistics.median(times) if times else 0.0)
+        medians.append(step_time_of(times) if times else 0.0)  # the rank's step time (figures.step_time_of)
     notes: dict[int, tuple[str, bool]] = {}
     fastest = min(medians, default=0.0)
     for k, med in enumerate(medians):
