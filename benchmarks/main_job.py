@@ -5,9 +5,15 @@ on the path (so every run starts as a new user's would: no baselines of its own,
 limit. It prints each run's exit status, wall time and every check's outcome with its interval, then whether the
 exit status was the same every time (an inconclusive check may warn; it must never flip pass and fail).
 
-    python benchmarks/main_job.py [--runs 10] [--within 600] [--json PATH] [--output DIR] [-- extra pytest args]
+    python benchmarks/main_job.py [--runs 10] [--within 600] [--json PATH] [--output DIR]
+                                  [--fresh-vs-warm] [-- extra pytest args]
 
 --output DIR: each run's whole terminal output goes to DIR/run-N.txt.
+--fresh-vs-warm: alternate runs with `--distperf-fresh-agent` (before the warm agent) and without it (after),
+fresh first, so both modes see the same drift of a shared box; prints each mode's wall times and outcomes.
+
+Each run also counts the ranks that died of a signal (the plugin's "died of SIGABRT"-style lines) and glibc's
+heap-corruption messages in the output, so a crash rate per mode comes with the times.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +36,9 @@ sys.path.insert(0, str(ROOT))
 from pytest_distperf.store.jsonio import write_json_atomic  # noqa: E402
 
 MAIN_JOB = ("-m", "pytest", "--distperf", "-m", "zero3", "-p", "no:cacheprovider")
+# glibc's abort messages for a corrupted heap, and torch elastic's line for a rank ended by a signal.
+HEAP_MESSAGES = ("malloc(): ", "free(): ", "double free or corruption", "corrupted size vs. prev_size")
+SIGNAL_DEATH = re.compile(r"died of SIG[A-Z]+")
 
 
 def one_run(index: int, within: float, extra: list[str], output: str | None = None) -> dict:
@@ -61,7 +72,12 @@ def one_run(index: int, within: float, extra: list[str], output: str | None = No
                                    "outcome": c["outcome"], "ratio": c["ratio"], "low": c.get("low"),
                                    "high": c.get("high"), "pairs": c.get("pairs"), "limit": c["threshold"],
                                    "stopped": c.get("stopped", ""), "interval_text": c.get("interval_text")})
+        # Runs by their stable id: a job shared between tests is one job, its runs counted once.
+        jobs = len({r.get("id") for t in doc["tests"] for j in t.get("jobs", []) for r in j.get("runs", [])}
+                   if os.path.exists(report) else ())
         return {"run": index, "rc": rc, "wall_s": round(wall, 1), "tests": dict(outcomes), "checks": checks,
+                "jobs": jobs, "heap_messages": sum(text.count(m) for m in HEAP_MESSAGES),
+                "signal_deaths": len({line.strip() for line in text.splitlines() if SIGNAL_DEATH.search(line)}),
                 "summary": tail.strip().splitlines()[-1] if tail.strip() else ""}
 
 
@@ -81,19 +97,36 @@ def main() -> int:
     ap.add_argument("--within", type=float, default=600.0, help="seconds each run must end within")
     ap.add_argument("--json", help="write every run's record here (rewritten after each run)")
     ap.add_argument("--output", help="write each run's terminal output to OUTPUT/run-N.txt")
+    ap.add_argument("--fresh-vs-warm", action="store_true",
+                    help="alternate --distperf-fresh-agent runs (odd) with warm-agent runs (even)")
     ap.add_argument("extra", nargs="*", help="more pytest arguments, after --")
     args = ap.parse_args()
     runs: list[dict] = []
     for i in range(1, args.runs + 1):
-        r = one_run(i, args.within, args.extra, args.output)
+        mode = ("fresh" if i % 2 else "warm") if args.fresh_vs_warm else None
+        extra = args.extra + (["--distperf-fresh-agent"] if mode == "fresh" else [])
+        r = one_run(i, args.within, extra, args.output)
+        r["agent"] = mode
         runs.append(r)
-        print(f"run {i}: exit {r['rc']}, {r['wall_s']:.0f} s, tests {r['tests']}  ({r['summary']})", flush=True)
+        print(f"run {i}{f' ({mode} agent)' if mode else ''}: exit {r['rc']}, {r['wall_s']:.0f} s, tests {r['tests']},"
+              f" {r['jobs']} launches, {r['signal_deaths']} rank(s) ended by a signal, {r['heap_messages']} heap message(s)"
+              f"  ({r['summary']})", flush=True)
         for c in r["checks"]:
             print(f"    {c['test']} {c['check']}: {c['outcome']} {c['ratio']:.3f}{_interval(c)} vs {c['limit']:g}"
                   f" ({c['pairs']} pairs; {c['stopped'] or '-'})", flush=True)
         if args.json:
             write_json_atomic(args.json, {"command": "python " + " ".join(MAIN_JOB + tuple(args.extra)),
-                                          "within_s": args.within, "runs": runs})
+                                          "within_s": args.within, "fresh_vs_warm": args.fresh_vs_warm,
+                                          "runs": runs})
+    if args.fresh_vs_warm:
+        for mode in ("fresh", "warm"):
+            of = [r for r in runs if r["agent"] == mode]
+            if of:
+                w = [r["wall_s"] for r in of]
+                print(f"{mode} agent: {len(of)} runs, wall median {statistics.median(w):.0f} s ({min(w):.0f}-{max(w):.0f}),"
+                      f" exit statuses {dict(Counter(r['rc'] for r in of))}, {sum(r['jobs'] for r in of)} launches,"
+                      f" {sum(r['signal_deaths'] for r in of)} rank(s) ended by a signal,"
+                      f" {sum(r['heap_messages'] for r in of)} heap message(s)")
     statuses = Counter(r["rc"] for r in runs)
     walls = [r["wall_s"] for r in runs]
     over = sum(1 for w in walls if w > args.within)
