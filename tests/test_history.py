@@ -415,7 +415,8 @@ def test_a_step_change_in_24_sessions_is_found_at_its_commit_range(url):
 
 
 def test_session_trends_are_the_series_of_that_report(tmp_path):
-    from pytest_distperf.store.history import report_series, session_trends
+    from pytest_distperf.report.charts import trend_series
+    from pytest_distperf.store.history import session_trends
 
     db, zero3, comm = str(tmp_path / "h.db"), load(), load(REPORT_COMMS)
     record_session(db, zero3)
@@ -424,7 +425,7 @@ def test_session_trends_are_the_series_of_that_report(tmp_path):
     assert {(t.key.test, t.key.job, t.key.metric) for t in found} == {
         (r.test, r.job, r.metric) for r in read_report(comm)[1]}
     assert all(len(t.points) == 1 for t in found)
-    series = report_series(found)  # the HTML report's own input type
+    series = trend_series(found)  # the HTML report's own input type
     assert [(s.test, s.job, s.metric, s.unit) for s in series] == [
         (t.key.test, t.key.job, t.key.metric, t.unit) for t in found]
 

@@ -88,7 +88,7 @@ def warm_rank_setup() -> WarmRankSetup:
     """In a job agent forked from the warm agent: make its torch.cuda checks go through NVML (no cuInit, so its
     ranks can still be forked for CUDA), and note what its ranks must set. libgomp read OMP_NUM_THREADS when the
     warm agent loaded torch, started without it: a rank sets the job's value explicitly."""
-    from pytest_distperf.launch.warm_agent import NVML_CHECK
+    from pytest_distperf.launch.devices import NVML_CHECK
 
     drop: tuple[str, ...] = ()
     if NVML_CHECK not in os.environ:

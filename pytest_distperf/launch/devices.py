@@ -9,6 +9,8 @@ import subprocess
 from typing import Any, Iterator
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+# torch.cuda.is_available() through NVML: no cuInit, so a process stays fork-safe for CUDA ranks.
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 # What a CPU job's ranks get: no GPU, and every library told so. On a machine with GPUs each library
 # would otherwise pick CUDA by itself -- DeepSpeed's get_accelerator() chose CUDA on a 1-GPU box and

@@ -41,8 +41,6 @@ HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.mult
 # work phase's profiler stop ("malloc(): unsorted double linked list corrupted"; 0 in 60 without it, 0 in 15 with
 # fresh agents, 2-core box). Lightning's jobs import it in their ranks, as with a fresh agent.
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
-# torch.cuda.is_available() through NVML: no cuInit, so the process stays fork-safe for CUDA ranks.
-NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def cuda_forks_cleanly() -> str | None:

@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_distperf.launch.warm_agent import NVML_CHECK, Channel
+from pytest_distperf.launch.devices import NVML_CHECK
+from pytest_distperf.launch.warm_agent import Channel
 
 # Variables that differ between jobs an agent serves, set in each job agent's environment before it imports
 # anything that reads them: the GPUs a job got (read when a rank initialises CUDA) and the threads (a forked

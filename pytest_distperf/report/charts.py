@@ -9,9 +9,13 @@ templates insert a chart as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from markupsafe import Markup
+
+if TYPE_CHECKING:
+    from pytest_distperf.store.history.trend import ChangePoint as HistoryChangePoint
+    from pytest_distperf.store.history.trend import Trend
 
 from pytest_distperf.measure.figures import step_time_of
 from pytest_distperf.measure.units import fmt_seconds
@@ -68,6 +72,29 @@ class TrendSeries:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.test, self.job, self.metric)
+
+
+def trend_series(found: "Iterable[Trend]") -> list[TrendSeries]:
+    """The history's trends (store/history.trends, session_trends) as the trend chart's input."""
+    return [_trend_series(t) for t in found]
+
+
+def _trend_series(t: "Trend") -> TrendSeries:
+    points = [TrendPoint(commit=p.git_commit or "?", time=p.created_at.isoformat(), value=p.value,
+                         low=min(p.runs), high=max(p.runs)) for p in t.points]
+    change_points = [ChangePoint(index=c.index, commit_before=c.before.git_commit or "?",
+                                 commit_after=c.after.git_commit or "?", before=c.before_mean,
+                                 after=c.after_mean, note=_change_note(c)) for c in t.change_points]
+    k = t.key
+    return TrendSeries(machine_class=k.machine_class, test=k.test, job=k.job, metric=k.metric,
+                       unit=t.unit, points=points, change_points=change_points, direction=t.direction)
+
+
+def _change_note(c: "HistoryChangePoint") -> str:
+    notes = [c.verdict, f"p = {c.pvalue:.2g}"]
+    if c.config_changed:
+        notes.append("job configuration changed")
+    return ", ".join(notes + list(c.environment_changes))
 
 
 

@@ -250,14 +250,15 @@ def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: s
     history: list[Any] = []
     history_error = None
     if history_url and entries:
-        from pytest_distperf.store.history import HistoryError, record_session, report_series, session_trends
+        from pytest_distperf.report.charts import trend_series
+        from pytest_distperf.store.history import HistoryError, record_session, session_trends
 
         try:
             recorded = record_session(history_url, doc)
             written.append(f"history: session {recorded.session_id} ({recorded.rows} values"
                            f"{', already recorded' if recorded.duplicate else ''}) in {recorded.where}")
             if html_path:
-                history = report_series(session_trends(history_url, doc))
+                history = trend_series(session_trends(history_url, doc))
         except HistoryError as e:  # the other reports are still written; the error fails the run after them
             history_error = e
     if html_path:

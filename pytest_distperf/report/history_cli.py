@@ -64,10 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
 def write_html(found: list[Trend], path: str) -> str:
     """The trend page of the HTML report (report.html.render_history)."""
-    from pytest_distperf.store.history import report_series
     from pytest_distperf.report import html as report_html
+    from pytest_distperf.report.charts import trend_series
 
-    report_html.write_text(path, report_html.render_history(report_series(found)))
+    report_html.write_text(path, report_html.render_history(trend_series(found)))
     return path
 
 

@@ -34,7 +34,7 @@ Public functions (the only ones other modules should call):
 - `session_trends(url, report_doc, **change_point_settings) -> list[Trend]`: the trends of exactly the series
   (machine class, test, job, metric) that this report document measured, e.g. for its HTML report.
 
-- `report_series(trends) -> list[report.html.TrendSeries]`: the same trends as the HTML report's input type
+- The HTML report draws them through `report.charts.trend_series(trends)`, its input type
   (`render_html(doc, history=...)`, `render_history(series)`): per point the session's median with its runs'
   range as the whisker; per change point the commit range, the segment means and a note with the verdict,
   change, p-value and what else changed there.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pytest_distperf.store.history.trend import Trend
 
 __all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
-           "record_session", "render_text", "report_series", "session_trends", "trends"]
+           "record_session", "render_text", "session_trends", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
@@ -119,12 +119,6 @@ def render_text(found: list[Trend], points: bool = False) -> str:
     from pytest_distperf.store.history.text import render
 
     return render(found, points=points)
-
-
-def report_series(found: list[Trend]) -> list[Any]:
-    from pytest_distperf.store.history.trend import to_report_series
-
-    return [to_report_series(t) for t in found]
 
 
 def _require_extra(option: str, *modules: str) -> None:

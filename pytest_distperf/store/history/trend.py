@@ -141,27 +141,6 @@ def _change_point(points: list[TrendPoint], split: changepoints.Split, direction
                        environment_changes=env)
 
 
-def to_report_series(t: Trend) -> Any:
-    """`t` as report.html's TrendSeries (the HTML report's own input type)."""
-    from pytest_distperf.report import html as report_html
-
-    points = [report_html.TrendPoint(commit=p.git_commit or "?", time=p.created_at.isoformat(), value=p.value,
-                                     low=min(p.runs), high=max(p.runs)) for p in t.points]
-    change_points = [report_html.ChangePoint(index=c.index, commit_before=c.before.git_commit or "?",
-                                             commit_after=c.after.git_commit or "?", before=c.before_mean,
-                                             after=c.after_mean, note=_note(c)) for c in t.change_points]
-    k = t.key
-    return report_html.TrendSeries(machine_class=k.machine_class, test=k.test, job=k.job, metric=k.metric,
-                                   unit=t.unit, points=points, change_points=change_points, direction=t.direction)
-
-
-def _note(c: ChangePoint) -> str:
-    notes = [c.verdict, f"p = {c.pvalue:.2g}"]
-    if c.config_changed:
-        notes.append("job configuration changed")
-    return ", ".join(notes + list(c.environment_changes))
-
-
 def _max(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
