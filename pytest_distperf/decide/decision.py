@@ -91,6 +91,7 @@ T = TypeVar("T")  # what a look returns (look_until)
 
 from pytest_distperf.measure.stats import relative_spread
 from pytest_distperf.measure.wording import bound_text
+from pytest_distperf.spec.settings import MAX_LOOKS
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
@@ -215,7 +216,6 @@ DESIGN_SPENDING = "pocock"
 
 
 _GRID = 81  # Simpson points over the continuation region (odd), at least; more where increments are small
-MAX_LOOKS = 64  # the budget's ceiling (pairs or candidate runs)
 _C_MAX = 12.0  # a look that spends (next to) nothing: nominal level ~1e-33
 
 

@@ -16,6 +16,9 @@ from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch.devices import DEVICE_CHOICES, resolve_device
 from pytest_distperf.launch.gpuclocks import parse_setting as parse_clock_setting
 
+# The most looks (pairs, or candidate runs) a verdict may take: decide/decision.py designs its boundaries up to it.
+MAX_LOOKS = 64
+
 DEFAULTS: dict[str, Any] = {
     "device": "auto",
     "world_size": 2,
@@ -120,8 +123,6 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
 
 
 def _max_repeats(value: Any, where: str) -> int:
-    from pytest_distperf.decide.decision import MAX_LOOKS
-
     n = _positive(value, int, where)
     if not 2 <= n <= MAX_LOOKS:
         raise SettingsError(f"{where}: expected a number of pairs from 2 to {MAX_LOOKS}, got {value!r}")
