@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from pytest_distperf.spec.settings import TestPlan, build_settings, plan_test
+from pytest_distperf.spec.settings import DEVICE_CHOICES, TestPlan, build_settings, plan_test
 from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, SettingsError
-from pytest_distperf.launch.devices import DEVICE_CHOICES, visible_gpu_count
+from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.session import DistPerfSession
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_distperf.launch.devices import resolve_device
+from pytest_distperf.spec.settings import resolve_device
 from pytest_distperf.spec.settings import DEFAULTS, SettingsError, build_settings, plan_test
 
 

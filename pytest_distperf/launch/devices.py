@@ -8,7 +8,6 @@ import shutil
 import subprocess
 from typing import Any, Iterator
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 # torch.cuda.is_available() through NVML: no cuInit, so a process stays fork-safe for CUDA ranks.
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
@@ -101,26 +100,3 @@ def physical_gpu_count() -> int:
         if lib is not None:
             return int(lib.nvmlDeviceGetCount())
     return sum(1 for line in nvidia_smi("-L") if line.startswith("GPU "))
-
-
-def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:
-    """Return (device, None) or (None, skip reason).
-
-    option: --distperf-device (auto|cpu|cuda); marker: the test's own device= (None/auto: follow the option;
-    cpu: always CPU; cuda: the test needs GPUs).
-    """
-    if marker in (None, "auto"):
-        if option == "cpu":
-            return "cpu", None
-        if option == "auto":
-            return ("cuda", None) if gpus >= world_size > 0 and gpus > 0 else ("cpu", None)
-        return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
-    if marker == "cpu":
-        return "cpu", None
-    if option == "cpu":
-        return None, "this test needs CUDA, and --distperf-device=cpu was given"
-    return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
-
-
-def _too_few(world_size: int, gpus: int) -> str:
-    return f"needs {world_size} GPU{'s' if world_size != 1 else ''} (world_size={world_size}); this machine has {gpus}"

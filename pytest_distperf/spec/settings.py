@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.launch.devices import DEVICE_CHOICES, resolve_device
 from pytest_distperf.launch.gpuclocks import parse_setting as parse_clock_setting
 
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 # The most looks (pairs, or candidate runs) a verdict may take: decide/decision.py designs its boundaries up to it.
 MAX_LOOKS = 64
 
@@ -120,6 +120,29 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     if v <= 0:
         raise SettingsError(f"{where}: expected {what}, got {value!r}")
     return v
+
+
+def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:
+    """Return (device, None) or (None, skip reason).
+
+    option: --distperf-device (auto|cpu|cuda); marker: the test's own device= (None/auto: follow the option;
+    cpu: always CPU; cuda: the test needs GPUs).
+    """
+    if marker in (None, "auto"):
+        if option == "cpu":
+            return "cpu", None
+        if option == "auto":
+            return ("cuda", None) if gpus >= world_size > 0 and gpus > 0 else ("cpu", None)
+        return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
+    if marker == "cpu":
+        return "cpu", None
+    if option == "cpu":
+        return None, "this test needs CUDA, and --distperf-device=cpu was given"
+    return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
+
+
+def _too_few(world_size: int, gpus: int) -> str:
+    return f"needs {world_size} GPU{'s' if world_size != 1 else ''} (world_size={world_size}); this machine has {gpus}"
 
 
 def _max_repeats(value: Any, where: str) -> int:
