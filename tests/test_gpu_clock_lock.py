@@ -20,8 +20,9 @@ from pytest_distperf.spec.settings import build_settings
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch import gpuclocks
 from pytest_distperf.launch.devices import visible_gpu_count
-from pytest_distperf.launch.gpuclocks import (ClockState, LockedGpu, SessionClocks, match_visible, parse_setting,
-                                             process_start, read_states, stale_to_reset)
+from pytest_distperf.launch.gpuclocks import (ClockState, LockedGpu, SessionClocks, match_visible, process_start,
+                                             read_states, stale_to_reset)
+from pytest_distperf.spec.settings import parse_clock_setting as parse_setting
 
 
 @pytest.mark.parametrize("value,expected", [(None, None), ("", None), ("false", None), (False, None),

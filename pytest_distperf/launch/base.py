@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.spec.settings import LAUNCHERS
 
-LAUNCHERS = ("local", "torchrun", "slurm")
 
 
 class Launcher(Protocol):

@@ -34,33 +34,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError, UnsafeFolderError
+from pytest_distperf.spec.settings import CLOCKS_DEFAULT as DEFAULT, CLOCKS_EXTERNAL as EXTERNAL
 
 STATE_PREFIX = "gpu-clocks-"
 STATE_ENV = "DISTPERF_GPU_CLOCKS_STATE"
-EXTERNAL = "external"
-DEFAULT = "default"  # the GPU's default applications clock (else its max graphics clock)
 SIGNALS = ("SIGTERM", "SIGHUP")
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
-
-
-def parse_setting(value: Any, where: str) -> str | int | None:
-    """None (off), DEFAULT, EXTERNAL, or MHz from a command-line/ini value."""
-    if value is None or value is False:
-        return None
-    text = str(value).strip().lower()
-    if text in ("", "false", "0", "no", "off"):
-        return None
-    if text in ("true", "1", "yes", "on", DEFAULT):
-        return DEFAULT
-    if text == EXTERNAL:
-        return EXTERNAL
-    if text.isdigit():
-        return int(text)
-    hint = (" (argparse took a path as the option's value: write --distperf-lock-gpu-clocks=MHZ, or put the flag "
-            "after the paths)" if os.path.exists(str(value)) else "")
-    raise SettingsError(f"{where}: expected nothing (the default applications clock), a clock in MHz, 'external' "
-                        f"(clocks locked outside pytest) or false; got {value!r}{hint}")
 
 
 @dataclass

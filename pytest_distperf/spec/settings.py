@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.launch.gpuclocks import parse_setting as parse_clock_setting
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+LAUNCHERS = ("local", "torchrun", "slurm")
+# --distperf-lock-gpu-clocks: the GPU's default applications clock (else its max graphics clock), or clocks locked
+# outside pytest (launch/gpuclocks acts on them)
+CLOCKS_DEFAULT, CLOCKS_EXTERNAL = "default", "external"
 # The most looks (pairs, or candidate runs) a verdict may take: decide/decision.py designs its boundaries up to it.
 MAX_LOOKS = 64
 
@@ -122,6 +125,25 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     return v
 
 
+def parse_clock_setting(value: Any, where: str) -> str | int | None:
+    """None (off), CLOCKS_DEFAULT, CLOCKS_EXTERNAL, or MHz from a command-line/ini value."""
+    if value is None or value is False:
+        return None
+    text = str(value).strip().lower()
+    if text in ("", "false", "0", "no", "off"):
+        return None
+    if text in ("true", "1", "yes", "on", CLOCKS_DEFAULT):
+        return CLOCKS_DEFAULT
+    if text == CLOCKS_EXTERNAL:
+        return CLOCKS_EXTERNAL
+    if text.isdigit():
+        return int(text)
+    hint = (" (argparse took a path as the option's value: write --distperf-lock-gpu-clocks=MHZ, or put the flag "
+            "after the paths)" if os.path.exists(str(value)) else "")
+    raise SettingsError(f"{where}: expected nothing (the default applications clock), a clock in MHz, 'external' "
+                        f"(clocks locked outside pytest) or false; got {value!r}{hint}")
+
+
 def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:
     """Return (device, None) or (None, skip reason).
 
@@ -215,8 +237,6 @@ _SLURM_ONLY = ("slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gp
 
 def build_cluster(pick: Callable[[str], tuple[Any, str]]) -> ClusterSettings:
     """The launcher options, each checked against the launcher that uses it (docs/cluster.md)."""
-    from pytest_distperf.launch.base import LAUNCHERS
-
     launcher, where = pick("launcher")
     if launcher not in LAUNCHERS:
         raise SettingsError(f"{where}: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
