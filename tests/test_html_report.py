@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf.rank.probes.timeline import StepTimeline, step_timeline
+from pytest_distperf.rank.probes.results import StepTimeline
+from pytest_distperf.rank.probes.timeline import step_timeline
 from pytest_distperf.rank.probes.trace import Trace, load
 from pytest_distperf.report.charts import timeline_chart
 from pytest_distperf.report.html import (SECTIONS, ChangePoint, TrendPoint, TrendSeries, render_history, render_html,

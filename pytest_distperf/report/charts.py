@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from pytest_distperf.measure.figures import step_time_of
 from pytest_distperf.measure.units import fmt_seconds
-from pytest_distperf.rank.probes.timeline import StepTimeline
+from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.report.outcomes import LIMIT_SIGN
 from pytest_distperf.report.rows import fmt_unit
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, SIDE_COLOURS, Chart, esc,

@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from pytest_distperf.measure.figures import step_time_of, time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.rank.probes.timeline import StepTimeline
+from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
 from pytest_distperf.report.rows import probe_records, run_steps, short_nodeid, unique_jobs
 from pytest_distperf.report.svg import COMM_COLOUR, COMPUTE_COLOUR, OVERLAP_COLOUR, RANK_COLOURS, legend

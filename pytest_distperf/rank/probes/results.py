@@ -9,10 +9,37 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
-if TYPE_CHECKING:
-    from pytest_distperf.rank.probes.timeline import StepTimeline
+from pytest_distperf.rank.probes.trace import Interval, intersection, union
+
+
+@dataclass
+class StepTimeline:
+    """When compute and communication ran in one profiled step of one rank (µs from the step's start)."""
+
+    rank: int
+    source: str  # what the lanes are: GPU_SOURCE or CPU_SOURCE
+    step: int  # which profiled step (0-based) of `steps`
+    steps: int
+    length: float  # µs, the step's range
+    compute: list[Interval]
+    comm: list[tuple[float, float, str]]  # (start, end, name)
+
+    def overlap(self) -> list[Interval]:
+        """Where compute and communication ran at once."""
+        return intersection(self.compute, ((s, e) for s, e, _ in self.comm))
+
+    def comm_time(self) -> float:
+        """µs during which some communication ran."""
+        return sum(e - s for s, e in union((s, e) for s, e, _ in self.comm))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StepTimeline":
+        """A timeline as the JSON document holds it (lists for the tuples)."""
+        return cls(rank=int(d["rank"]), source=str(d["source"]), step=int(d["step"]), steps=int(d["steps"]),
+                   length=float(d["length"]), compute=[(float(s), float(e)) for s, e in d["compute"]],
+                   comm=[(float(s), float(e), str(n)) for s, e, n in d["comm"]])
 
 
 def _median(values: list[float]) -> float:

@@ -7,44 +7,16 @@ these records back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_distperf.rank.probes import STEP_MARK
 from pytest_distperf.rank.probes.comms import COLLECTIVE_OPS
-from pytest_distperf.rank.probes.trace import KERNEL_CAT, Interval, Trace, intersection, interval, is_comm_kernel, union
+from pytest_distperf.rank.probes.results import StepTimeline
+from pytest_distperf.rank.probes.trace import KERNEL_CAT, Interval, Trace, interval, is_comm_kernel, union
 
 GPU_SOURCE = "GPU kernels"
 CPU_SOURCE = "CPU ops"
 RESOLUTION = 700  # gaps shorter than 1/700 of the step are closed: a chart 900 px wide cannot show them
-
-
-@dataclass
-class StepTimeline:
-    """When compute and communication ran in one profiled step of one rank (µs from the step's start)."""
-
-    rank: int
-    source: str  # what the lanes are: GPU_SOURCE or CPU_SOURCE
-    step: int  # which profiled step (0-based) of `steps`
-    steps: int
-    length: float  # µs, the step's range
-    compute: list[Interval]
-    comm: list[tuple[float, float, str]]  # (start, end, name)
-
-    def overlap(self) -> list[Interval]:
-        """Where compute and communication ran at once."""
-        return intersection(self.compute, ((s, e) for s, e, _ in self.comm))
-
-    def comm_time(self) -> float:
-        """µs during which some communication ran."""
-        return sum(e - s for s, e in union((s, e) for s, e, _ in self.comm))
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StepTimeline":
-        """A timeline as the JSON document holds it (lists for the tuples)."""
-        return cls(rank=int(d["rank"]), source=str(d["source"]), step=int(d["step"]), steps=int(d["steps"]),
-                   length=float(d["length"]), compute=[(float(s), float(e)) for s, e in d["compute"]],
-                   comm=[(float(s), float(e), str(n)) for s, e, n in d["comm"]])
 
 
 def _is_comm_name(name: str) -> bool:
