@@ -58,7 +58,7 @@ from benchmarks.detection_power import run_once  # noqa: E402
 from benchmarks.work_figures import gate_trial  # noqa: E402
 from pytest_distperf.decide import against  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
-from pytest_distperf.decide.decision import Clock  # noqa: E402
+from pytest_distperf.decide.stopping import Clock  # noqa: E402
 from pytest_distperf.measure.figures import run_step_time, run_work  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402

@@ -5,9 +5,9 @@ nominal levels).
 
 Each simulated sequence is one comparison as the harness runs it: the first look's pairs (3), then pairs while
 INCONCLUSIVE, up to the budget (12): the new design steps to its planned looks (3 -> 6 -> 12), the old one added
-one pair at a time and looked after each. The intervals are the core's own: its nominal levels (decision.look_levels;
-for the old design decision.critical_values with power-3 spending) and decision.t_upper_inv, applied here to many
-sequences at once with numpy (the per-sequence decision, decision.until_decided, is the same rule; tests/
+one pair at a time and looked after each. The intervals are the core's own: its nominal levels (sequential.look_levels;
+for the old design sequential.critical_values with power-3 spending) and sequential.t_upper_inv, applied here to many
+sequences at once with numpy (the per-sequence decision, stopping.until_decided, is the same rule; tests/
 test_decision.py runs it on sequences).
 
 Effects are in SDs of the quantity the interval is made of -- a pair's log ratio (paired), or a candidate run's log
@@ -40,9 +40,9 @@ try:
 except ImportError:  # pragma: no cover - a benchmark, not the plugin
     sys.exit("benchmarks/decision_power.py needs numpy (pip install numpy)")
 
-from pytest_distperf.decide import decision  # noqa: E402
+from pytest_distperf.decide import decision, sequential  # noqa: E402
 
-N, FIRST = decision.DEFAULT_MAX_PAIRS, decision.FIRST_LOOK
+N, FIRST = decision.DEFAULT_MAX_PAIRS, sequential.FIRST_LOOK
 ALPHA = (1.0 - decision.DEFAULT_CONFIDENCE) / 2.0  # one side's error over all looks
 EFFECTS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 12.0)
 SHAPES = ("gaussian", "skewed", "t3")
@@ -66,15 +66,15 @@ def old_design(method: str, m: int = 0) -> list[tuple[int, float]]:
     else:
         full = 1.0 / (1.0 / m + 1.0 / N)
         times = tuple(min(1.0, (1.0 / (1.0 / m + 1.0 / n)) / full) for n in range(2, N + 1))
-    crit = decision.critical_values(times, ALPHA * 0.7, "power3")
-    return [(n, decision.normal_upper(crit[n - 2])) for n in range(FIRST, N + 1)]
+    crit = sequential.critical_values(times, ALPHA * 0.7, "power3")
+    return [(n, sequential.normal_upper(crit[n - 2])) for n in range(FIRST, N + 1)]
 
 
 DESIGNS: dict[str, Callable[..., list[tuple[int, float]]]] = {"old": old_design, "new": new_design}
 
 
 def t_crit(level: float, df: float) -> float:
-    return math.inf if level <= 0 else decision.t_upper_inv(level, df)
+    return math.inf if level <= 0 else sequential.t_upper_inv(level, df)
 
 
 # -- noise ---------------------------------------------------------------------------------------------------------

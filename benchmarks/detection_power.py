@@ -56,7 +56,9 @@ from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
 from pytest_distperf.measure.figures import KNOWN_METRICS  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
-from pytest_distperf.decide.decision import Budget, Clock, Design  # noqa: E402
+from pytest_distperf.decide.decision import Design  # noqa: E402
+from pytest_distperf.decide.stopping import Budget, Clock  # noqa: E402
+from pytest_distperf.decide.verdicts import MetricVerdict, decide_metric  # noqa: E402
 from pytest_distperf.measure.stats import quantile, relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.rank.results import RankResult, RunResult  # noqa: E402
@@ -230,9 +232,9 @@ def gate_trial(rng: random.Random, cond: list[float], stored: list[float], floor
     cand = [cond[draws.next()] for _ in range(args.repeats)]
     policy, design = Policy(time_threshold=floor), Design(max_pairs=args.max_pairs, first_look=args.repeats)
 
-    def verdicts() -> list[regression.MetricVerdict]:
-        return [regression.decide_metric("bench", "job", "step_time", base, MetricSeries(unit, direction, kind, cand),
-                                         policy, design)]
+    def verdicts() -> list[MetricVerdict]:
+        return [decide_metric("bench", "job", "step_time", base, MetricSeries(unit, direction, kind, cand),
+                              policy, design)]
 
     regression.until_job_decided(verdicts, lambda: len(cand), lambda: cand.append(cond[draws.next()]),
                              Budget(max_pairs=args.max_pairs, first_look=args.repeats), Clock())  # the design's looks

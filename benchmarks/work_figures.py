@@ -11,7 +11,7 @@ Collection: a stored block of --stored runs of the base copy (the baseline), the
 the recorded runs as benchmarks/detection_power.py does: the stored baseline is two thirds of the stored block (a
 different subset each trial); the candidate starts with --repeats runs and `regression.until_job_decided` adds one at a
 time while the verdict is INCONCLUSIVE, up to --max-runs, exactly as BaselineGate.check does; every metric is
-decided by the shipped `regression.decide_metric` with the default policy (wall time against its 5 % floor,
+decided by the shipped `verdicts.decide_metric` with the default policy (wall time against its 5 % floor,
 gpu_time against the 1 % work floor, counts exactly). FAIL on A/A is a false alarm, on `changed` a catch; a count
 starts from one candidate run, a time from --repeats.
 
@@ -41,7 +41,9 @@ from pytest_distperf.decide import regression  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
 from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
 from pytest_distperf.measure.figures import metric_traits  # noqa: E402
-from pytest_distperf.decide.decision import Budget, Clock, Design  # noqa: E402
+from pytest_distperf.decide.decision import Design  # noqa: E402
+from pytest_distperf.decide.stopping import Budget, Clock  # noqa: E402
+from pytest_distperf.decide.verdicts import MetricVerdict, decide_metric  # noqa: E402
 from pytest_distperf.measure.figures import run_gpu_busy, run_step_time, run_work  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
@@ -172,9 +174,9 @@ def gate_trial(rng: random.Random, metric: str, cond: list[float], stored: list[
     cand = [pool.pop() for _ in range(min(start, len(pool)))]
     design = Design(max_pairs=args.max_runs, first_look=start)
 
-    def verdicts() -> list[regression.MetricVerdict]:
-        return [regression.decide_metric("bench", "job", metric, base, MetricSeries(unit, direction, kind, cand),
-                                         Policy(), design)]
+    def verdicts() -> list[MetricVerdict]:
+        return [decide_metric("bench", "job", metric, base, MetricSeries(unit, direction, kind, cand),
+                              Policy(), design)]
 
     def extend() -> None:
         cand.append(pool.pop() if pool else rng.choice(cond))

@@ -32,7 +32,7 @@ from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, UsageE
 from pytest_distperf.rank.probes.results import probe_record
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.decide.decision import Budget, Clock
+from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.rank.workload import resolve_shape
 
@@ -91,8 +91,8 @@ class DistPerf:
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
         # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
         # wall clock runs from here, and the session's deadline (--distperf-session-budget).
-        # Pairs step from planned look to planned look (decision.planned_looks: the first at the test's repeats);
-        # a third or later look also keeps to the test's share of the session budget (decision.session_share).
+        # Pairs step from planned look to planned look (sequential.planned_looks: the first at the test's repeats);
+        # a third or later look also keeps to the test's share of the session budget (stopping.session_share).
         self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=pairs_deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
                              if settings.session_budget else "", first_look=plan.repeats,

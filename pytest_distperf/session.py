@@ -73,7 +73,7 @@ class DistPerfSession:
         self.against: Any = None  # --distperf-against: REF's checkout (gate/against.BaseCheckout)
 
     def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
-        """A starting test's share of --distperf-session-budget (decision.session_share), decided when its third
+        """A starting test's share of --distperf-session-budget (stopping.session_share), decided when its third
         look is due: the time left but a reserve for each of the later tests that may run adaptive pairs, the
         median of what the finished tests and this one's own first two looks have taken (so a cheap test that
         shares another's runs does not starve, and an expensive first test does not spend later tests' looks).
@@ -81,7 +81,7 @@ class DistPerfSession:
         without a session budget."""
         if self.pairs_deadline is None:
             return None
-        from pytest_distperf.decide.decision import session_share
+        from pytest_distperf.decide.stopping import session_share
 
         deadline, tests_left, finished = self.pairs_deadline, max(1, tests_left), list(self.test_seconds)
         later = tests_left - 1

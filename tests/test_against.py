@@ -114,8 +114,9 @@ def test_the_base_side_imports_the_project_from_the_worktree_and_the_harness_fro
 
 
 def test_the_progress_line_says_head_vs_base_and_pairs():
-    from pytest_distperf.decide.regression import MetricVerdict, until_job_decided
-    from pytest_distperf.decide.decision import Budget, Clock
+    from pytest_distperf.decide.regression import until_job_decided
+    from pytest_distperf.decide.stopping import Budget, Clock
+    from pytest_distperf.decide.verdicts import MetricVerdict
 
     pairs, lines = [3], []
     undecided = MetricVerdict(test="t", job="j", metric="step_time", metric_kind="time", unit="s", direction="lower",

@@ -1,6 +1,7 @@
-"""The decision core (decide/decision.py): its planned looks and levels, boundaries against published values, and
-its properties by simulation with fixed seeds -- false alarms over all looks, a first look that decides, power, the
-three outcomes, budgets and the session budget's sharing -- and the wording of intervals (measure/wording.py)."""
+"""The decision core (decide/decision.py; decide/sequential.py, decide/stopping.py): its planned looks and
+levels, boundaries against published values, and its properties by simulation with fixed seeds -- false
+alarms over all looks, a first look that decides, power, the three outcomes, budgets and the session
+budget's sharing -- and the wording of intervals (measure/wording.py)."""
 
 import math
 import random
@@ -8,21 +9,24 @@ import random
 import pytest
 
 from pytest_distperf.decide import decision as d
-from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
+from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
+from pytest_distperf.decide.sequential import (critical_values, nominal_level, normal_upper, planned_looks, t_upper,
+                                               t_upper_inv)
+from pytest_distperf.decide.stopping import Budget, Clock, session_share, stop_reason, until_decided
 from pytest_distperf.measure import wording
 
 
 def test_boundaries_match_published_obrien_fleming_type_spending():
     # Lan-DeMets O'Brien-Fleming-type spending, one side's alpha 0.025, 5 equally spaced looks (gsDesign sfLDOF,
     # ldbounds): 4.8769 3.3570 2.6803 2.2898 2.0310
-    crit = d.critical_values((0.2, 0.4, 0.6, 0.8, 1.0), 0.025, "obrien-fleming")
+    crit = critical_values((0.2, 0.4, 0.6, 0.8, 1.0), 0.025, "obrien-fleming")
     assert crit == pytest.approx((4.8769, 3.3570, 2.6803, 2.2898, 2.0310), abs=2e-4)
 
 
 def test_planned_looks_double_from_the_first_to_the_budget():
-    assert d.planned_looks(12) == (3, 6, 12) and Design().looks == (3, 6, 12)
-    assert d.planned_looks(8) == (3, 6, 8) and d.planned_looks(13) == (3, 6, 13)  # no look a pair before the last
-    assert d.planned_looks(12, 2) == (2, 4, 8, 12) and d.planned_looks(3) == (3,) and d.planned_looks(4, 5) == (4,)
+    assert planned_looks(12) == (3, 6, 12) and Design().looks == (3, 6, 12)
+    assert planned_looks(8) == (3, 6, 8) and planned_looks(13) == (3, 6, 13)  # no look a pair before the last
+    assert planned_looks(12, 2) == (2, 4, 8, 12) and planned_looks(3) == (3,) and planned_looks(4, 5) == (4,)
     design = Design()
     assert [design.look_at(n) for n in (1, 2, 3, 5, 6, 11, 12, 20)] == [0, 0, 3, 3, 6, 6, 12, 12]
     assert [design.next_look(n) for n in (2, 3, 5, 6, 12)] == [3, 6, 6, 12, 0]
@@ -35,26 +39,26 @@ def test_critical_values_of_the_design():
     levels = [design.level("paired", n) for n in design.looks]
     assert sum(levels) == pytest.approx(0.01, rel=1e-12)
     assert levels[0] == pytest.approx(0.01 * math.log(1 + (math.e - 1) / 4))
-    crit = [d.t_upper_inv(p, n - 1) for p, n in zip(levels, design.looks)]
+    crit = [t_upper_inv(p, n - 1) for p, n in zip(levels, design.looks)]
     assert crit == pytest.approx((11.765, 4.717, 3.260), abs=1e-3)
     # the previous design (a look after every pair, power-3 spending, 0.7 of the error) needed 75.9 at 3 pairs
-    old = d.critical_values(tuple(n / 12 for n in range(2, 13)), 0.007, "power3")
-    assert d.t_upper_inv(d.normal_upper(old[1]), 2) == pytest.approx(75.9, abs=0.1)
+    old = critical_values(tuple(n / 12 for n in range(2, 13)), 0.007, "power3")
+    assert t_upper_inv(normal_upper(old[1]), 2) == pytest.approx(75.9, abs=0.1)
     # nominal_level: the level of the planned look n has reached; nothing before the first
-    assert d.nominal_level("paired", 5, 12, 0.01) == pytest.approx(levels[0])
-    assert d.nominal_level("paired", 2, 12, 0.01) == 0.0
+    assert nominal_level("paired", 5, 12, 0.01) == pytest.approx(levels[0])
+    assert nominal_level("paired", 2, 12, 0.01) == 0.0
     # unpaired: spending on the information 1/(1/m + 1/n), 0.7 of the error (skewed runs, module docstring)
     unp = [design.level("unpaired", n, 12) for n in design.looks]
     assert sum(unp) == pytest.approx(0.007, rel=1e-12) and unp[0] > 0.007 * levels[0] / 0.01
 
 
 def test_student_t_quantiles():
-    assert d.t_upper_inv(0.025, 5) == pytest.approx(2.5706, abs=1e-4)
-    assert d.t_upper_inv(0.005, 11) == pytest.approx(3.1058, abs=1e-4)
-    assert d.t_upper_inv(0.05, 1) == pytest.approx(6.3138, abs=1e-4)
-    assert d.t_upper_inv(0.025, 7.5) == pytest.approx(2.3342, abs=2e-3)  # fractional df (between 7 and 8)
-    assert d.t_upper_inv(0.025, 1e9) == pytest.approx(1.95996, abs=1e-4)
-    assert d.t_upper(d.t_upper_inv(1e-7, 3), 3) == pytest.approx(1e-7, rel=1e-6)
+    assert t_upper_inv(0.025, 5) == pytest.approx(2.5706, abs=1e-4)
+    assert t_upper_inv(0.005, 11) == pytest.approx(3.1058, abs=1e-4)
+    assert t_upper_inv(0.05, 1) == pytest.approx(6.3138, abs=1e-4)
+    assert t_upper_inv(0.025, 7.5) == pytest.approx(2.3342, abs=2e-3)  # fractional df (between 7 and 8)
+    assert t_upper_inv(0.025, 1e9) == pytest.approx(1.95996, abs=1e-4)
+    assert t_upper(t_upper_inv(1e-7, 3), 3) == pytest.approx(1e-7, rel=1e-6)
 
 
 def _pair(rng: random.Random, effect: float, cv: float, rho: float) -> tuple[float, float]:
@@ -76,7 +80,7 @@ def _sequence(rng, effect, cv, rho, limit, start=3, max_pairs=12):
 
     for _ in range(start):
         add_pair()
-    return d.until_decided(lambda: d.decide(d.paired(a, b, design), limit), add_pair, Budget(max_pairs=max_pairs))
+    return until_decided(lambda: d.decide(d.paired(a, b, design), limit), add_pair, Budget(max_pairs=max_pairs))
 
 
 def _rates(verdicts):
@@ -98,7 +102,7 @@ def test_false_alarms_stay_below_one_percent_over_all_looks():
         verdicts = []
         for _ in range(15000):
             a[:], b[:] = [draw() for _ in range(3)], [draw() for _ in range(3)]
-            verdicts.append(d.until_decided(lambda: d.decide(d.paired(a, b), 1.0),
+            verdicts.append(until_decided(lambda: d.decide(d.paired(a, b), 1.0),
                                             lambda: (a.append(draw()), b.append(draw())), Budget()))
         rates = _rates(verdicts)
         assert rates[FAIL] <= 0.01 and rates[PASS] <= 0.01
@@ -115,7 +119,7 @@ def test_unpaired_false_alarms_against_fixed_stored_runs():
     for _ in range(1500):
         stored = [math.exp(rng.gauss(0.0, 0.05)) for _ in range(6)]
         cand = [math.exp(rng.gauss(0.0, 0.05)) for _ in range(2)]
-        v = d.until_decided(lambda: d.decide(d.unpaired(cand, stored, design), 1.0),
+        v = until_decided(lambda: d.decide(d.unpaired(cand, stored, design), 1.0),
                             lambda: cand.append(math.exp(rng.gauss(0.0, 0.05))), Budget(max_pairs=10))
         fails += v.outcome == FAIL
     assert fails / 1500 <= 0.01
@@ -211,7 +215,7 @@ def test_between_planned_looks_the_estimate_is_the_last_looks():
         a.append([1.25, 0.8][len(a) % 2])
         b.append(1.0)
 
-    v = d.until_decided(lambda: d.decide(d.paired(a, b), 1.02), add, Budget())
+    v = until_decided(lambda: d.decide(d.paired(a, b), 1.02), add, Budget())
     assert v.outcome == INCONCLUSIVE and v.stopped == "max 12 pairs" and added == list(range(3, 12))
     assert v.estimate.n_pairs == 12 and v.estimate.next_look == 0
 
@@ -225,7 +229,7 @@ def test_budget_stops_give_inconclusive():
         b.append(1.0)
 
     messages = []
-    v = d.until_decided(lambda: d.decide(d.paired(a, b, Design(max_pairs=5)), 1.08), add, Budget(max_pairs=5),
+    v = until_decided(lambda: d.decide(d.paired(a, b, Design(max_pairs=5)), 1.08), add, Budget(max_pairs=5),
                         progress=messages.append)
     assert v.outcome == INCONCLUSIVE and v.stopped == "max 5 pairs" and len(a) == 5  # looks at 3 and 5
     assert messages[0].startswith("inconclusive after 3 pairs (1.") and messages[0].endswith(
@@ -239,13 +243,13 @@ def test_budget_stops_give_inconclusive():
         add()
 
     a[:], b[:] = [1.0, 1.3, 1.1], [1.0, 1.0, 1.0]
-    v = d.until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add, Budget(max_pairs=12, seconds=250),
+    v = until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add, Budget(max_pairs=12, seconds=250),
                         clock=Clock(started=0.0, now=lambda: now[0]))
     assert v.outcome == INCONCLUSIVE and v.stopped == "wall-clock budget 250 s" and len(a) == 6
     # the session's deadline (shared by every test): no pair may end past it
     a[:], b[:] = [1.0, 1.3, 1.1], [1.0, 1.0, 1.0]
     now[0] = 1000.0
-    v = d.until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add,
+    v = until_decided(lambda: d.decide(d.paired(a, b), 1.08), slow_add,
                         Budget(max_pairs=12, seconds=1000, deadline=1350.0, deadline_text="session budget 480 s"),
                         clock=Clock(started=1000.0, now=lambda: now[0]))
     assert v.outcome == INCONCLUSIVE and v.stopped == "session budget 480 s" and len(a) == 6
@@ -253,32 +257,32 @@ def test_budget_stops_give_inconclusive():
 
 def test_the_session_budget_is_shared_between_the_tests_left():
     # an equal share of the time left, this test and the later ones counted
-    assert d.session_share(100.0, 400.0, 3) == 200.0 and d.session_share(100.0, 400.0, 0) == 400.0
-    assert d.session_share(500.0, 400.0, 2) == 500.0  # past the deadline: nothing left to share
+    assert session_share(100.0, 400.0, 3) == 200.0 and session_share(100.0, 400.0, 0) == 400.0
+    assert session_share(500.0, 400.0, 2) == 500.0  # past the deadline: nothing left to share
     # the share holds only steps to a third or later look: every test gets its first two looks first
     clock = Clock(started=0.0, pair_seconds=[10.0], now=lambda: 100.0)
     budget = Budget(deadline=1000.0, share_deadline=120.0, share_text="its share")
-    assert d.stop_reason(3, budget, clock) is None  # 3 -> 6 (ends at 130, past the share): the second look, allowed
-    assert d.stop_reason(6, budget, clock) == "its share"  # 6 -> 12: a third look, past the share
-    assert d.stop_reason(6, Budget(deadline=1000.0, share_deadline=170.0), clock) is None  # 60 s fits in it
+    assert stop_reason(3, budget, clock) is None  # 3 -> 6 (ends at 130, past the share): the second look, allowed
+    assert stop_reason(6, budget, clock) == "its share"  # 6 -> 12: a third look, past the share
+    assert stop_reason(6, Budget(deadline=1000.0, share_deadline=170.0), clock) is None  # 60 s fits in it
     # what tests leave of their shares goes to later ones: a share is taken from the time left when a test starts
     left, shares = 300.0, []
     for tests_left, spent in ((3, 40.0), (2, 40.0), (1, 0.0)):
-        shares.append(d.session_share(0.0, left, tests_left))
+        shares.append(session_share(0.0, left, tests_left))
         left -= spent
     assert shares == [100.0, 130.0, 220.0]
     # with a reserve: everything but what each later test is held (a cheap test lowers it), decided when due
-    assert d.session_share(0.0, 300.0, 4, reserve_each=60.0) == 120.0
-    assert d.session_share(0.0, 100.0, 4, reserve_each=60.0) == 0.0  # the later tests' looks come first
-    held = Budget(deadline=1000.0, share_deadline=lambda now, elapsed: d.session_share(now, 400.0, 3, elapsed),
+    assert session_share(0.0, 300.0, 4, reserve_each=60.0) == 120.0
+    assert session_share(0.0, 100.0, 4, reserve_each=60.0) == 0.0  # the later tests' looks come first
+    held = Budget(deadline=1000.0, share_deadline=lambda now, elapsed: session_share(now, 400.0, 3, elapsed),
                   share_text="its share")
-    assert d.stop_reason(6, held, Clock(started=40.0, pair_seconds=[10.0], now=lambda: 100.0)) is None  # 60 s held
-    assert d.stop_reason(6, held, Clock(started=-60.0, pair_seconds=[10.0], now=lambda: 100.0)) == "its share"
+    assert stop_reason(6, held, Clock(started=40.0, pair_seconds=[10.0], now=lambda: 100.0)) is None  # 60 s held
+    assert stop_reason(6, held, Clock(started=-60.0, pair_seconds=[10.0], now=lambda: 100.0)) == "its share"
 
 
 def test_decided_sequences_stop_at_once():
     calls = []
-    v = d.until_decided(lambda: d.decide(d.exact(1.0), 1.1), lambda: calls.append(1), Budget())
+    v = until_decided(lambda: d.decide(d.exact(1.0), 1.1), lambda: calls.append(1), Budget())
     assert v.outcome == PASS and v.stopped == "decided" and not calls
 
 

@@ -165,7 +165,7 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
 # -- 4. budgets count the test's own time, not the wait for the measurement slot ------------------------------
 def test_slot_wait_is_off_the_budget_clock():
     from pytest_distperf.fixture import DistPerf
-    from pytest_distperf.decide.decision import Budget, Clock, stop_reason
+    from pytest_distperf.decide.stopping import Budget, Clock, stop_reason
     from pytest_distperf.session import RunCache
 
     dp = DistPerf.__new__(DistPerf)
@@ -226,7 +226,7 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------
 def _undecided_baseline_record() -> dict:
     from pytest_distperf.decide.policy import Policy
-    from pytest_distperf.decide.regression import MetricVerdict
+    from pytest_distperf.decide.verdicts import MetricVerdict
 
     v = MetricVerdict(test="t.py::test_conv", job="my_ddp conv x2 cpu", metric="step_time", metric_kind="time", unit="s",
                 direction="lower", status="inconclusive", baseline=0.100, current=0.1618, baseline_cv=0.19,

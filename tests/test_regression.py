@@ -17,7 +17,8 @@ from pytest_distperf.launch import fingerprint
 from pytest_distperf.store.baselines import JobEntry, MetricSeries
 from pytest_distperf.spec.settings import SettingsError
 from pytest_distperf.decide.policy import Policy, policy_for
-from pytest_distperf.decide.regression import decide_job, decide_metric, is_failing
+from pytest_distperf.decide.regression import decide_job
+from pytest_distperf.decide.verdicts import decide_metric, is_failing
 from pytest_distperf.report.terminal import render
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it:
@@ -160,7 +161,7 @@ def test_a_changed_config_is_not_comparable_rather_than_a_regression():
 
 
 def test_verdict_records_round_trip():
-    from pytest_distperf.decide.regression import MetricVerdict
+    from pytest_distperf.decide.verdicts import MetricVerdict
 
     v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
     assert MetricVerdict.from_record(v.to_record(Policy())) == v
@@ -309,7 +310,7 @@ def make_gate(tmp_path, save: bool, policy: Policy = Policy()):
 def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_version_changes(tmp_path):
     from pytest_distperf.errors import DistPerfInconclusive
     from pytest_distperf.errors import BaselineEnvironmentWarning
-    from pytest_distperf.decide.decision import Budget
+    from pytest_distperf.decide.stopping import Budget
     from pytest_distperf.spec.job import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
@@ -365,7 +366,7 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     import warnings
 
     from pytest_distperf.errors import BaselineNoisyWarning
-    from pytest_distperf.decide.decision import Budget
+    from pytest_distperf.decide.stopping import Budget
     from pytest_distperf.spec.job import JobSpec
 
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
@@ -380,7 +381,7 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     quiet = saved["step_time"]
     assert quiet["can_pass"] and 0.05 < quiet["fails_above"] < 0.08 and quiet["candidate_runs"] == 12
     assert quiet["file"] == os.path.relpath(gate.path, tmp_path) and quiet["test"] == "t.py::test_x"
-    from pytest_distperf.decide.regression import resolutions
+    from pytest_distperf.decide.verdicts import resolutions
     from pytest_distperf.store.baselines import metrics_from_runs
     from pytest_distperf.decide.decision import Design
     assert resolutions("j", metrics_from_runs([]), Policy(), Design()) == []  # a job that never ran: nothing said

@@ -325,7 +325,7 @@ def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path):
 
 
 def test_a_huge_resolution_factor_prints_sanely():
-    from pytest_distperf.decide.regression import Resolution
+    from pytest_distperf.decide.verdicts import Resolution
     from pytest_distperf.report.terminal import _saved_row
 
     r = Resolution("ddp tiny x2 cpu", "step_time", 3, 0.9, 12, 0.05, 2.4e21)

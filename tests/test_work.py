@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_distperf.decide import regression
+from pytest_distperf.decide import regression, verdicts
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.store.baselines import MetricSeries, metrics_from_runs
 from pytest_distperf.measure.figures import metric_traits
@@ -91,9 +91,9 @@ def test_gpu_time_decides_on_its_own_floor_where_wall_time_cannot():
     cur = [x * 1.03 for x in reversed(base)]  # four candidate runs: the budget the issue sets
     wall_base, wall_cur = [0.248, 0.333, 0.270, 0.295], [0.243, 0.253]
     policy = Policy()
-    gpu = regression.decide_metric("t", "j", "gpu_time", _series("gpu_time", base), _series("gpu_time", cur), policy)
-    wall = regression.decide_metric("t", "j", "step_time", _series("step_time", wall_base),
-                                    _series("step_time", wall_cur), policy)
+    gpu = verdicts.decide_metric("t", "j", "gpu_time", _series("gpu_time", base), _series("gpu_time", cur), policy)
+    wall = verdicts.decide_metric("t", "j", "step_time", _series("step_time", wall_base),
+                                  _series("step_time", wall_cur), policy)
     assert gpu.status == "fail" and "work_threshold" in gpu.threshold_text and gpu.threshold == 0.01
     assert wall.status == "inconclusive"
     runs = [_run_with(WorkResult(steps=2, gpu_time=[0.07] * 2, gpu_busy=[0.07] * 2), step=t) for t in wall_cur]

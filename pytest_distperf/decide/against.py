@@ -4,7 +4,7 @@ HEAD's code and on REF's, and each gated metric is decided on the pairs by the d
 The stored-baseline gate compares today's runs with runs recorded days earlier, unpaired: a machine whose speed
 drifted in between reads an unchanged job as slower. Pairs run back to back (head then base, base then head
 next) cancel the drift common to a pair, as a ratio check between two strategies does (decide/decision.py,
-paired). The per-metric limits are the gate's (regression.limit_of: time +5 %, memory, exact counts).
+paired). The per-metric limits are the gate's (verdicts.limit_of: time +5 %, memory, exact counts).
 
 The base side is a `git worktree` of REF (the merge base of REF and HEAD unless --distperf-against-exact) in a
 temporary folder. Its ranks import the project from there (each sys.path entry inside the repository moved to
@@ -26,11 +26,12 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import (Landing, MetricVerdict, property_text, decide_metric, describe_verdict,
-                                               is_failing, note_deciding_figure, until_job_decided)
+from pytest_distperf.decide.regression import Landing, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
+                                             is_failing)
 from pytest_distperf.store.baselines import job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
-from pytest_distperf.decide.decision import Budget, Clock
+from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec

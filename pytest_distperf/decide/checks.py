@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
-from pytest_distperf.decide import decision
-from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Budget, Clock, Design
+from pytest_distperf.decide import decision, stopping
+from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
+from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figures, memory_kind, run_peak_memory,
                                              run_step_time, run_work, work_not_measured)
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
@@ -172,7 +173,7 @@ class Comparison:
             return decision.decide(decision.paired(values(self.a), values(self.b), self.design), limit)
 
         sink = self.adaptive.progress  # without `extend` (fixed runs): one look
-        return decision.until_decided(look, self.adaptive.extend, self.adaptive.budget, self.adaptive.clock,
+        return stopping.until_decided(look, self.adaptive.extend, self.adaptive.budget, self.adaptive.clock,
                                       (lambda text: sink(f"{what}: {text}")) if sink else None)
 
     @property

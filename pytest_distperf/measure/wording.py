@@ -59,7 +59,7 @@ def bound_text(ratio: float, low: float | None, high: float | None, n: int, unit
 
 def record_bound_text(record: Mapping[str, Any], digits: int = 3) -> str:
     """bound_text of a report record: a check's ratio (gate/checks.Check: ratio, low, high, pairs, method) or a
-    baseline verdict's change (gate/regression.MetricVerdict: delta, low, high as changes, current_runs);
+    baseline verdict's change (decide/verdicts.MetricVerdict: delta, low, high as changes, current_runs);
     '-' when exact or without an interval."""
     if "pairs" in record and "ratio" in record:  # a check
         method = record.get("method")

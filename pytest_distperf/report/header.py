@@ -37,8 +37,9 @@ def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
 
 
 def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
-    """The design's planned looks (measure/decision.planned_looks) and, with a session budget, how it is shared."""
-    from pytest_distperf.decide.decision import Design, planned_looks
+    """The design's planned looks (decide/sequential.planned_looks) and, with a session budget, how it is shared."""
+    from pytest_distperf.decide.decision import Design
+    from pytest_distperf.decide.sequential import planned_looks
 
     looks = planned_looks(settings.max_repeats, settings.repeats)
     others = sorted({planned_looks(p.max_repeats, p.repeats) for p in plans if p.device is not None} - {looks})

@@ -73,7 +73,7 @@ def _work_row(r: dict[str, Any]) -> list[str]:
 
 
 def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
-    """One metric of one job against its baseline (regression.MetricVerdict records)."""
+    """One metric of one job against its baseline (verdicts.MetricVerdict records)."""
     return [short_test(nodeid), r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
             fmt_value(r["current"], r["unit"]), fmt_pct(r["delta"]), fmt_interval(r), status_mark(r)]
 
@@ -119,7 +119,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
-    saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (gate/regression.Resolution)
+    saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (decide/verdicts.Resolution)
     saved_jobs: set[tuple[str, str]] = set()
     for nodeid, records in records_by_test:
         for r in records:
@@ -215,7 +215,7 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
 
 
 def _saved_row(nodeid: str, r: dict[str, Any]) -> list[str]:
-    """One metric of a job just saved (gate/regression.Resolution records)."""
+    """One metric of a job just saved (decide/verdicts.Resolution records)."""
     cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
     factor = r.get("factor")
     shown = r.get("factor_text") or ("-" if factor is None else f"{factor:.2f}")  # capped: '>1000'

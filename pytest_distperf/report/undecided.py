@@ -8,7 +8,7 @@ line), the Markdown job summary and the PR comment all use `undecided_text` belo
     +62 % estimated, undecided: this machine's run-to-run is 22 % (6 runs; interval [-7.3%, +182.2%] holds the
     +5.0% limit; stopped: max 6 runs)
 
-Reads report records only (gate/checks.Check.to_dict, gate/regression.MetricVerdict.to_record); decides nothing.
+Reads report records only (gate/checks.Check.to_dict, decide/verdicts.MetricVerdict.to_record); decides nothing.
 """
 
 from __future__ import annotations

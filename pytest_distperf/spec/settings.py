@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "shape_cpu": "tiny",
     "shape_cuda": "1b",
     "lock_gpu_clocks": None,  # --distperf-lock-gpu-clocks (launch/gpuclocks.py)
-    # adaptive repeats (decide/decision.py): interleaved pairs (or runs) at most, and wall-clock seconds per test
+    # adaptive repeats (decide/stopping.py): interleaved pairs (or runs) at most, and wall-clock seconds per test
     "max_repeats": 12,
     "test_budget": 600.0,
     "session_budget": None,  # wall-clock seconds per pytest process; none by default

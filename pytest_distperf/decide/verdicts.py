@@ -1,0 +1,292 @@
+"""The regression verdict against a stored baseline, per metric, and what a saved baseline lets it decide.
+
+Every time and memory verdict comes from the decision core (decide/decision.py): the candidate's runs
+against the stored runs, unpaired (the stored runs are fixed; only the candidate grows), with the core's
+98 % repeated interval of current/baseline. Per metric ("worse" follows the metric's direction):
+- time: FAIL when the whole interval lies beyond 1 + T, T the smallest slowdown worth failing for
+  (`time_threshold`, default 5 %, per test through the marker): T is a floor the interval must clear,
+  not a multiple of the noise. PASS when the interval lies within 1 + T; INCONCLUSIVE while it holds it.
+- memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline).
+- counts (collectives, optimizer state bytes): exact.
+- an improvement (the whole interval beyond 1 / (1 + T) on the better side) reads "improved -- refresh the
+  baseline" and fails only with --distperf-fail-on-improvement.
+- no baseline (file, job or metric): "new" -- a failure only with --distperf-require-baseline; a job
+  whose configuration hash changed: "not comparable", never "regression".
+
+What a saved baseline's runs let later verdicts resolve: `resolutions` (decision.unpaired_resolution).
+
+The decision functions are pure; decide/regression.py's gate applies them to a test's jobs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from pytest_distperf.store.baselines import MetricSeries
+from pytest_distperf.decide import decision
+from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
+from pytest_distperf.measure.figures import WORK_METRICS
+from pytest_distperf.decide.policy import Policy
+from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
+from pytest_distperf.measure.wording import fmt_interval, is_words
+
+STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
+
+
+@dataclass
+class MetricVerdict:
+    """One metric of one job against its baseline: a record for messages, reports and JUnit (to/from JSON)."""
+
+    test: str
+    job: str
+    metric: str
+    metric_kind: str  # time | memory | count
+    unit: str
+    direction: str  # lower | higher is better
+    status: str  # STATUSES
+    baseline: float | None = None  # the job's figure over the stored runs (measure/figures: geometric mean)
+    current: float | None = None
+    baseline_cv: float | None = None  # run-to-run: sd of the log run values
+    current_cv: float | None = None
+    baseline_runs: int = 0
+    current_runs: int = 0
+    delta: float | None = None  # current/baseline - 1 (the ratio of the geometric means)
+    low: float | None = None  # the interval of delta (None: unbounded or exact)
+    high: float | None = None
+    level: float | None = None  # of the interval
+    threshold: float | None = None  # the relative limit the interval must clear
+    threshold_text: str = ""
+    stopped: str = ""  # why the candidate got no more runs
+    next_look: int | None = None  # the design's next planned look in candidate runs (0: the last was reached)
+    note: str = ""
+
+    def to_record(self, policy: Policy, enforced: bool = True) -> dict[str, Any]:
+        """A plain record for reports; `fails`: whether this verdict fails the test (never while saving)."""
+        record = asdict(self)
+        return {"kind": "baseline", **record, "fails": enforced and is_failing(self, policy),
+                "interval_text": fmt_interval(record)}  # the words every report uses (report/wording.bound_text)
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> "MetricVerdict":
+        if d.get("status") not in STATUSES:
+            raise ValueError(f"baseline verdict: status must be one of {STATUSES}, got {d.get('status')!r}")
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# -- the pure decision ------------------------------------------------------------------------------------------
+def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | None, current: MetricSeries,
+                  policy: Policy, design: Design = Design(), paired: bool = False) -> MetricVerdict:
+    """`paired`: the runs of `current` and `baseline` are interleaved pairs (head vs base, decide/against.py),
+    decided on the paired interval; else the stored runs are fixed and the interval is unpaired."""
+    v = MetricVerdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
+                direction=current.direction, status="new", current=current.center, current_cv=current.variation,
+                current_runs=len(current.runs))
+    if baseline is None:
+        v.note = "no baseline value for this metric"
+        return v
+    v.baseline, v.baseline_cv, v.baseline_runs = baseline.center, baseline.variation, len(baseline.runs)
+    if baseline.center:
+        v.delta = current.center / baseline.center - 1
+    if current.kind == "count":
+        _decide_count(v, baseline, current, "the base" if paired else "the baseline")
+    elif any(x <= 0 for x in (*baseline.runs, *current.runs)) and current.kind == "time":
+        v.status, v.note = "inconclusive", "non-positive times cannot be compared"
+    else:
+        t, v.threshold_text = limit_of(baseline, policy, metric)
+        _decide_interval(v, baseline, current, t, design, paired)
+    return v
+
+
+def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:
+    """A time or memory metric's relative limit against this baseline, and how reports name it."""
+    if baseline.kind == "time" and metric in WORK_METRICS:
+        t = policy.work_threshold
+        return t, f"+{t:.1%} (work_threshold: the smallest change in the step's work worth failing for)"
+    if baseline.kind == "time":
+        t = policy.time_threshold
+        return t, f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
+    floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
+    t = max(policy.memory_threshold, floor)
+    return t, f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = +{fmt_bytes(t * baseline.center)}"
+
+
+@dataclass
+class Resolution:
+    """What a saved baseline lets the gate decide for one time or memory metric, against as many candidate runs
+    as the budget allows, spread as the stored runs are (decision.unpaired_resolution)."""
+
+    job: str
+    metric: str
+    runs: int
+    run_cv: float | None
+    candidate_runs: int
+    limit: float  # relative: +5 % is 0.05
+    factor: float | None  # the interval's reach each side of the ratio; None: too few runs for one
+
+    @property
+    def fails_above(self) -> float | None:
+        """The smallest change that can FAIL (relative); None: none can."""
+        return None if self.factor is None else (1.0 + self.limit) * self.factor - 1.0
+
+    @property
+    def can_pass(self) -> bool:
+        """Whether an unchanged job can PASS the limit at all: the interval must fit below 1 + limit."""
+        return self.factor is not None and self.factor <= 1.0 + self.limit
+
+    def text(self) -> str:
+        spread = f"run-to-run {self.run_cv:.1%}" if self.run_cv is not None else "no run-to-run spread yet"
+        head = f"{self.job}: {self.metric} recorded over {self.runs} run(s), {spread}"
+        if self.factor is None:
+            return f"{head}: too few runs for an interval, so no verdict can be decided against it"
+        fails = (f"a change fails above {self.fails_above_text()}" if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
+                 else f"only a change of more than {fmt_pct(FAILS_ABOVE_CAP)} could fail (in effect, none)")
+        return (f"{head}: against {self.candidate_runs} run(s) as spread, {fails}" + ("" if self.can_pass else
+                f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
+                f"{fmt_factor(self.factor)} each side)"))
+
+    def fails_above_text(self) -> str:
+        """The smallest change that can fail, for a table cell: '> +1000%' beyond FAILS_ABOVE_CAP ('-': none)."""
+        x = self.fails_above
+        return "-" if x is None else (f"> {fmt_pct(FAILS_ABOVE_CAP)}" if x > FAILS_ABOVE_CAP else fmt_pct(x))
+
+    def to_record(self, test: str, path: str) -> dict[str, Any]:
+        return {"kind": "baseline_saved", "test": test, "file": path, **asdict(self),
+                "fails_above": self.fails_above, "can_pass": self.can_pass,
+                "fails_above_text": self.fails_above_text(), "factor_text": fmt_factor(self.factor)}
+
+
+# A few wildly spread runs can make the smallest failing change astronomically large: past +1000 % the figure
+# says nothing more than "no realistic change can fail", so it is shown as "> +1000%".
+FAILS_ABOVE_CAP = 10.0
+
+
+def fmt_factor(factor: float | None) -> str:
+    return "-" if factor is None else (">1000" if factor > 1000 else f"{factor:.2f}")
+
+
+def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design) -> list[Resolution]:
+    """The time and memory metrics of a job about to be saved, each with what it will let the gate decide."""
+    out = []
+    for name, series in metrics.items():
+        if series.kind == "count" or not series.runs or not policy.gates(name):
+            continue
+        limit, _ = limit_of(series, policy, name)
+        out.append(Resolution(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
+                              candidate_runs=design.max_pairs, limit=limit, factor=_reach(series, design)))
+    return out
+
+
+def _positive(runs: list[float]) -> list[float]:
+    """Run values as the interval takes them: a memory growth of 0 is kept as a tiny positive value."""
+    return [max(x, 1.0e-300) for x in runs]
+
+
+def _reach(baseline: MetricSeries, design: Design) -> float | None:
+    """The interval's reach against these stored runs at the budget (decision.unpaired_resolution)."""
+    return decision.unpaired_resolution(_positive(baseline.runs), design.max_pairs, design)
+
+
+def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
+    """The estimate as 'worse by this factor': current/baseline when lower is better, its inverse otherwise."""
+    if direction == "lower":
+        return est
+    return replace(est, ratio=1.0 / est.ratio, lo=None if est.hi is None else 1.0 / est.hi,
+                   hi=None if not est.lo else 1.0 / est.lo)
+
+
+def _decide_interval(v: MetricVerdict, b: MetricSeries, c: MetricSeries, t: float, design: Design,
+                     paired: bool = False) -> None:
+    """Time and memory: the core's interval of current/baseline against 1 + t (and 1/(1 + t)), unpaired against
+    stored runs, or paired over interleaved pairs."""
+    est = (decision.paired if paired else decision.unpaired)(_positive(c.runs), _positive(b.runs), design)
+    v.delta, v.level, v.threshold, v.next_look = est.ratio - 1, est.level, t, est.next_look
+    v.low = None if est.lo is None else est.lo - 1
+    v.high = None if est.hi is None else est.hi - 1
+    worse = _worse(est, c.direction)
+    runs = (f"{len(c.runs)} interleaved pairs" if paired else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
+    verdict = decision.decide(worse, 1.0 + t)
+    if verdict.outcome == FAIL:
+        v.status, v.note = "fail", f"worse by more than the limit over the whole interval ({runs})"
+    elif verdict.outcome == INCONCLUSIVE:
+        v.status = "inconclusive"
+        v.note = (f"the interval holds the limit ({runs})" if not worse.unbounded
+                  else f"too few runs for an interval ({runs}): a side with one run has no variation")
+        reach = None if paired else _reach(b, design)
+        if reach is not None and reach > 1.0 + t and b.variation is not None:  # the stored runs keep it undecided
+            v.note += (f"; the stored runs' spread ({b.variation:.1%} run-to-run over {len(b.runs)}) "
+                       f"lets no unchanged job pass within {design.max_pairs} runs: record the baseline again on a "
+                       f"quieter machine or with more runs")
+    elif decision.decide(worse, 1.0 / (1.0 + t), "at_least").outcome == FAIL:
+        v.status = "improved"
+        v.note = f"better by more than the limit over the whole interval ({runs})" + (
+            "" if paired else ": refresh the baseline")
+    else:
+        v.status = "pass"
+
+
+def _decide_count(v: MetricVerdict, b: MetricSeries, c: MetricSeries, reference: str = "the baseline") -> None:
+    """Exact: the worst of the current runs against the reference's value (the median of its runs)."""
+    v.threshold, v.threshold_text = 0.0, "exact"
+    sign = 1.0 if c.direction == "lower" else -1.0
+    worst = max(c.runs, key=lambda x: sign * x)
+    worse = sign * (worst - b.center)
+    v.current = worst
+    v.delta = worst / b.center - 1 if b.center else None
+    if worse > 0:
+        v.status, v.note = "fail", f"differs from {reference} (counts must match exactly)"
+    elif worse < 0:
+        v.status, v.note = "improved", f"better than {reference}" + (
+            ": refresh the baseline" if reference == "the baseline" else "")
+    else:
+        v.status = "pass"
+    if len(set(c.runs)) > 1:
+        v.note = (v.note + "; " if v.note else "") + "the count varies between runs"
+
+
+def is_pending(v: MetricVerdict) -> bool:
+    """A verdict more runs of the candidate could decide."""
+    return v.status == "inconclusive" and v.metric_kind in ("time", "memory")
+
+
+def is_failing(v: MetricVerdict, policy: Policy) -> bool:
+    return (v.status == "fail" or (v.status == "improved" and policy.fail_on_improvement)
+            or (v.status in ("new", "not comparable") and policy.require_baseline)
+            or (v.status == "inconclusive" and policy.strict))
+
+
+def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str) -> str:
+    text = fmt_value(value, unit)
+    if kind == "count":
+        return f"{text} ({'worst of ' if runs > 1 else ''}{runs} run{'s' if runs != 1 else ''})"
+    spread = f", run-to-run {cv:.1%}" if cv is not None else ""
+    return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
+
+
+def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+    """The lines of a failure message for one verdict; `sides` names its reference and candidate."""
+    head = f"{v.job}: {v.metric} {v.status.upper()}"
+    current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind)
+    if v.status in ("new", "not comparable"):
+        why = " (--distperf-require-baseline)" if policy.require_baseline else ""
+        return [f"{head}: {v.note}{why}; current {current}"]
+    record = asdict(v)
+    text = fmt_interval(record)
+    interval = ("" if v.level is None else f": {text}" if is_words(text) else f", {v.level:.0%} interval {text}")
+    width = max(map(len, sides))
+    lines = [f"{head}: {fmt_pct(v.delta)} vs {sides[0]}{interval}; limit {v.threshold_text}",
+             f"  {sides[0]:<{width}} {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
+             f"  {sides[1]:<{width}} {current}"]
+    if v.note:
+        lines.append(f"  {v.note}" + (f"; {v.stopped}" if v.stopped and v.stopped != "decided" else ""))
+    if v.status == "inconclusive" and policy.strict:
+        lines.append("  (an inconclusive verdict fails because of --distperf-strict)")
+    if v.status == "improved":
+        lines.append("  (an improvement fails only because --distperf-fail-on-improvement was given)")
+    return lines
+
+
+def property_text(v: MetricVerdict) -> str:
+    return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"
