@@ -29,11 +29,12 @@ from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
 from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, UsageError
-from pytest_distperf.rank.probes.results import probe_record
+from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import job_figures
+from pytest_distperf.report.document import JobRecord, Record
 from pytest_distperf.rank.workload import resolve_shape
 
 ProgressSink = Callable[[str], None]
@@ -86,7 +87,7 @@ class DistPerf:
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir
         self._progress = progress
-        self.records: list[dict[str, Any]] = []  # read by the plugin for reports
+        self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
         self.gate = gate  # this test's baseline (regression.py); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
         # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
@@ -433,23 +434,22 @@ class DistPerf:
     def _record_run(self, label: str, runs: list[RunResult]) -> None:
         """The job's figures (measure/figures.py) as every report shows them; a run list that grew (adaptive
         repeats) replaces its record."""
-        record = {"kind": "run", **job_figures(label, runs).to_json(),
-                  # per run: seconds it waited for its measurement slot (off the budgets; fixture._timed_slot)
-                  "slot_wait_seconds": [round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs]}
         extra = (getattr(runs[0].ranks[0], "extra", None) or {}) if runs[0].ranks else {}
         departures = extra.get("departures") or (extra.get("launch") or {}).get("departures")  # ctx.extra's
-        if departures:  # where the adapter departs from its library's defaults (docs/adapters.md)
-            record["departures"] = dict(departures)
+        record = JobRecord(job_figures(label, runs),
+                           # per run: seconds it waited for its measurement slot (off the budgets; fixture._timed_slot)
+                           tuple(round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs),
+                           dict(departures or {}))  # where the adapter departs from its library's defaults
         if id(runs) in self._run_records:
             self.records[self._run_records[id(runs)]] = record
             return
         self._run_records[id(runs)] = len(self.records)
         self.records.append(record)
         if runs[0].spec.probes:
-            self.records.append(probe_record(label, runs))
+            self.records.append(probe_summary(label, runs))
 
-    def _record_check(self, check: Any) -> None:
-        self.records.append({"kind": "check", **check.to_dict()})
+    def _record_check(self, check: Check) -> None:
+        self.records.append(check)
 
     def _inconclusive(self, check: Check, message: str) -> None:
         """A check still INCONCLUSIVE after its budget: a warning; a failure with --distperf-strict; in a known-gap

@@ -403,20 +403,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         rep.distperf_detail = {}  # failed before running (e.g. a bad baseline file): still in the reports
     if dp is not None and rep.when == "call" and dp.gate is not None:
         landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with
-        dp.records = [r for r in dp.records if r["kind"] != "baseline"] + landing.records
+        dp.records = dp.records + landing.records
         _land_baseline(rep, landing)
     if dp is None or rep.when != "call" or not dp.records:
         return
-    # An attribute of the report travels with it to the xdist controller; it is not a JUnit property.
-    rep.distperf_records = dp.records
+    from pytest_distperf.decide.checks import Check
+    from pytest_distperf.report.document import JobRecord
+
+    # An attribute of the report travels with it to the xdist controller (as JSON); it is not a JUnit property.
+    rep.distperf_records = [r.to_json() for r in dp.records]
     for r in dp.records:
-        if r["kind"] == "check":
-            prefix = f"distperf.{r['name']}"
-            rep.user_properties += [(f"{prefix}.ratio", f"{r['ratio']:.4f}"), (f"{prefix}.threshold", r["threshold"]),
-                                    (f"{prefix}.passed", r["passed"]), (f"{prefix}.outcome", r["outcome"])]
-        elif r["kind"] == "run":  # the job's figures (measure/figures.py), as every report shows them
-            rep.user_properties += [(f"distperf.step_time[{r['label']}]", f"{r['step_time']:.6g}"),
-                                    (f"distperf.peak_memory[{r['label']}]", f"{r['peak_memory']:.0f}")]
+        if isinstance(r, Check):
+            prefix = f"distperf.{r.name}"
+            rep.user_properties += [(f"{prefix}.ratio", f"{r.ratio:.4f}"), (f"{prefix}.threshold", r.threshold),
+                                    (f"{prefix}.passed", r.passed), (f"{prefix}.outcome", r.outcome)]
+        elif isinstance(r, JobRecord):  # the job's figures (measure/figures.py), as every report shows them
+            f = r.figures
+            rep.user_properties += [(f"distperf.step_time[{f.label}]", f"{f.step_time:.6g}"),
+                                    (f"distperf.peak_memory[{f.label}]", f"{f.peak_memory:.0f}")]
     # The report holds a copy of item.user_properties, and junitxml writes <property> from the teardown report
     # (built from the item, like record_property does): put them on the item too.
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]

@@ -22,7 +22,7 @@ from pytest_distperf.spec.settings import Settings, TestPlan
 if TYPE_CHECKING:
     from pytest_distperf.decide.regression import GateSession
     from pytest_distperf.launch.gpuclocks import SessionClocks
-    from pytest_distperf.report.files import ReportEntry
+    from pytest_distperf.report.document import TestDocument
     from pytest_distperf.rank.results import RunResult
 
 
@@ -61,8 +61,8 @@ class DistPerfSession:
         self.cache = RunCache()
         self.gate = gate
         self.is_controller = not hasattr(config, "workerinput")  # xdist workers send their reports here
-        self.summary_records: list[tuple[str, list[dict[str, Any]]]] = []
-        self.entries: dict[str, "ReportEntry"] = {}
+        self.summary: list["TestDocument"] = []  # the tests whose calls carried records, for the terminal
+        self.entries: dict[str, "TestDocument"] = {}  # every distperf test's document, for the session's reports
         self.written: list[str] = []
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
@@ -130,23 +130,26 @@ class DistPerfSession:
 
     # -- collecting what tests report (also from xdist workers) --------------------------------------------
     def collect(self, report: pytest.TestReport) -> None:
+        """The test's document (report/document.py), made once from the records its report carried."""
         records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
         detail = getattr(report, "distperf_detail", None)
-        if report.when == "call" and records:
-            self.summary_records.append((report.nodeid, records))
-            self._count_undecided(report, records)
         if not self.is_controller or (detail is None and not records):
             return
-        from pytest_distperf.report.files import ReportEntry
+        from pytest_distperf.report.document import TestDocument
 
         if hasattr(report, "wasxfail"):  # else an xfail reads as a skip (or a pass) in the reports
             detail = {**(detail or {}), "xfail_reason": report.wasxfail}
         if report.failed:  # the reason, not only the traceback's last line ('.../userjobs.py:33: StrategyError')
             detail = {**(detail or {}), "failure": failure_text(report)}
-        if report.when == "call" or (report.failed and report.nodeid not in self.entries):
-            outcome = report.outcome if report.when == "call" else "error"
-            self.entries[report.nodeid] = ReportEntry(report.nodeid, outcome, report.duration, records, detail,
-                                                      str(report.longrepr) if report.failed else None)
+        if not (report.when == "call" or (report.failed and report.nodeid not in self.entries)):
+            return
+        outcome = report.outcome if report.when == "call" else "error"
+        doc = TestDocument.from_records(report.nodeid, outcome, report.duration, records, detail,
+                                        str(report.longrepr) if report.failed else None)
+        self.entries[report.nodeid] = doc
+        if report.when == "call" and records:
+            self.summary.append(doc)
+            self._count_undecided(report, doc)
 
     # -- the end of the session ----------------------------------------------------------------------------
     def session_device(self) -> str:
@@ -183,13 +186,13 @@ class DistPerfSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _count_undecided(self, report: pytest.TestReport, records: list[dict[str, Any]]) -> None:
+    def _count_undecided(self, report: pytest.TestReport, doc: "TestDocument") -> None:
         """A test with an undecided (inconclusive) verdict also counts as `undecided` in pytest's stats line
         ('4 passed, 1 undecided'), which turns it yellow; its outcome (and the exit status) stay as they are."""
-        from pytest_distperf.report.undecided import is_undecided
+        from pytest_distperf.report.undecided import undecided
 
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is None or not self.is_controller or not any(is_undecided(r) for r in records):
+        if tr is None or not undecided([doc]):
             return
         add = getattr(tr, "_add_stats", None)  # also resets pytest's colour of the stats line
         if add is not None:
@@ -198,14 +201,14 @@ class DistPerfSession:
             tr.stats.setdefault("undecided", []).append(report)
 
     def terminal_summary(self, terminalreporter: Any) -> None:
-        if self.summary_records:
+        if self.summary:
             from pytest_distperf.report import terminal
             from pytest_distperf.report.undecided import summary_lines
 
             terminalreporter.write_sep("=", "distperf")
-            for line in terminal.render(self.summary_records):
+            for line in terminal.render(self.summary):
                 terminalreporter.write_line(line)
-            for i, line in enumerate(summary_lines(self.summary_records, self.settings.strict)):
+            for i, line in enumerate(summary_lines(self.summary, self.settings.strict)):
                 terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
         from pytest_distperf.launch import warm_pool  # import-light (no torch): the launcher's own module object
 

@@ -3,6 +3,7 @@ levels, boundaries against published values, and its properties by simulation wi
 alarms over all looks, a first look that decides, power, the three outcomes, budgets and the session
 budget's sharing -- and the wording of intervals (measure/wording.py)."""
 
+import dataclasses
 import math
 import random
 
@@ -353,15 +354,20 @@ def test_interval_wording():
         "[2.000, 1e+06] (wide: 3 pairs at 80.0% pair-to-pair)")
     assert wording.bound_text(1.09, 1.079, 1.117, 4, delta=True) == "[+7.9%, +11.7%]"
     # records: a check's and a baseline verdict's, as every report reads them
-    check = {"ratio": 1.007, "low": 0.0001, "high": 954612.784, "pairs": 3, "method": "paired", "pair_cv": 0.31,
-             "next_look": 6, "outcome": "inconclusive"}
-    assert wording.fmt_interval(check) == "3 pairs at 31.0% pair-to-pair: too few to bound; next look at 6"
-    assert wording.fmt_interval({**check, "method": "exact"}) == "-"
-    verdict = {"delta": 0.02, "low": -0.6, "high": 12.0, "current_runs": 3, "current_cv": 0.128, "level": 0.98,
-               "next_look": 6, "status": "inconclusive", "metric_kind": "time"}
-    assert wording.fmt_interval(verdict) == "3 runs at 12.8% run-to-run: too few to bound; next look at 6"
-    assert wording.fmt_interval({**verdict, "low": 0.079, "high": 0.117, "delta": 0.09}) == "[+7.9%, +11.7%]"
-    assert wording.fmt_interval({"metric_kind": "count", "low": None, "high": None}) == "-"
+    from pytest_distperf.decide.checks import Check
+    from pytest_distperf.decide.verdicts import MetricVerdict
+
+    check = Check(name="step_time", a="a", b="b", a_value=1.0, b_value=1.0, ratio=1.007, low=0.0001,
+                  high=954612.784, threshold=1.1, outcome="inconclusive", unit="s", pairs=3, method="paired",
+                  pair_cv=0.31, next_look=6)
+    assert check.interval_text() == "3 pairs at 31.0% pair-to-pair: too few to bound; next look at 6"
+    assert dataclasses.replace(check, method="exact").interval_text() == "exact"
+    verdict = MetricVerdict(test="t", job="j", metric="step_time", metric_kind="time", unit="s", direction="lower",
+                            status="inconclusive", delta=0.02, low=-0.6, high=12.0, current_runs=3, current_cv=0.128,
+                            level=0.98, next_look=6)
+    assert verdict.interval_text() == "3 runs at 12.8% run-to-run: too few to bound; next look at 6"
+    assert dataclasses.replace(verdict, low=0.079, high=0.117, delta=0.09).interval_text() == "[+7.9%, +11.7%]"
+    assert dataclasses.replace(verdict, metric_kind="count", low=None, high=None).interval_text() == "-"
     # the core's own texts use the same words
     est = d.paired([1.5, 0.6], [1.0, 1.0])
     assert est.text() == "0.949: 2 pairs at 64.8% pair-to-pair: too few to bound; next look at 3"

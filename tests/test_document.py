@@ -12,6 +12,7 @@ from pytest_distperf.store.document import (REPORT_VERSION, ReportVersionError, 
 from pytest_distperf.measure.figures import job_figures, job_id, metric_values, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.spec.job import JobSpec
+from records import job_record, documents_of
 
 
 def _run(steps: list[list[float]], memory: int = 1 << 20) -> RunResult:
@@ -63,24 +64,23 @@ def test_a_report_of_a_newer_version_is_refused_naming_it():
 def test_a_shared_job_is_one_row_by_id_with_all_its_runs():
     from pytest_distperf.report import terminal
 
-    run = {"kind": "run", "id": "job-run-1", "label": "ddp tiny x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1,
-           "run_cv": 0.05, "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 1000.0, "peak_memory": 1 << 20,
-           "optimizer_bytes_per_param": 12.0}
-    grown = {**run, "runs": 5, "step_time": 0.11}  # the same runs, extended for a later test
-    other = {**run, "id": "job-run-9"}  # another job with equal figures: its own row
-    lines = terminal.render([("t.py::test_a", [run]), ("t.py::test_b", [grown]), ("t.py::test_c", [other])])
+    run = job_record(id="job-run-1")
+    grown = job_record(id="job-run-1", runs=5, step_time=0.11)  # the same runs, extended for a later test
+    other = job_record(id="job-run-9")  # another job with equal figures: its own row
+    lines = terminal.render(documents_of(("t.py::test_a", [run]), ("t.py::test_b", [grown]), ("t.py::test_c", [other])))
     assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["5x10", "3x10"]
 
 
 def test_the_benchmark_export_keeps_a_shared_job_once_with_the_test_that_saw_all_its_runs():
-    from pytest_distperf.report.files import ReportEntry, benchmark_json
+    from pytest_distperf.report.document import TestDocument
+    from pytest_distperf.report.files import benchmark_json
 
     def job(n: int) -> dict:
         runs = [{"step_times": [0.1, 0.2], "peak_memory": 5, "tokens_per_step": 10}] * n
         return {"id": "job-run-1", "label": "j", "config_hash": "h", "config": {}, "runs": runs,
                 "figures": {"step_time": 0.15, "run_cv": None, "peak_memory": 5.0}}
 
-    entries = [ReportEntry("t.py::test_a", "passed", 1.0, [], {"jobs": [job(3)]}),
-               ReportEntry("t.py::test_b", "passed", 1.0, [], {"jobs": [job(5)]})]
+    entries = [TestDocument.from_records("t.py::test_a", "passed", 1.0, [], {"jobs": [job(3)]}),
+               TestDocument.from_records("t.py::test_b", "passed", 1.0, [], {"jobs": [job(5)]})]
     [bench] = benchmark_json(entries, {"host": "h"})["benchmarks"]
     assert (bench["name"], bench["extra_info"]["runs"]) == ("test_b[j]", 5)

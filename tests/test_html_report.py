@@ -25,7 +25,8 @@ from pytest_distperf.report.html import (SECTIONS, ChangePoint, TrendPoint, Tren
 from pytest_distperf.report.outcomes import OUTCOME_STYLE
 from pytest_distperf.report.pr_comment import HTML_URL_ENV, MARKER, MAX_LINES, render_pr_comment
 from pytest_distperf.report.rows import unique_jobs
-from pytest_distperf.measure.wording import record_bound_text
+from pytest_distperf.decide.checks import Check
+from pytest_distperf.decide.verdicts import MetricVerdict
 
 DATA = Path(__file__).parent / "data"
 SECTION_IDS = [sid for sid, _ in SECTIONS]
@@ -129,10 +130,10 @@ def test_newer_outcome_fields_are_drawn_as_the_document_says(zero3_doc: dict):
     check = next(c for c in test["checks"] if c["name"] == "step_time")
     # the decision core's three outcomes, an interval's level and an unbounded end, with the texts the gate writes
     check.update(outcome="inconclusive", level=0.98, method="paired", pairs=5, low=0.9, high=None)
-    check["interval_text"] = record_bound_text(check)
+    check["interval_text"] = Check.from_json(check).interval_text()
     verdict = test["verdicts"][0]
     verdict.update(status="inconclusive", level=0.95, low=-0.02, high=None, delta=0.04)
-    verdict["interval_text"] = record_bound_text(verdict)
+    verdict["interval_text"] = MetricVerdict.from_json(verdict).interval_text()
     page = render_html(doc)
     rows = [r for r in verdict_rows(page) if r["outcome"] == "inconclusive"]
     assert len(rows) == 2
@@ -197,20 +198,17 @@ def test_one_steps_timeline_from_a_real_probe_phase(cpu_probe: tuple[str, dict],
     assert 'class="seg-compute"' in chart and 'class="seg-comm"' in chart
 
 
-def test_baseline_runs_against_the_current_ones(zero3_doc: dict, tmp_path: Path):
+def test_baseline_runs_against_the_current_ones(zero3_doc: dict):
     doc = copy.deepcopy(zero3_doc)
     test = doc["tests"][0]
     job = test["jobs"][0]
     base_steps = [[t * 0.9 for t in r["step_times"]] for r in job["runs"]]
-    baseline_file = tmp_path / "baseline.json"
-    baseline_file.write_text(json.dumps({"schema_version": 2, "test": test["nodeid"], "jobs": {job["label"]: {
-        "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
-                                  "runs": [sorted(s)[len(s) // 2] for s in base_steps], "samples": base_steps}}}}}))
-    test["baseline_file"] = str(baseline_file)
     [v] = [v for v in test["verdicts"] if v["job"] == job["label"] and v["metric"] == "step_time"]
+    # the stored runs the verdict was decided against travel with it (the report never reads the baseline file)
+    v.update(baseline_values=[sorted(s)[len(s) // 2] for s in base_steps], baseline_samples=base_steps)
     v.update(status="warn", baseline=v["current"] * 0.9, delta=0.11, low=0.02, high=0.2, threshold=0.15,
              threshold_text="max(5%, 3 x 5.0% run-to-run) = 15.0%")
-    v["interval_text"] = record_bound_text(v)
+    v["interval_text"] = MetricVerdict.from_json({**v, "status": "inconclusive"}).interval_text()
     history = [TrendSeries("cpu", test["nodeid"], job["label"], "step_time", "s",
                            [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 0.1 + 0.01 * (i >= 3)) for i in range(6)],
                            [ChangePoint(3, f"{2:040x}", f"{3:040x}", 0.1, 0.11)])]

@@ -15,6 +15,7 @@ from html import unescape as unescape_html
 from pathlib import Path
 
 import pytest
+from records import documents_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -224,7 +225,7 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
 
 
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------
-def _undecided_baseline_record() -> dict:
+def _undecided_baseline_record():
     from pytest_distperf.decide.policy import Policy
     from pytest_distperf.decide.verdicts import MetricVerdict
 
@@ -232,7 +233,7 @@ def _undecided_baseline_record() -> dict:
                 direction="lower", status="inconclusive", baseline=0.100, current=0.1618, baseline_cv=0.19,
                 current_cv=0.221, baseline_runs=4, current_runs=6, delta=0.618, low=-0.073, high=1.822, level=0.98,
                 threshold=0.05, threshold_text="time_threshold", stopped="max 6 runs")
-    return v.to_record(Policy())
+    return v.landed(Policy())
 
 
 def test_undecided_text_says_estimate_why_and_noise():
@@ -241,18 +242,19 @@ def test_undecided_text_says_estimate_why_and_noise():
     text = undecided_text(_undecided_baseline_record())
     assert text == ("+62 % estimated, undecided: this machine's run-to-run is 22 % (6 runs; interval "
                     "[-7.3%, +182.2%] holds the +5.0% limit; stopped: max 6 runs)")
-    lines = summary_lines([("t.py::test_conv", [_undecided_baseline_record()])])
+    lines = summary_lines(documents_of(("t.py::test_conv", [_undecided_baseline_record()])))
     assert lines[0] == ("distperf: 1 undecided (inconclusive) verdict: they neither passed nor failed; their tests "
                         "pass (--distperf-strict makes an undecided verdict fail the test)")
     assert lines[1] == f"  test_conv: step_time of my_ddp conv x2 cpu: {text}"
-    assert "fail their tests (--distperf-strict)" in summary_lines([("t", [_undecided_baseline_record()])], True)[0]
+    assert "fail their tests (--distperf-strict)" in summary_lines(documents_of(("t", [_undecided_baseline_record()])),
+                                                                   True)[0]
 
 
 def test_undecided_in_the_job_summary_and_the_pr_comment():
-    from pytest_distperf.report.files import ReportEntry, json_report, markdown_summary
+    from pytest_distperf.report.files import json_report, markdown_summary
     from pytest_distperf.report.pr_comment import render_pr_comment
 
-    entry = ReportEntry("t.py::test_conv", "passed", 1.0, [_undecided_baseline_record()], {})
+    [entry] = documents_of(("t.py::test_conv", [_undecided_baseline_record()]))
     expected = "+62 % estimated, undecided: this machine's run-to-run is 22 %"
     summary = markdown_summary([entry])
     assert "**⚠ 1 undecided (inconclusive) verdict(s)**" in summary and expected in summary
@@ -267,7 +269,7 @@ def test_slow_step(distperf):
     check = Check(name="step_time", a="mine conv x2 cpu", b="ddp conv x2 cpu", a_value=0.162, b_value=0.100,
                   ratio=1.618, low=0.927, high=2.822, threshold=1.10, outcome="inconclusive", unit="s",
                   level=0.98, method="paired", pairs=6, pair_cv=0.221, stopped="max 6 pairs")
-    distperf.records.append({"kind": "check", **check.to_dict()})
+    distperf.records.append(check)
 
 def test_plain(distperf):
     pass
@@ -481,10 +483,10 @@ def test_deepspeed_departures_from_its_defaults():
 def test_departures_reach_the_job_table():
     from pytest_distperf.report.terminal import render
 
-    run = {"kind": "run", "label": "deepspeed[stage=3] tiny x2 cpu", "runs": 1, "steps": 2, "step_time": 0.1,
-           "run_cv": None, "step_p10": 0.1, "step_p90": 0.1, "tokens_per_s": 0, "peak_memory": 1 << 20,
-           "optimizer_bytes_per_param": 12.0,
-           "departures": {"optimizer.params.torch_adam": "true (DeepSpeed's default: its fused Adam): ..."}}
-    lines = render([("t.py::test_x", [run])])
+    from records import job_record
+
+    run = job_record(label="deepspeed[stage=3] tiny x2 cpu", runs=1, steps=2, run_cv=None, tokens_per_s=0)
+    run.departures = {"optimizer.params.torch_adam": "true (DeepSpeed's default: its fused Adam): ..."}
+    lines = render(documents_of(("t.py::test_x", [run])))
     assert ("  deepspeed[stage=3] tiny x2 cpu departs from its library's defaults: optimizer.params.torch_adam "
             "true (DeepSpeed's default: its fused Adam): ...") in lines

@@ -13,12 +13,13 @@ import pytest
 from pytest_distperf.rank import probes
 
 from pytest_distperf.report import terminal as report
+from pytest_distperf.report.document import TestDocument
 from pytest_distperf.decide.checks import DistPerfCheckFailed
 from pytest_distperf.spec.settings import SettingsError, build_settings, plan_test
 from pytest_distperf.decide.probe_checks import ProbeAssertions
 from pytest_distperf.rank.probes import comms, overlap, placement
 from pytest_distperf.rank.probes.comms import nccl_kernel_kind
-from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_record
+from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_summary
 from pytest_distperf.rank.probes.trace import Trace, intersection_length, union
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RankResult, RunResult
@@ -299,8 +300,8 @@ def test_cuda_checks_on_a_kineto_trace():
     assert result.placement.cpu_utilisation == 0.5
 
     # the report: check rows show the limit's direction, the probe row the metrics
-    rec = probe_record("zero3", [_cuda_run(result)])
-    lines = report.render([("t.py::test", [{"kind": "check", **c.to_dict()} for c in recorded] + [rec])])
+    rec = probe_summary("zero3", [_cuda_run(result)])
+    lines = report.render([TestDocument.from_records("t.py::test", "passed", 1.0, [*recorded, rec])])
     text = "\n".join(lines)
     assert ">= 0.5" in text and "<= 0 B" in text
     row = next(line for line in lines if line.startswith("zero3"))

@@ -18,8 +18,9 @@ from pytest_distperf.store.baselines import JobEntry, MetricSeries
 from pytest_distperf.spec.settings import SettingsError
 from pytest_distperf.decide.policy import Policy, policy_for
 from pytest_distperf.decide.regression import decide_job
-from pytest_distperf.decide.verdicts import decide_metric, is_failing
+from pytest_distperf.decide.verdicts import Resolution, decide_metric, is_failing
 from pytest_distperf.report.terminal import render
+from pytest_distperf.report.document import TestDocument
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats), and a verdict may add runs up to it:
 # a busy 2-core box varies by tens of percent run to run, and with fewer runs a side the 98 % interval is too wide
@@ -164,9 +165,9 @@ def test_verdict_records_round_trip():
     from pytest_distperf.decide.verdicts import MetricVerdict
 
     v = decide_time([100, 101, 99] * 2, [110, 111, 109] * 2)
-    assert MetricVerdict.from_record(v.to_record(Policy())) == v
+    assert MetricVerdict.from_json(json.loads(json.dumps(v.to_json()))) == v
     with pytest.raises(ValueError, match="status"):
-        MetricVerdict.from_record({**v.to_record(Policy()), "status": "warn"})
+        MetricVerdict.from_json({**v.to_json(), "status": "warn"})
 
 
 def test_marker_overrides_are_validated_and_applied():
@@ -328,7 +329,7 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     slow = [fake_run(job, ms) for ms in (130, 131, 129)]
     gate.check(job, slow, extend=lambda: pytest.fail("a decided verdict runs nothing more"))
     landing = gate.finish(test_passed=True)
-    assert {r["metric"]: r["status"] for r in landing.records}["step_time"] == "fail"
+    assert {r.metric: r.status for r in landing.records}["step_time"] == "fail"
     assert landing.failed and "step_time FAIL" in landing.message and "98% interval" in landing.message
     assert "pytest --distperf --distperf-save t.py::test_x" in landing.message
 
@@ -338,7 +339,7 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     cur = [fake_run(job, ms) for ms in (103, 97, 106)]
     gate.check(job, cur, extend=lambda: cur.append(fake_run(job, 99.0)))
     landing = gate.finish(test_passed=True)
-    assert len(cur) > 3 and {r["metric"]: r["status"] for r in landing.records}["step_time"] == "pass"
+    assert len(cur) > 3 and {r.metric: r.status for r in landing.records}["step_time"] == "pass"
 
     # still undecided when the budget runs out: a warning, a failure only when strict
     _, gate = make_gate(tmp_path, save=False)
@@ -348,7 +349,7 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     with pytest.warns(DistPerfInconclusive, match=r"step_time INCONCLUSIVE"):
         landing = gate.finish(test_passed=True)
     assert not landing.failed and len(cur) == 4
-    assert {r["metric"]: r["stopped"] for r in landing.records}["step_time"] == "max 4 pairs"
+    assert {r.metric: r.stopped for r in landing.records}["step_time"] == "max 4 pairs"
     _, strict = make_gate(tmp_path, save=False, policy=Policy(strict=True))
     strict.check(job, cur)
     landing = strict.finish(test_passed=True)
@@ -376,11 +377,11 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", BaselineNoisyWarning)
         landing = gate.finish(test_passed=True)
-    saved = {r["metric"]: r for r in landing.records if r["kind"] == "baseline_saved"}
+    saved = {r.metric: r for r in landing.records if isinstance(r, Resolution)}
     assert set(saved) == {"step_time", "peak_memory"}  # counts are exact: nothing to resolve
     quiet = saved["step_time"]
-    assert quiet["can_pass"] and 0.05 < quiet["fails_above"] < 0.08 and quiet["candidate_runs"] == 12
-    assert quiet["file"] == os.path.relpath(gate.path, tmp_path) and quiet["test"] == "t.py::test_x"
+    assert quiet.can_pass and 0.05 < quiet.fails_above < 0.08 and quiet.candidate_runs == 12
+    assert quiet.file == os.path.relpath(gate.path, tmp_path) and quiet.test == "t.py::test_x"
     from pytest_distperf.decide.verdicts import resolutions
     from pytest_distperf.store.baselines import metrics_from_runs
     from pytest_distperf.decide.decision import Design
@@ -394,8 +395,8 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
                       r"step_time recorded over 6 run\(s\), run-to-run 4\d.\d%: against 6 run\(s\) as spread, a "
                       r"change fails above \+\d+.\d%, and an unchanged job cannot pass the \+5.0% limit"):
         landing = gate.finish(test_passed=True)
-    noisy = next(r for r in landing.records if r["kind"] == "baseline_saved" and r["metric"] == "step_time")
-    assert not noisy["can_pass"] and noisy["fails_above"] > 0.5
-    lines = "\n".join(render([("t.py::test_x", landing.records)]))
+    noisy = next(r for r in landing.records if isinstance(r, Resolution) and r.metric == "step_time")
+    assert not noisy.can_pass and noisy.fails_above > 0.5
+    lines = "\n".join(render([TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records)]))
     assert "no baseline yet" not in lines  # it was just saved
     assert re.search(r"test_x +ddp tiny x2 cpu +step_time +6 +4\d.\d% +\+5.0% +\+\d+.\d% +no: interval ×/÷", lines)

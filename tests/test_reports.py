@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pytest_distperf.launch import fingerprint
+from records import job_record, documents_of
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats): 2, as the test's repeats.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "2")
@@ -113,14 +114,16 @@ def test_report_paths_are_checked_before_running(pytester: pytest.Pytester):
 
 
 def test_markdown_and_benchmark_export_read_records_only():
-    from pytest_distperf.report.files import ReportEntry, benchmark_json, markdown_summary
+    from pytest_distperf.report.document import TestDocument
+    from pytest_distperf.report.files import benchmark_json, markdown_summary
 
-    verdict = {"kind": "baseline", "job": "j", "metric": "step_time", "metric_kind": "time", "unit": "s",
+    verdict = {"kind": "baseline", "test": "t.py::test_a", "job": "j", "metric": "step_time", "metric_kind": "time",
+               "unit": "s", "direction": "lower",
                "baseline": 0.1, "current": 0.12, "delta": 0.2, "low": 0.15, "high": 0.25, "level": 0.98,
                "status": "fail", "fails": True}
     run = {"step_times": [0.1, 0.3], "peak_memory": 5, "tokens_per_step": 10}
     figures = {"step_time": 0.2, "run_cv": None, "peak_memory": 5.0}
-    entry = ReportEntry("t.py::test_a", "failed", 1.0, [verdict], {"machine_class": "m", "jobs": [
+    entry = TestDocument.from_records("t.py::test_a", "failed", 1.0, [verdict], {"machine_class": "m", "jobs": [
         {"label": "j", "config_hash": "h", "config": {}, "figures": figures, "runs": [run]}]}, "boom")
     md = markdown_summary([entry])
     assert "| test_a | j | step_time | 100.0 ms | 120.0 ms | +20.0% | [+15.0%, +25.0%] | ✗ |" in md
@@ -133,47 +136,44 @@ def test_markdown_and_benchmark_export_read_records_only():
 def test_session_environment_without_entries_is_read_for_the_session_device(monkeypatch: pytest.MonkeyPatch):
     # A session interrupted before any test finished still reports its own environment, for its device:
     # on a GPU runner that means the CUDA, NCCL and driver versions, not the CPU fields.
-    from pytest_distperf.report.files import ReportEntry, session_environment
+    from pytest_distperf.report.document import TestDocument
+    from pytest_distperf.report.files import session_environment
 
     asked: list[str] = []
     monkeypatch.setattr(fingerprint, "soft_metadata", lambda device, rootdir: asked.append(device) or {"d": device})
     assert session_environment([], "/root", "cuda") == {"d": "cuda"} and asked == ["cuda"]
-    recorded = ReportEntry("t.py::test_a", "passed", 1.0, [], {"environment": {"torch": "2.11"}}, None)
+    recorded = TestDocument.from_records("t.py::test_a", "passed", 1.0, [], {"environment": {"torch": "2.11"}})
     assert session_environment([recorded], "/root", "cuda") == {"torch": "2.11"} and asked == ["cuda"]
 
 
 def test_check_tables_show_the_pair_to_pair_variation():
     from pytest_distperf.report import terminal
-    from pytest_distperf.report.files import ReportEntry, markdown_summary
+    from pytest_distperf.report.files import markdown_summary
 
     check = {"kind": "check", "name": "step_time", "a": "zero3", "b": "fsdp2", "a_value": 0.11, "b_value": 0.1,
              "ratio": 1.1, "low": 1.02, "high": 1.19, "threshold": 1.1, "outcome": "inconclusive", "unit": "s",
              "method": "paired", "pairs": 6, "pair_cv": 0.043}
     unpaired = {**check, "name": "peak_memory", "method": "unpaired", "pair_cv": None, "outcome": "pass"}
-    lines = terminal.render([("t.py::test_a", [check, unpaired])])
+    lines = terminal.render(documents_of(("t.py::test_a", [check, unpaired])))
     header = next(line for line in lines if "pair-to-pair" in line)
     row = next(line for line in lines if "step_time" in line)
     assert row[header.index("pair-to-pair"):].split()[0] == "4.3%"
-    md = markdown_summary([ReportEntry("t.py::test_a", "passed", 1.0, [check, unpaired], {}, None)])
+    md = markdown_summary(documents_of(("t.py::test_a", [check, unpaired])))
     assert "| pairs | pair-to-pair | limit |" in md and "| 6 | 4.3% | 1.1 |" in md and "| - | - | 1.1 |" in md
 
 
 def test_a_job_shared_by_several_tests_is_one_row_in_the_job_table():
     from pytest_distperf.report import terminal
 
-    run = {"kind": "run", "label": "ddp tiny x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1, "run_cv": 0.05,
-           "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 1000.0, "peak_memory": 1 << 20,
-           "optimizer_bytes_per_param": 12.0}
-    grown = {**run, "runs": 5}  # the same comparison, extended for a later test: its own row
-    lines = terminal.render([("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown])])
+    run = job_record()
+    grown = job_record(runs=5)  # the same comparison, extended for a later test: its own row
+    lines = terminal.render(documents_of(("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown])))
     assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["3x10", "5x10"]
 
 
 def test_a_workload_that_counts_no_tokens_shows_no_rate():
     from pytest_distperf.report import terminal
 
-    run = {"kind": "run", "label": "fsdp2 my_model:make_workload x2 cpu", "runs": 3, "steps": 10, "step_time": 0.1,
-           "run_cv": 0.05, "step_p10": 0.09, "step_p90": 0.11, "tokens_per_s": 0.0, "peak_memory": 1 << 20,
-           "optimizer_bytes_per_param": 12.0}
-    [row] = [line for line in terminal.render([("t.py::test_a", [run])]) if line.startswith("fsdp2")]
+    run = job_record(label="fsdp2 my_model:make_workload x2 cpu", tokens_per_s=0.0)
+    [row] = [line for line in terminal.render(documents_of(("t.py::test_a", [run]))) if line.startswith("fsdp2")]
     assert row.split()[13:16] == ["-", "1.00", "MiB"]  # tok/s, then peak memory

@@ -145,7 +145,7 @@ def test_what_an_inconclusive_check_does_in_a_test():
     dp = fixture(strict=False, known_gap=None)
     with pytest.warns(DistPerfInconclusive):  # a warning; the test goes on
         assert check(dp).outcome == "inconclusive"
-    assert dp.records[-1]["outcome"] == "inconclusive"
+    assert dp.records[-1].outcome == "inconclusive"
     with pytest.warns(DistPerfInconclusive), pytest.raises(Failed, match="--distperf-strict"):
         check(fixture(strict=True, known_gap=None))
     # a known gap: only a FAIL satisfies its strict xfail; undecided, the test skips

@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
@@ -260,9 +260,9 @@ class AgainstGate:
 
     def finish(self, test_passed: bool) -> Landing:
         verdicts = [v for job in self.jobs.values() for v in self._decide(job)]
-        against = {"reference": self.checkout.label(), "head_commit": self.checkout.head_commit,
-                   "base_commit": self.checkout.base_commit}
-        records = [{**v.to_record(self.policy), **against} for v in verdicts]
+        records: list[Any] = [replace(v.landed(self.policy), reference=self.checkout.label(),
+                                      head_commit=self.checkout.head_commit, base_commit=self.checkout.base_commit)
+                              for v in verdicts]
         props = [(f"distperf.against.{v.metric}[{v.job}]", property_text(v)) for v in verdicts]
         failing = [v for v in verdicts if is_failing(v, self.policy)]
         message = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.decide import decision, stopping
@@ -26,7 +26,7 @@ from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figur
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank import breakdown
-from pytest_distperf.measure.wording import is_words, record_bound_text
+from pytest_distperf.measure.wording import bound_text, is_words
 from pytest_distperf.rank.results import RunResult
 
 
@@ -70,13 +70,24 @@ class Check:
                    reason=v.reason, next_look=e.next_look, **extra)
 
     def interval_text(self) -> str:
-        """'[0.970, 1.160]', or words where the design cannot bound it (report/wording.record_bound_text)."""
+        """'[0.970, 1.160]', or words where the design cannot bound it (measure/wording.bound_text)."""
         if self.method == "exact":
             return "exact"
-        return record_bound_text(asdict(self))
+        if self.method not in ("paired", "unpaired"):
+            return "-"
+        paired = self.method == "paired"
+        return bound_text(self.ratio, self.low, self.high, self.pairs, "pairs" if paired else "runs",
+                          self.pair_cv if paired else self.run_cv_a, "pair-to-pair" if paired else "run-to-run",
+                          self.next_look, decided=self.outcome in (PASS, FAIL))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
+    def to_json(self) -> dict[str, Any]:
+        """The record as reports serialise it (report/document.py), with the words every report shows."""
+        return {"kind": "check", **asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Check":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
@@ -27,14 +27,13 @@ from pytest_distperf.store.baselines import (BaselineError, BaselineFile, Baseli
 from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.decide.verdicts import (MetricVerdict, decide_metric, describe_verdict, is_failing,
+from pytest_distperf.decide.verdicts import (MetricVerdict, Resolution, decide_metric, describe_verdict, is_failing,
                                              is_pending, property_text, resolutions)
 from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
 from pytest_distperf.measure.units import fmt_pct
-from pytest_distperf.measure.wording import fmt_interval
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
@@ -95,7 +94,7 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
             return
         v = next(v for v in current if is_pending(v))
         progress(f"{against} {v.metric} of {label} inconclusive after {n} {unit} ({fmt_pct(v.delta)} "
-                 f"{fmt_interval(asdict(v))} vs +{(v.threshold or 0):.1%}), running {unit} {n + 1}-{target} "
+                 f"{v.interval_text()} vs +{(v.threshold or 0):.1%}), running {unit} {n + 1}-{target} "
                  f"for the look at {target}")
 
     _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
@@ -139,7 +138,7 @@ class Landing:
     message: str | None
     properties: list[tuple[str, str]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[MetricVerdict | Resolution] = field(default_factory=list)  # report/document.py's records
 
 
 @dataclass
@@ -264,7 +263,7 @@ class BaselineGate:
         self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
         detail = self._detail()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
-        records = [v.to_record(self.policy, enforced=not self.save_mode) for v in self.verdicts]
+        records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode) for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.measured:
                 detail["saved"] = None
@@ -284,7 +283,7 @@ class BaselineGate:
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
 
-    def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[dict[str, Any]]:
+    def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[Resolution]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
         rel = os.path.relpath(path, self.session.rootdir)
         found = [r for key, entry in jobs.items() for r in resolutions(key, entry.metrics, self.policy, self.design)]
@@ -293,7 +292,7 @@ class BaselineGate:
                 warnings.warn(BaselineNoisyWarning(
                     f"{self.nodeid}: saved {rel}, but {r.text()}: record it on a quieter machine, or with more "
                     f"runs (--distperf-max-repeats)"), stacklevel=2)
-        return [r.to_record(self.nodeid, rel) for r in found]
+        return [r.saved_as(self.nodeid, rel) for r in found]
 
     def _save(self, jobs: dict[str, JobEntry]) -> str:
         doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),

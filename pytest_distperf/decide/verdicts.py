@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 from pytest_distperf.store.baselines import MetricSeries
 from pytest_distperf.decide import decision
@@ -30,7 +30,7 @@ from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
 from pytest_distperf.measure.figures import WORK_METRICS
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
-from pytest_distperf.measure.wording import fmt_interval, is_words
+from pytest_distperf.measure.wording import bound_text, is_words
 
 STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
@@ -62,18 +62,40 @@ class MetricVerdict:
     next_look: int | None = None  # the design's next planned look in candidate runs (0: the last was reached)
     note: str = ""
 
-    def to_record(self, policy: Policy, enforced: bool = True) -> dict[str, Any]:
-        """A plain record for reports; `fails`: whether this verdict fails the test (never while saving)."""
-        record = asdict(self)
-        return {"kind": "baseline", **record, "fails": enforced and is_failing(self, policy),
-                "interval_text": fmt_interval(record)}  # the words every report uses (report/wording.bound_text)
+    fails: bool = False  # whether this verdict fails its test (set as the test lands: `landed`; never while saving)
+    reference: str = ""  # head vs base: the pair compared ("head abc1234 vs base def5678", decide/against.py)
+    head_commit: str | None = None
+    base_commit: str | None = None
+    baseline_values: tuple[float, ...] = ()  # the stored runs' values it was decided against (MetricSeries.runs)
+    baseline_samples: tuple[tuple[float, ...], ...] = ()  # a time metric's: each stored run's per-step values
+
+    def landed(self, policy: Policy, enforced: bool = True) -> "MetricVerdict":
+        """The verdict as its test lands it: `fails` says whether it fails the test (never while saving)."""
+        return replace(self, fails=enforced and is_failing(self, policy))
+
+    def interval_text(self) -> str:
+        """The change's interval as every report shows it: '[+7.9%, +11.7%]', words where the design cannot bound
+        it (measure/wording.bound_text), '-' for a count or a verdict without an interval."""
+        if self.metric_kind == "count" or (self.low is None and self.high is None and self.level is None):
+            return "-"
+        low, high = self.low, self.high
+        return bound_text(1.0 + (self.delta or 0.0), None if low is None else 1.0 + low,
+                          None if high is None else 1.0 + high, self.current_runs, "runs", self.current_cv,
+                          "run-to-run", self.next_look, delta=True, decided=self.status in ("pass", "fail", "improved"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as reports serialise it (report/document.py), with the words every report shows."""
+        return {"kind": "baseline", **asdict(self), "interval_text": self.interval_text()}
 
     @classmethod
-    def from_record(cls, d: dict[str, Any]) -> "MetricVerdict":
+    def from_json(cls, d: Mapping[str, Any]) -> "MetricVerdict":
         if d.get("status") not in STATUSES:
             raise ValueError(f"baseline verdict: status must be one of {STATUSES}, got {d.get('status')!r}")
         names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
+        v = cls(**{k: val for k, val in d.items() if k in names})
+        v.baseline_values = tuple(float(x) for x in v.baseline_values or ())
+        v.baseline_samples = tuple(tuple(float(x) for x in s) for s in v.baseline_samples or ())
+        return v
 
 
 # -- the pure decision ------------------------------------------------------------------------------------------
@@ -88,6 +110,8 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
         v.note = "no baseline value for this metric"
         return v
     v.baseline, v.baseline_cv, v.baseline_runs = baseline.center, baseline.variation, len(baseline.runs)
+    v.baseline_values = tuple(baseline.runs)
+    v.baseline_samples = tuple(tuple(s) for s in baseline.samples or ())
     if baseline.center:
         v.delta = current.center / baseline.center - 1
     if current.kind == "count":
@@ -125,6 +149,8 @@ class Resolution:
     candidate_runs: int
     limit: float  # relative: +5 % is 0.05
     factor: float | None  # the interval's reach each side of the ratio; None: too few runs for one
+    test: str = ""  # the test whose baseline was saved, and the file (saved_as)
+    file: str = ""
 
     @property
     def fails_above(self) -> float | None:
@@ -145,17 +171,28 @@ class Resolution:
                  else f"only a change of more than {fmt_pct(FAILS_ABOVE_CAP)} could fail (in effect, none)")
         return (f"{head}: against {self.candidate_runs} run(s) as spread, {fails}" + ("" if self.can_pass else
                 f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
-                f"{fmt_factor(self.factor)} each side)"))
+                f"{self.factor_text()} each side)"))
 
     def fails_above_text(self) -> str:
         """The smallest change that can fail, for a table cell: '> +1000%' beyond FAILS_ABOVE_CAP ('-': none)."""
         x = self.fails_above
         return "-" if x is None else (f"> {fmt_pct(FAILS_ABOVE_CAP)}" if x > FAILS_ABOVE_CAP else fmt_pct(x))
 
-    def to_record(self, test: str, path: str) -> dict[str, Any]:
-        return {"kind": "baseline_saved", "test": test, "file": path, **asdict(self),
-                "fails_above": self.fails_above, "can_pass": self.can_pass,
-                "fails_above_text": self.fails_above_text(), "factor_text": fmt_factor(self.factor)}
+    def factor_text(self) -> str:
+        return fmt_factor(self.factor)
+
+    def saved_as(self, test: str, path: str) -> "Resolution":
+        """This resolution as its test's record: the test and the baseline file it was saved to."""
+        return replace(self, test=test, file=path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "baseline_saved", **asdict(self), "fails_above": self.fails_above, "can_pass": self.can_pass,
+                "fails_above_text": self.fails_above_text(), "factor_text": self.factor_text()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Resolution":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 # A few wildly spread runs can make the smallest failing change astronomically large: past +1000 % the figure
@@ -272,8 +309,7 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
     if v.status in ("new", "not comparable"):
         why = " (--distperf-require-baseline)" if policy.require_baseline else ""
         return [f"{head}: {v.note}{why}; current {current}"]
-    record = asdict(v)
-    text = fmt_interval(record)
+    text = v.interval_text()
     interval = ("" if v.level is None else f": {text}" if is_words(text) else f", {v.level:.0%} interval {text}")
     width = max(map(len, sides))
     lines = [f"{head}: {fmt_pct(v.delta)} vs {sides[0]}{interval}; limit {v.threshold_text}",

@@ -1,7 +1,7 @@
 """Session reports for CI: the JSON report, the Markdown job summary, the pytest-benchmark export.
 
-They read what the tests recorded (runs, ratio checks, baseline verdicts, the jobs' per-rank metrics)
-and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
+They read the session document (report/document.py: each test's job figures, checks, baseline verdicts and
+jobs with their runs) and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
 asks for, over the step times as measured. Files go through the one JSON writer (jsonio.py).
 """
 
@@ -11,60 +11,22 @@ import datetime as _dt
 import os
 import platform
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from pytest_distperf.store.document import REPORT_VERSION
+from pytest_distperf.report.document import SessionDocument, TestDocument
+from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
 from pytest_distperf.store.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
-from pytest_distperf.measure.wording import fmt_interval, pair_to_pair, short_test, status_mark
-from pytest_distperf.decide.decision import OUTCOME_MARK
+from pytest_distperf.measure.wording import pair_to_pair, short_test
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
 
 BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
 
 
-@dataclass
-class ReportEntry:
-    """One distperf test as its report arrived (from this process or an xdist worker)."""
-
-    nodeid: str
-    outcome: str  # passed | failed | skipped | error
-    duration: float
-    records: list[dict[str, Any]] = field(default_factory=list)  # kind: run | check | baseline | probe | baseline_saved
-    detail: dict[str, Any] | None = None  # machine class, environment, jobs with per-rank metrics
-    message: str | None = None  # the failure text
-
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("kind") == kind]
-
-
 # -- JSON report ------------------------------------------------------------------------------------------------
-def json_report(entries: Iterable[ReportEntry], environment: dict[str, Any], invocation: dict[str, Any]) -> dict:
-    entries = list(entries)
-    verdict_counts: dict[str, int] = {}
-    for e in entries:
-        for v in e.of_kind("baseline"):
-            verdict_counts[v["status"]] = verdict_counts.get(v["status"], 0) + 1
-    outcomes: dict[str, int] = {}
-    for e in entries:
-        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
-    return {
-        "report_version": REPORT_VERSION,
-        "created_at": _now(),
-        "environment": environment,
-        "invocation": invocation,
-        "summary": {"tests": len(entries), "outcomes": outcomes, "verdicts": verdict_counts},
-        # what each job figure is: unit and scope (per rank, slowest rank, summed), as measure/figures.py defines it
-        "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
-        "tests": [{
-            "nodeid": e.nodeid, "outcome": e.outcome, "duration": e.duration, "message": e.message,
-            **(e.detail or {}),
-            "runs": e.of_kind("run"), "checks": e.of_kind("check"), "verdicts": e.of_kind("baseline"),
-            "probes": e.of_kind("probe"), "baseline_saved": e.of_kind("baseline_saved"),
-        } for e in entries],
-    }
+def json_report(entries: Iterable[TestDocument], environment: dict[str, Any], invocation: dict[str, Any]) -> dict:
+    return SessionDocument(list(entries), environment, invocation).to_json()
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
@@ -72,52 +34,53 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
 
 
 # -- Markdown job summary ---------------------------------------------------------------------------------------
-def markdown_summary(entries: Iterable[ReportEntry]) -> str:
+def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
     failed = [e for e in entries if e.outcome in ("failed", "error")]
-    classes = sorted({(e.detail or {}).get("machine_class") for e in entries} - {None})
+    classes = sorted({e.detail.get("machine_class") for e in entries} - {None})
     lines = ["## distperf", "",
              f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
              + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
     from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
 
-    found = undecided((e.nodeid, e.records) for e in entries)
+    found = undecided(entries)
     if found:  # as visible as a failure: an undecided verdict is not a pass
         lines += [f"**⚠ {len(found)} undecided (inconclusive) verdict(s)**: neither passed nor failed "
                   f"({STRICT_HINT})", ""]
         lines += [f"- `{_md([short_test(n)])[0]}`: {_md([subject(r)])[0]}: {_md([undecided_text(r)])[0]}"
                   for n, r in found] + [""]
-    jobs = [(e, r) for e in entries for r in e.of_kind("run")]
+    jobs = [(e, j.figures) for e in entries for j in e.jobs]
     if jobs:
         lines += ["| test | job | runs | step time | run-to-run | peak memory |", "|---|---|---|---|---|---|"]
-        for e, r in jobs:
-            cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
-            lines.append("| " + " | ".join(_md([short_test(e.nodeid), r["label"], str(r["runs"]),
-                                                fmt_seconds(r["step_time"]), cv, fmt_bytes(r["peak_memory"])])) + " |")
+        for e, f in jobs:
+            cv = "-" if f.run_cv is None else f"{f.run_cv:.1%}"
+            lines.append("| " + " | ".join(_md([short_test(e.nodeid), f.label, str(f.runs),
+                                                fmt_seconds(f.step_time), cv, fmt_bytes(f.peak_memory)])) + " |")
         lines += ["", f"step time: {SCOPES['step_time'][1]}; peak memory: {SCOPES['peak_memory'][1]}", ""]
-    verdicts = [(e, v) for e in entries for v in e.of_kind("baseline")]
+    verdicts = [(e, v) for e in entries for v in e.verdicts]
     if verdicts:
         lines += ["| test | job | metric | baseline | current | Δ | 98% interval | status |",
                   "|---|---|---|---|---|---|---|---|"]
         for e, v in verdicts:
             lines.append("| " + " | ".join(_md([
-                short_test(e.nodeid), v["job"], v["metric"], fmt_value(v["baseline"], v["unit"]),
-                fmt_value(v["current"], v["unit"]), fmt_pct(v["delta"]), fmt_interval(v), status_mark(v)])) + " |")
+                short_test(e.nodeid), v.job, v.metric, fmt_value(v.baseline, v.unit), fmt_value(v.current, v.unit),
+                fmt_pct(v.delta), v.interval_text(), status_mark(v.status, v.fails)])) + " |")
         lines.append("")
-    checks = [(e, c) for e in entries for c in e.of_kind("check")]
+    checks = [(e, c) for e in entries for c in e.checks]
     if checks:
         lines += ["| test | check | ratio A/B [98% interval] | pairs | pair-to-pair | limit | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for e, c in checks:
-            ratio = f"{c['ratio']:.3f}" if c["unit"] != "rel" else f"{c['ratio']:.1e}"
-            if c.get("method") == "paired":
-                ratio += f" {fmt_interval(c)}"  # in words where the design cannot bound it (wording.bound_text)
-            pairs = str(c.get("pairs")) if c.get("method") == "paired" else "-"
-            lines.append("| " + " | ".join(_md([short_test(e.nodeid), c["name"], ratio, pairs, pair_to_pair(c),
-                                                f"{c['threshold']:g}", OUTCOME_MARK[c["outcome"]]])) + " |")
+            ratio = f"{c.ratio:.3f}" if c.unit != "rel" else f"{c.ratio:.1e}"
+            if c.method == "paired":
+                ratio += f" {c.interval_text()}"  # in words where the design cannot bound it (wording.bound_text)
+            pairs = str(c.pairs) if c.method == "paired" else "-"
+            lines.append("| " + " | ".join(_md([short_test(e.nodeid), c.name, ratio, pairs,
+                                                pair_to_pair(c.method, c.pair_cv), f"{c.threshold:g}",
+                                                OUTCOME_MARK[c.outcome]])) + " |")
         lines.append("")
     for e in failed:
-        reason = " ".join(((e.detail or {}).get("failure") or "").split())[:300]  # session.failure_text
+        reason = " ".join((e.detail.get("failure") or "").split())[:300]  # session.failure_text
         reason = reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}" + (f": {_md([reason])[0]}" if reason else "")
                   + "</summary>", "", "```text",
@@ -136,19 +99,19 @@ def _md(cells: list[str]) -> list[str]:
 
 
 # -- pytest-benchmark export ------------------------------------------------------------------------------------
-def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) -> dict[str, Any]:
+def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any]) -> dict[str, Any]:
     """The step times of every job in pytest-benchmark 5.x's saved-JSON layout (one benchmark per test and job;
     a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
     github-action-benchmark (tool: pytest)."""
     benchmarks = []
     for e, job in unique_jobs(entries):
-        detail = e.detail or {}
-        verdicts = {(v["job"], v["metric"]): v for v in e.of_kind("baseline")}
+        detail = e.detail
+        verdicts = {(v.job, v.metric): v for v in e.verdicts}
         runs = job.get("runs") or []
         steps = [t for r in runs for t in r["step_times"]]
         if not steps:
             continue
-        v = verdicts.get((job["label"], "step_time"), {})
+        v = verdicts.get((job["label"], "step_time"))
         config = job.get("config") or {}
         name = f"{short_test(e.nodeid)}[{job['label']}]"
         benchmarks.append({
@@ -161,7 +124,7 @@ def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) 
                 "step_time": job["figures"]["step_time"], "step_time_scope": SCOPES["step_time"][1],
                 "run_to_run": job["figures"]["run_cv"], "peak_memory_bytes": job["figures"]["peak_memory"],
                 "tokens_per_step": runs[0]["tokens_per_step"],
-                "baseline_status": v.get("status"), "baseline_delta": v.get("delta"),
+                "baseline_status": v.status if v else None, "baseline_delta": v.delta if v else None,
             },
             "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(steps), "max_time": 0.0,
                         "min_time": 0.0, "warmup": config.get("warmup_steps", 0)},
@@ -185,13 +148,13 @@ def benchmark_json(entries: Iterable[ReportEntry], environment: dict[str, Any]) 
     }
 
 
-def unique_jobs(entries: Iterable[ReportEntry]) -> list[tuple[ReportEntry, dict[str, Any]]]:
+def unique_jobs(entries: Iterable[TestDocument]) -> list[tuple[TestDocument, dict[str, Any]]]:
     """Each job of the tests' details once, by its id (document.job_to_dict): tests that share a job's runs carry
     it as it stood when each ended: the view with the most runs is kept, with the test that saw them (its
     verdicts are on those runs), in the order the jobs first appeared. A job without an id is its own."""
-    kept: dict[Any, tuple[ReportEntry, dict[str, Any]]] = {}
+    kept: dict[Any, tuple[TestDocument, dict[str, Any]]] = {}
     for e in entries:
-        for n, job in enumerate((e.detail or {}).get("jobs", [])):
+        for n, job in enumerate(e.detail.get("jobs", [])):
             key = job.get("id") or (e.nodeid, n)
             if key not in kept or len(job.get("runs") or []) > len(kept[key][1].get("runs") or []):
                 kept[key] = (e, job)
@@ -214,11 +177,11 @@ def _bench_stats(data: list[float]) -> dict[str, Any]:
             "iterations": 1}
 
 
-def session_environment(entries: list[ReportEntry], rootdir: str, device: str = "cpu") -> dict[str, Any]:
+def session_environment(entries: list[TestDocument], rootdir: str, device: str = "cpu") -> dict[str, Any]:
     """The environment the tests recorded (the first one that did), else this process's for `device`
     (a session interrupted before any test finished still says which CUDA, NCCL and driver it ran on)."""
     for e in entries:
-        env = (e.detail or {}).get("environment")
+        env = e.detail.get("environment")
         if env:
             return env
     from pytest_distperf.launch.fingerprint import soft_metadata
@@ -226,7 +189,7 @@ def session_environment(entries: list[ReportEntry], rootdir: str, device: str = 
     return soft_metadata(device, rootdir)
 
 
-def write_session_reports(entries: list[ReportEntry], rootdir: str, json_path: str | None,
+def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: str | None,
                           benchmark_path: str | None, step_summary_path: str | None,
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
                           pr_comment_path: str | None = None, html_url: str | None = None,

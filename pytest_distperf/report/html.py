@@ -18,7 +18,7 @@ from markupsafe import Markup
 from pytest_distperf.store.jsonio import write_text_atomic as write_text
 from pytest_distperf.report.charts import ChangePoint, TrendPoint, TrendSeries, trend_chart
 from pytest_distperf.report.outcomes import LEGEND, style
-from pytest_distperf.report.rows import short_nodeid
+from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.views import SECTIONS, report_view
 
 __all__ = ["ChangePoint", "SECTIONS", "TrendPoint", "TrendSeries", "render_history", "render_html", "write_html",
@@ -71,7 +71,7 @@ def render_history(series: Sequence[TrendSeries], *, title: str = "distperf hist
     for s in series:
         by_class.setdefault(s.machine_class, []).append(s)
     groups = [{"machine_class": machine_class,
-               "blocks": [_TrendBlock(short_nodeid(s.test), s.metric, s.job, len(s.points),
+               "blocks": [_TrendBlock(short_test(s.test), s.metric, s.job, len(s.points),
                                       "; ".join(cp.text() for cp in s.change_points) or "none", trend_chart(s))
                           for s in sorted(items, key=lambda s: (s.test, s.job, s.metric))]}
               for machine_class, items in sorted(by_class.items())]

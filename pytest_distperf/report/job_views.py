@@ -13,7 +13,8 @@ from pytest_distperf.measure.figures import step_time_of, time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
-from pytest_distperf.report.rows import probe_records, run_steps, short_nodeid, unique_jobs
+from pytest_distperf.measure.wording import short_test
+from pytest_distperf.report.rows import probe_records, run_steps, unique_jobs
 from pytest_distperf.report.svg import COMM_COLOUR, COMPUTE_COLOUR, OVERLAP_COLOUR, RANK_COLOURS, legend
 
 STRAGGLER_MARK = 0.05  # a rank whose median step is this much above the fastest rank's is drawn in red
@@ -96,7 +97,7 @@ def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any
     label = str(job.get("label"))
     broken_down = [r for r in runs[0]["ranks"] if r.get("step_breakdown")]  # the first run's, per rank
     return JobSection(
-        label=label, runs=len(runs), steps=len(run_steps(runs[0])), tests=[short_nodeid(n) for n in tests],
+        label=label, runs=len(runs), steps=len(run_steps(runs[0])), tests=[short_test(n) for n in tests],
         figures=figures_parts(job, doc), host_bound_text=(job.get("figures") or {}).get("host_bound_text") or "",
         time_split_text=time_split_text(split) if (split := (job.get("figures") or {}).get("time_split")) else "",
         ranks=strip_chart(rows, "s", f"step time per rank of {label}", "strip ranks", notes=notes),
@@ -170,7 +171,7 @@ def _probe_section(p: Mapping[str, Any], tests: list[str]) -> ProbeSection:
         timeline = TimelineView(timelines[0], timelines[0].comm_time() / 1e3, Markup(key),
                                 timeline_chart(timelines, f"compute and communication timeline of one step of {label}"))
     return ProbeSection(
-        label=label, steps=int(p["steps"]), tests=[short_nodeid(n) for n in tests], collectives=rows, charts=charts,
+        label=label, steps=int(p["steps"]), tests=[short_test(n) for n in tests], collectives=rows, charts=charts,
         metrics=[(k, _probe_value(k, v)) for k, v in sorted(m.items()) if k.startswith(("overlap.", "placement."))],
         not_measured=sorted((p.get("not_measured") or {}).items()), timeline=timeline, traces=list(p["traces"]))
 

@@ -1,4 +1,5 @@
-"""The outcomes a report shows (of a test, a check, a baseline verdict), their order and their marks.
+"""The outcomes a report shows (of a test, a check, a baseline verdict), their order and their marks: the one
+place a report finds how an outcome looks.
 
 One visual family per outcome: a CSS class (colour, border and background pattern, report.css) and a symbol,
 so a verdict reads in greyscale and for colour-blind readers too. The HTML report and the PR comment share them.
@@ -22,9 +23,21 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {  # outcome -> (css class, symbol),
     "skipped": ("v-neutral", "–"),
 }
 UNKNOWN_STYLE = ("v-neutral", "·")
+# The same outcomes in words, for the text reports (terminal, Markdown): a check's, then a baseline verdict's.
+OUTCOME_MARK = {"pass": "✓ pass", "fail": "✗ FAIL", "inconclusive": "~ inconclusive"}
+STATUS_MARK = {"pass": "✓", "inconclusive": "~ inconclusive", "fail": "✗", "improved": "✓ improved", "new": "new",
+               "not comparable": "≠ config"}
 LEGEND = ("pass", "fail", "inconclusive", "xfail", "improved", "new")  # the outcomes the page's legend explains
 _TEST_OUTCOMES = {"passed": "pass", "failed": "fail", "skipped": "skipped", "error": "error"}  # pytest's words
 LIMIT_SIGN = {"at_most": "≤", "at_least": "≥", "above": ">"}  # a check's direction as the sign of its limit
+
+
+def status_mark(status: str, fails: bool = False) -> str:
+    """✓ ~ ✗ new ... of a baseline verdict's status; a verdict that fails the test always shows ✗."""
+    mark = STATUS_MARK.get(status, status)
+    if fails and not mark.startswith("✗"):
+        mark = "✗ " + mark.replace("✓ ", "")
+    return mark
 
 
 def style(outcome: str) -> tuple[str, str]:

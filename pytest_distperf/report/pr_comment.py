@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 from pytest_distperf.store.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import mark, rank, test_outcome
-from pytest_distperf.report.rows import SharedRow, shared_rows, short_nodeid, unique_jobs, verdict_rows
+from pytest_distperf.measure.wording import short_test
+from pytest_distperf.report.rows import SharedRow, shared_rows, unique_jobs, verdict_rows
 
 MARKER = "<!-- distperf-pr-comment -->"
 MAX_LINES = 25
@@ -62,7 +63,7 @@ def _listed_row(s: SharedRow) -> str:
     more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
     verdict = f"✗ {r.outcome}, fails" if r.fails else f"{mark(r.outcome)} {r.outcome}"
     what = f"{r.subject}: {r.note}" if r.kind == "test" and r.note else r.subject  # the failure's reason
-    return (f"| {verdict} | `{_cell(short_nodeid(s.tests[0]))}`{more} | {_cell(what)} | "
+    return (f"| {verdict} | `{_cell(short_test(s.tests[0]))}`{more} | {_cell(what)} | "
             f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
 
 
@@ -137,15 +138,16 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
         table = ["No failing, inconclusive or improved metric."]
     from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
 
-    found = undecided((t["nodeid"], list(t.get("checks") or []) + list(t.get("verdicts") or []))
-                      for t in doc.get("tests") or [])
+    from pytest_distperf.report.document import TestDocument
+
+    found = undecided(TestDocument.from_json(t) for t in doc.get("tests") or [])
     if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
         table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]
-        table += [f"- `{_cell(short_nodeid(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
+        table += [f"- `{_cell(short_test(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
     xfails = [s for s in rows if s.row.outcome == "xfail"]
     room = MAX_LINES - len(head) - len(table) - len(tail)
     if xfails and room >= 2:  # known gaps, by name, when the budget has room (a blank line ends a table)
-        names = ", ".join(f"`{short_nodeid(s.tests[0])}`" for s in xfails)
+        names = ", ".join(f"`{short_test(s.tests[0])}`" for s in xfails)
         table += ["", f"Known gaps (strict xfail, not failing): {len(xfails)} — {names}"]
         room -= 2
     lines = head + table + tail

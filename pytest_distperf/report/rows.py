@@ -60,11 +60,6 @@ def chart_ends(record: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return low, high
 
 
-def short_nodeid(nodeid: str) -> str:
-    """A test's node id without its file: 'test_x[param]'."""
-    return nodeid.split("::", 1)[-1]
-
-
 @dataclass
 class VerdictRow:
     test: str
@@ -93,7 +88,7 @@ def check_row(test: Mapping[str, Any], c: Mapping[str, Any]) -> VerdictRow:
     else:
         value, limit = f"{c['ratio']:.3f}×", f"{sign} {c['threshold']:g}×"
     if c.get("method") == "paired":  # the noise the interval is made of, shown next to it
-        noise = f"{c.get('pairs')} pairs, pair-to-pair {pair_to_pair(dict(c))}"
+        noise = f"{c.get('pairs')} pairs, pair-to-pair {pair_to_pair(c.get('method'), c.get('pair_cv'))}"
         note = f"{note}; {noise}" if note else noise
     subject = f"{c.get('name')}: {c.get('a')}" + ("" if absolute else f" vs {c.get('b')}")
     return VerdictRow(test["nodeid"], "probe" if probe else "ratio", subject, value, interval_cell(c), limit,

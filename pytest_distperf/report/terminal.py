@@ -1,13 +1,19 @@
-"""The terminal table of distperf runs and checks. Reads records; computes nothing new."""
+"""The terminal table of distperf runs and checks. Reads the session document (report/document.py); computes
+nothing new."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
-from pytest_distperf.measure.wording import fmt_interval, pair_to_pair, short_test, status_mark
-from pytest_distperf.decide.decision import OUTCOME_MARK
-from pytest_distperf.measure.figures import TIME_PARTS, time_split_text
+from pytest_distperf.measure.wording import pair_to_pair, short_test
+from pytest_distperf.measure.figures import TIME_PARTS, JobFigures, time_split_text
+from pytest_distperf.decide.checks import Check
+from pytest_distperf.decide.probe_checks import ProbeCheck
+from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
+from pytest_distperf.rank.probes.results import ProbeSummary
+from pytest_distperf.report.document import JobRecord, TestDocument
+from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -28,9 +34,9 @@ _KIND_ABBREV = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR", 
 _LIMIT_SYMBOL = {"at_most": "<= ", "at_least": ">= ", "above": "> "}  # probe checks (probe_checks.ProbeCheck)
 
 
-def _probe_row(r: dict[str, Any]) -> list[str]:
+def _probe_row(r: ProbeSummary) -> list[str]:
     """One job's probe metrics (probes.results.ProbeResult.metrics) as table cells; '-' where not measured."""
-    m: dict[str, float] = r["metrics"]
+    m = r.metrics
     kinds = sorted(k.split(".")[1] for k in m if k.startswith("comms.") and k.endswith(".calls_per_step"))
     comms = " ".join(f"{_KIND_ABBREV.get(k, k)} {m[f'comms.{k}.calls_per_step']:g}" for k in kinds) or "-"
     ag = fmt_bytes(m["comms.all_gather.size_median"]) if "comms.all_gather.size_median" in m else "-"
@@ -48,7 +54,7 @@ def _probe_row(r: dict[str, Any]) -> list[str]:
                      f"{fmt_seconds(m[f'placement.optimizer.{name}.gpu_kernel_s'])}")
         opts.append(text)
     util = f"{m['placement.cpu_utilisation']:.2f}" if "placement.cpu_utilisation" in m else "-"
-    return [r["label"], str(r["steps"]), comms, ag, overlap, exposed, copies, pageable, "; ".join(opts) or "-", util]
+    return [r.label, str(r.steps), comms, ag, overlap, exposed, copies, pageable, "; ".join(opts) or "-", util]
 
 
 WORK_LEGEND = ("work figures: measured in steps of their own after timing (rank/work.py); GPU time: compute "
@@ -57,25 +63,25 @@ WORK_LEGEND = ("work figures: measured in steps of their own after timing (rank/
                "allocation peak")
 
 
-def _work_row(r: dict[str, Any]) -> list[str]:
+def _work_row(r: JobFigures) -> list[str]:
     """A job's work figures (JobFigures.work) as table cells, with its host-bound note last ('' when none)."""
-    w: dict[str, float] = r["work"]
+    w = r.work
 
     def count(name: str) -> str:
         return f"{w[name]:.4g}" if name in w else "-"
 
-    share = r.get("gpu_busy_share")
-    note = r.get("host_bound_text") or ""
-    return [r["label"], fmt_seconds(w["gpu_time"]) if "gpu_time" in w else "-",
+    share = r.gpu_busy_share
+    note = r.host_bound_text() or ""
+    return [r.label, fmt_seconds(w["gpu_time"]) if "gpu_time" in w else "-",
             "-" if share is None else f"{share:.0%}", count("kernels_per_step"), count("flops_per_step"),
             count("aten_ops_per_step"), count("instructions_per_step"),
             fmt_bytes(w["train_memory"]) if "train_memory" in w else "-", note]
 
 
-def _baseline_row(nodeid: str, r: dict[str, Any]) -> list[str]:
-    """One metric of one job against its baseline (verdicts.MetricVerdict records)."""
-    return [short_test(nodeid), r["job"], r["metric"], fmt_value(r["baseline"], r["unit"]),
-            fmt_value(r["current"], r["unit"]), fmt_pct(r["delta"]), fmt_interval(r), status_mark(r)]
+def _baseline_row(nodeid: str, v: MetricVerdict) -> list[str]:
+    """One metric of one job against its baseline."""
+    return [short_test(nodeid), v.job, v.metric, fmt_value(v.baseline, v.unit), fmt_value(v.current, v.unit),
+            fmt_pct(v.delta), v.interval_text(), status_mark(v.status, v.fails)]
 
 
 def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
@@ -92,81 +98,81 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
     return [[row[0] + (f" (+{shared[k]} tests)" if shared[k] else ""), *row[1:]] for k, row in first.items()]
 
 
-def _job_row(r: dict[str, Any]) -> list[str]:
+def _job_row(r: JobFigures) -> list[str]:
     """One job's figures (measure/figures.JobFigures) as the job table's cells."""
-    return [r["label"], f"{r['runs']}x{r['steps']}", fmt_seconds(r["step_time"]),
-            "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}",
-            f"{fmt_seconds(r['step_p10'])} - {fmt_seconds(r['step_p90'])}",
-            fmt_rate(r["tokens_per_s"]) if r["tokens_per_s"] else "-",  # 0: a workload that counts no tokens
-            fmt_bytes(r["peak_memory"]), f"{r['optimizer_bytes_per_param']:.1f}"]
+    return [r.label, f"{r.runs}x{r.steps}", fmt_seconds(r.step_time),
+            "-" if r.run_cv is None else f"{r.run_cv:.1%}", f"{fmt_seconds(r.step_p10)} - {fmt_seconds(r.step_p90)}",
+            fmt_rate(r.tokens_per_s) if r.tokens_per_s else "-",  # 0: a workload that counts no tokens
+            fmt_bytes(r.peak_memory), f"{r.optimizer_bytes_per_param:.1f}"]
 
 
-def unique_job_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each job's "run" record once, by its id (measure/figures.job_id): tests that share a job's runs record it
-    as it stood when each ended, and the record with the most runs is kept, where the job first appeared. A
-    record without an id is one job by its values."""
-    kept: dict[Any, dict[str, Any]] = {}
+def unique_job_records(records: Iterable[JobRecord]) -> list[JobRecord]:
+    """Each job once, by its id (measure/figures.job_id): tests that share a job's runs record it as it stood
+    when each ended, and the record with the most runs is kept, where the job first appeared. A record without
+    an id is one job by its values."""
+    kept: dict[Any, JobRecord] = {}
     for r in records:
-        key = r.get("id") or tuple(_job_row(r))
-        if key not in kept or r["runs"] > kept[key]["runs"]:
+        key = r.figures.id or tuple(_job_row(r.figures))
+        if key not in kept or r.figures.runs > kept[key].figures.runs:
             kept[key] = r
     return list(kept.values())
 
 
-def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    job_records, checks, probes = [], [], []
+def _check_row(nodeid: str, r: Check) -> list[str]:
+    ci = f" {r.interval_text()}" if r.method in ("paired", "unpaired") else ""  # words where it cannot bound
+    ratio = f"{r.ratio:.3f}{ci}" if r.unit != "rel" else f"{r.ratio:.1e}"
+    limit = f"{r.threshold:.2f}" if r.unit != "rel" else f"{r.threshold:.0e}"
+    if isinstance(r, ProbeCheck):  # the limit is absolute or a ratio, with its direction
+        absolute = r.b == "limit"
+        limit = _LIMIT_SYMBOL.get(r.direction, "") + (_fmt_value(r.threshold, r.unit) if absolute
+                                                      else f"{r.threshold:.2f}")
+        ratio = _fmt_value(r.ratio, r.unit) if absolute else ratio
+    pairs = str(r.pairs) if r.method == "paired" else "-"
+    return [short_test(nodeid), r.name, f"{r.a} = {_fmt_value(r.a_value, r.unit)}",
+            f"{r.b} = {_fmt_value(r.b_value, r.unit)}", ratio, pairs, pair_to_pair(r.method, r.pair_cv), limit,
+            OUTCOME_MARK[r.outcome]]
+
+
+def render(tests: Iterable[TestDocument]) -> list[str]:
+    job_records: list[JobRecord] = []
+    checks: list[list[str]] = []
+    probes: list[list[str]] = []
     departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
     baselines: list[list[str]] = []
     unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
     against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (decide/verdicts.Resolution)
     saved_jobs: set[tuple[str, str]] = set()
-    for nodeid, records in records_by_test:
-        for r in records:
-            if r["kind"] == "run":  # measure/figures.JobFigures
-                job_records.append(r)
-                if r.get("departures"):
-                    departures.setdefault(r["label"], r["departures"])
-            elif r["kind"] == "check":
-                ci = ""
-                if r.get("method") in ("paired", "unpaired"):
-                    ci = f" {fmt_interval(r)}"  # in words where the design cannot bound it (wording.bound_text)
-                ratio = f"{r['ratio']:.3f}{ci}" if r["unit"] != "rel" else f"{r['ratio']:.1e}"
-                limit = f"{r['threshold']:.2f}" if r["unit"] != "rel" else f"{r['threshold']:.0e}"
-                if r.get("direction"):  # a probe check: the limit is absolute or a ratio, with its direction
-                    absolute = r["b"] == "limit"
-                    limit = _LIMIT_SYMBOL.get(r["direction"], "") + (
-                        _fmt_value(r["threshold"], r["unit"]) if absolute else f"{r['threshold']:.2f}")
-                    ratio = _fmt_value(r["ratio"], r["unit"]) if absolute else ratio
-                pairs = str(r.get("pairs", "")) if r.get("method") == "paired" else "-"
-                checks.append([
-                    short_test(nodeid), r["name"], f"{r['a']} = {_fmt_value(r['a_value'], r['unit'])}",
-                    f"{r['b']} = {_fmt_value(r['b_value'], r['unit'])}", ratio, pairs, pair_to_pair(r), limit,
-                    OUTCOME_MARK[r["outcome"]],
-                ])
-            elif r["kind"] == "probe":
-                probes.append(_probe_row(r))
-            elif r["kind"] == "baseline_saved":
-                saved_jobs.add((nodeid, r["job"]))
-                saved.append(_saved_row(nodeid, r))
-            elif r["kind"] == "baseline" and r.get("reference"):  # head vs base (decide/against.py)
-                against.setdefault(r["reference"], []).append(_baseline_row(nodeid, r) + [r.get("note", "")])
-            elif r["kind"] == "baseline" and r.get("status") == "new":
-                unrecorded.setdefault((nodeid, r["job"]), []).append(r["metric"])
-            elif r["kind"] == "baseline":
-                baselines.append(_baseline_row(nodeid, r))
+    for t in tests:
+        nodeid = t.nodeid
+        for j in t.jobs:
+            job_records.append(j)
+            if j.departures:
+                departures.setdefault(j.figures.label, j.departures)
+        checks += [_check_row(nodeid, c) for c in t.checks]
+        probes += [_probe_row(p) for p in t.probes]
+        for r in t.saved:
+            saved_jobs.add((nodeid, r.job))
+            saved.append(_saved_row(nodeid, r))
+        for v in t.verdicts:
+            if v.reference:  # head vs base (decide/against.py)
+                against.setdefault(v.reference, []).append(_baseline_row(nodeid, v) + [v.note])
+            elif v.status == "new":
+                unrecorded.setdefault((nodeid, v.job), []).append(v.metric)
+            else:
+                baselines.append(_baseline_row(nodeid, v))
     lines: list[str] = []
-    jobs = unique_job_records(job_records)  # a job shared by several tests: its row once
+    jobs = [j.figures for j in unique_job_records(job_records)]  # a job shared by several tests: its row once
     if jobs:
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
                          "opt B/param"], [_job_row(r) for r in jobs])
         lines += [f"  {LEGEND}"]
         lines += [f"  {label} departs from its library's defaults: "
                   + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
-    splits = [(r["label"], r["time_split"]) for r in jobs if r.get("time_split")]
+    splits = [(r.label, r.time_split) for r in jobs if r.time_split]
     if splits:
         lines += [""] + time_split_lines(splits)
-    unique_work = [_work_row(r) for r in jobs if r.get("work")]
+    unique_work = [_work_row(r) for r in jobs if r.work]
     if unique_work:
         lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
                                 "instructions", "train mem"], [list(row[:-1]) for row in unique_work])
@@ -185,7 +191,7 @@ def render(records_by_test: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[
         lines += ["", f"{reference}:"] + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval",
                                                  "status"], _merge_shared([row[:-1] for row in rows]))
         lines += [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark(
-            {"status": "pass"})]  # why each undecided, failed or incomparable verdict is so
+            "pass")]  # why each undecided, failed or incomparable verdict is so
     unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
@@ -214,11 +220,8 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
     return lines
 
 
-def _saved_row(nodeid: str, r: dict[str, Any]) -> list[str]:
-    """One metric of a job just saved (decide/verdicts.Resolution records)."""
-    cv = "-" if r.get("run_cv") is None else f"{r['run_cv']:.1%}"
-    factor = r.get("factor")
-    shown = r.get("factor_text") or ("-" if factor is None else f"{factor:.2f}")  # capped: '>1000'
-    passes = "yes" if r["can_pass"] else ("no: too few runs" if factor is None else f"no: interval ×/÷{shown}")
-    fails = r.get("fails_above_text") or ("-" if r.get("fails_above") is None else fmt_pct(r["fails_above"]))
-    return [short_test(nodeid), r["job"], r["metric"], str(r["runs"]), cv, f"+{r['limit']:.1%}", fails, passes]
+def _saved_row(nodeid: str, r: Resolution) -> list[str]:
+    """One metric of a job just saved: what its stored runs let the gate decide."""
+    cv = "-" if r.run_cv is None else f"{r.run_cv:.1%}"
+    passes = "yes" if r.can_pass else ("no: too few runs" if r.factor is None else f"no: interval ×/÷{r.factor_text()}")
+    return [short_test(nodeid), r.job, r.metric, str(r.runs), cv, f"+{r.limit:.1%}", r.fails_above_text(), passes]

@@ -1,25 +1,24 @@
 """The HTML report's view model: what each section of the page shows, as plain data and drawn charts.
 
-`report_view(doc, history)` is the one place that reads the `--distperf-json` document (and the baseline files
-it points to); the templates (report/templates) only lay the view out, escaping every text they insert.
+`report_view(doc, history)` is the one place that reads the `--distperf-json` document (never the baseline
+files it names: each verdict carries its stored runs); the templates (report/templates) only lay the view out,
+escaping every text they insert.
 Charts arrive drawn (report/charts.py, as Markup). Nothing is measured or decided here.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from markupsafe import Markup
 
-from pytest_distperf.errors import DistPerfError
-from pytest_distperf.store.jsonio import read_json
 from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
 from pytest_distperf.report.outcomes import check_outcome, counted, test_outcome
+from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
-                                         shared_rows, short_nodeid, unique_jobs, verdict_row, verdict_rows)
+                                         shared_rows, unique_jobs, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend
 
 QUIET = ("pass", "new", "not comparable", "skipped")  # baseline verdicts listed in a collapsed table
@@ -131,7 +130,7 @@ def report_view(doc: Mapping[str, Any], history: Iterable[TrendSeries] = (),
 
 
 def tests_cell(tests: Sequence[str], outcomes: Mapping[str, str]) -> TestsCell:
-    return TestsCell(short_nodeid(tests[0]), outcomes.get(tests[0], "unknown"), [short_nodeid(t) for t in tests[1:]])
+    return TestsCell(short_test(tests[0]), outcomes.get(tests[0], "unknown"), [short_test(t) for t in tests[1:]])
 
 
 def _summary(doc: Mapping[str, Any], rows: Sequence[RowView]) -> Summary:
@@ -180,7 +179,7 @@ def _comparisons(doc: Mapping[str, Any]) -> list[Comparison]:
                                    c["direction"] if probe else "at_most", f"{name} against its limit", "ratio",
                                    outcome, value_name=name, fmt=fmt, ref=ref,
                                    interval=level_text(c) if has_interval(c) else None)
-            out.append(Comparison(short_nodeid(t["nodeid"]), str(c.get("name")), outcome, runs, missing, ratio))
+            out.append(Comparison(short_test(t["nodeid"]), str(c.get("name")), outcome, runs, missing, ratio))
     return out
 
 
@@ -201,19 +200,6 @@ def _comparison_runs(c: Mapping[str, Any], a: Mapping[str, Any], b: Mapping[str,
     return Markup(key) + bar_chart(bars, "bytes", "peak memory of each run", "bars runs-memory")
 
 
-def _baseline_jobs(test: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored baseline's jobs (the file the test's verdicts were decided against), or {} without one: the
-    verdicts still show, drawn without the baseline's runs."""
-    path = test.get("baseline_file")
-    if not path or not os.path.exists(path):
-        return {}
-    try:
-        stored = read_json(path)
-    except (OSError, ValueError, DistPerfError):
-        return {}
-    return (stored.get("jobs") if isinstance(stored, dict) else None) or {}
-
-
 def _verdict_key(v: Mapping[str, Any]) -> tuple[Any, ...]:
     return (v.get("job"), v.get("metric"), v.get("current"), v.get("baseline"), v.get("status"), v.get("delta"))
 
@@ -228,7 +214,6 @@ def _baselines(doc: Mapping[str, Any], history: Mapping[tuple[str, str, str], Tr
         for v in t["verdicts"]:
             sharing.setdefault(_verdict_key(v), []).append(t["nodeid"])
     for t in doc["tests"]:
-        base_jobs: dict[str, Any] | None = None
         for v in t["verdicts"]:
             key = _verdict_key(v)
             if key in seen:
@@ -239,8 +224,6 @@ def _baselines(doc: Mapping[str, Any], history: Mapping[tuple[str, str, str], Tr
             if v.get("baseline") is None and not has_trend:
                 without += 1
                 continue
-            if base_jobs is None:
-                base_jobs = _baseline_jobs(t)
             row = verdict_row(t, v)
             delta = None
             if v.get("delta") is not None:
@@ -253,24 +236,24 @@ def _baselines(doc: Mapping[str, Any], history: Mapping[tuple[str, str, str], Tr
             shown.append(Baseline(
                 metric=str(v.get("metric")), job=str(v.get("job")), row=row,
                 tests=tests_cell(sharing[key], outcomes), threshold_text=v.get("threshold_text") or "–",
-                distribution=_baseline_distribution(t, v, base_jobs) if v.get("baseline") is not None else None,
+                distribution=_baseline_distribution(t, v) if v.get("baseline") is not None else None,
                 delta=delta, trend=trend_chart(series) if has_trend and series is not None else None))
     return Baselines(shown=shown, without=without)
 
 
-def _baseline_distribution(test: Mapping[str, Any], v: Mapping[str, Any], base_jobs: Mapping[str, Any]
-                           ) -> Markup | None:
+def _baseline_distribution(test: Mapping[str, Any], v: Mapping[str, Any]) -> Markup | None:
+    """The stored runs the verdict was decided against (its baseline_values and baseline_samples) beside the
+    current ones; a report older than those fields draws the current runs alone."""
     metric, label = str(v.get("metric")), str(v.get("job"))
-    base = ((base_jobs.get(label) or {}).get("metrics") or {}).get(metric) or {}
     runs = (_job_by_label(test, label) or {}).get("runs") or []
     if metric == "step_time" and runs:
         rows = [(f"baseline run {i + 1}", [float(x) for x in s], BASELINE_GREY, "square")
-                for i, s in enumerate(base.get("samples") or [])]
+                for i, s in enumerate(v.get("baseline_samples") or [])]
         rows += [(f"current run {i + 1}", run_steps(r), SIDE_COLOURS[0], "circle") for i, r in enumerate(runs)]
         return strip_chart(rows, "s", f"baseline vs current step times of {label}", "strip baseline")
     current = ([float(r["peak_memory"]) for r in runs if r.get("peak_memory") is not None]
                if metric == "peak_memory" else [])
-    bars = [(f"baseline run {i + 1}", float(x), BASELINE_GREY, "") for i, x in enumerate(base.get("runs") or [])]
+    bars = [(f"baseline run {i + 1}", float(x), BASELINE_GREY, "") for i, x in enumerate(v.get("baseline_values") or [])]
     bars += [(f"current run {i + 1}", x, SIDE_COLOURS[0], "") for i, x in enumerate(current)]
     if not current and v.get("current") is not None:
         bars.append(("current", float(v["current"]), SIDE_COLOURS[0], ""))

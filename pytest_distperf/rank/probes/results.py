@@ -233,10 +233,36 @@ class ProbeResult:
         return m
 
 
-def probe_record(label: str, runs: list[Any]) -> dict[str, Any]:
-    """The report record (kind "probe") of a job's runs: the worst rank's metrics of the first run (least
-    overlap, most of everything else, as the checks read them), every trace, and each rank's step timeline of
-    the first run."""
+@dataclass
+class ProbeSummary:
+    """A job's probe results as the reports show them: the worst rank's metrics of the first run (least overlap,
+    most of everything else, as the checks read them), every trace, and each rank's step timeline of the first
+    run."""
+
+    label: str
+    device: str
+    runs: int
+    steps: int
+    probes: list[str]
+    metrics: dict[str, float]
+    not_measured: dict[str, str] = field(default_factory=dict)
+    traces: list[str] = field(default_factory=list)
+    timelines: list[dict[str, Any]] = field(default_factory=list)  # StepTimeline, as JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "probe", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProbeSummary":
+        return cls(label=str(d["label"]), device=str(d.get("device") or ""), runs=int(d.get("runs") or 0),
+                   steps=int(d.get("steps") or 0), probes=[str(p) for p in d.get("probes") or []],
+                   metrics={str(k): float(v) for k, v in (d.get("metrics") or {}).items()},
+                   not_measured=dict(d.get("not_measured") or {}), traces=list(d.get("traces") or []),
+                   timelines=list(d.get("timelines") or []))
+
+
+def probe_summary(label: str, runs: list[Any]) -> ProbeSummary:
+    """The probe summary of a job's runs (ProbeSummary)."""
     results = [r.probes for run in runs for r in run.ranks if r.probes is not None]
     first: ProbeResult | None = results[0] if results else None
     per_rank = [r.probes.metrics() for r in runs[0].ranks if r.probes is not None]
@@ -245,12 +271,9 @@ def probe_record(label: str, runs: list[Any]) -> dict[str, Any]:
         for key, value in m.items():
             pick = min if key == "overlap.fraction" else max
             worst[key] = pick(worst[key], value) if key in worst else value
-    return {
-        "kind": "probe", "label": label, "device": runs[0].spec.device, "runs": len(runs),
-        "steps": first.steps if first else 0, "probes": list(runs[0].spec.probes),
-        "metrics": worst,
-        "not_measured": dict(first.not_measured) if first else {},
-        "traces": [r.trace_path for r in results if r.trace_path],
-        "timelines": [asdict(r.probes.timeline) for r in runs[0].ranks
-                      if r.probes is not None and r.probes.timeline is not None],
-    }
+    return ProbeSummary(
+        label=label, device=runs[0].spec.device, runs=len(runs), steps=first.steps if first else 0,
+        probes=list(runs[0].spec.probes), metrics=worst, not_measured=dict(first.not_measured) if first else {},
+        traces=[r.trace_path for r in results if r.trace_path],
+        timelines=[asdict(r.probes.timeline) for r in runs[0].ranks
+                   if r.probes is not None and r.probes.timeline is not None])
