@@ -48,7 +48,7 @@ import deepspeed
 import torch
 import torch.distributed as dist
 
-from pytest_distperf.strategies import RankContext, frontend
+from pytest_distperf.strategies import RankContext, ds_config, frontend
 from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
 
 
@@ -58,7 +58,7 @@ def one_step_each_way(offload):
     shape = resolve_shape("tiny")
     ctx = RankContext(rank=dist.get_rank(), local_rank=dist.get_rank(), world_size=2, device=torch.device("cpu"),
                       micro_batch=shape.micro_batch, scratch_dir="/tmp")
-    config = frontend.deepspeed_config(ctx, lr=1e-3, weight_decay=0.01, stage=2, offload_optimizer=offload,
+    config = ds_config.rank_config(ctx, lr=1e-3, weight_decay=0.01, stage=2, offload_optimizer=offload,
                                        offload_param=None, nvme_path=None, ds_config={})
     client_config, make = frontend.split_optimizer(config)
     batch = make_batches(shape, 1234, ctx.rank, 1, ctx.device)[0]

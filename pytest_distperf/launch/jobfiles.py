@@ -41,6 +41,7 @@ import pickle
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -375,6 +376,20 @@ class RankPlace:
 
 def write_node_plan(job_dir: str, plan: NodePlan) -> None:
     _dump(os.path.join(job_dir, NODE_PLAN), plan, create_key=True)
+
+
+def new_node_job_dir(job: JobSpec, plan: NodePlan, base_dir: str, shared_dir: str | None) -> str:
+    """A multi-node job's folder with its spec and node plan: in `shared_dir` (checked: the nodes read it) when
+    given, else in `base_dir`."""
+    from pytest_distperf.launch.safefs import check_shared_folder
+
+    if shared_dir:
+        os.makedirs(shared_dir, exist_ok=True)
+        check_shared_folder(shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
+    job_dir = tempfile.mkdtemp(prefix="job-", dir=shared_dir or base_dir)
+    write_job(job_dir, job)
+    write_node_plan(job_dir, plan)
+    return job_dir
 
 
 def read_node_plan(job_dir: str) -> NodePlan:

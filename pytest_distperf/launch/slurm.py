@@ -19,7 +19,6 @@ import math
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,7 +28,6 @@ from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
 from pytest_distperf.launch.launcher import agent_environment
-from pytest_distperf.launch.safefs import check_shared_folder
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec.job import JobSpec
 
@@ -90,12 +88,7 @@ class SlurmLauncher:
         if self.nodes % self.agents_per_node:
             raise UsageError(f"{self.nodes} node agents do not split into {self.agents_per_node} per SLURM node")
         plan = nodes.plan_nodes(job, self.nodes, endpoint=None)
-        if self.shared_dir:
-            os.makedirs(self.shared_dir, exist_ok=True)
-            check_shared_folder(self.shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
-        job_dir = tempfile.mkdtemp(prefix="job-", dir=self.shared_dir or base_dir)
-        jobfiles.write_job(job_dir, job)
-        jobfiles.write_node_plan(job_dir, plan)
+        job_dir = jobfiles.new_node_job_dir(job, plan, base_dir, self.shared_dir)
         executor = submitit.AutoExecutor(folder=os.path.join(job_dir, "slurm"), cluster="slurm")
         executor.update_parameters(**self._parameters(job, timeout))
         # What the agents need on top of the environment sbatch exports: the job's import path. Not the

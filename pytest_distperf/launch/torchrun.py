@@ -21,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,7 +29,6 @@ from pytest_distperf.errors import JobTimeout
 from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.launcher import agent_environment, end_tree, threads_per_rank
 from pytest_distperf.launch.node_agent import free_port
-from pytest_distperf.launch.safefs import check_shared_folder
 from pytest_distperf.spec.job import JobSpec
 
 NODE_AGENT = "pytest_distperf.launch.node_agent"
@@ -59,12 +57,7 @@ class TorchrunLauncher:
         loopback = nodes.is_loopback(endpoint)
         plan = nodes.plan_nodes(job, self.nodes, endpoint, local_addr="127.0.0.1" if loopback else None,
                                 join_timeout=self.join_timeout)
-        if self.shared_dir:
-            os.makedirs(self.shared_dir, exist_ok=True)
-            check_shared_folder(self.shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
-        job_dir = tempfile.mkdtemp(prefix="job-", dir=self.shared_dir or base_dir)
-        jobfiles.write_job(job_dir, job)
-        jobfiles.write_node_plan(job_dir, plan)
+        job_dir = jobfiles.new_node_job_dir(job, plan, base_dir, self.shared_dir)
         agents = _Agents(job, job_dir, plan, self.agents, self._environment(job, plan, env, loopback))
         ok = False
         try:

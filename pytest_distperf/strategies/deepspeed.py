@@ -14,7 +14,7 @@ import deepspeed
 import torch
 
 from pytest_distperf.strategies import RankContext, StrategyError
-from pytest_distperf.strategies.ds_config import build_config, departures
+from pytest_distperf.strategies.ds_config import rank_config
 from pytest_distperf.strategies.phased import PhasedTrainer
 
 
@@ -49,14 +49,8 @@ class DeepSpeedTrainer(PhasedTrainer):
         return getattr(opt, "optimizer", opt)  # ZeRO/bf16 wrappers hold the torch optimizer inside
 
 
-def ds_config_for(ctx: RankContext, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
-                  offload_param: str | None, nvme_path: str | None, ds_config: dict, zero_init: bool) -> dict:
-    nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
-    ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
-                                         own_optimizer=getattr(ctx, "optimizer", None) is not None)
-    return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
-                        offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
-                        user=ds_config)
+def ds_config_for(ctx: RankContext, *, zero_init: bool, **options: Any) -> dict:
+    return rank_config(ctx, **options)
 
 
 def model_init_context(ctx: RankContext, **options: Any) -> Any:

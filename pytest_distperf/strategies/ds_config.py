@@ -7,6 +7,7 @@ nested sections are checked by DeepSpeed's own pydantic models inside the rank.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 # Top-level keys DeepSpeed reads (deepspeed/runtime/config.py and its section parsers).
@@ -94,3 +95,15 @@ def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any
             "true (DeepSpeed's default: its fused Adam): torch's AdamW, the optimizer of the torch strategies, so a "
             "comparison measures the sharding engine, not two Adam kernels")
     return out
+
+
+def rank_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
+                offload_param: str | None, nvme_path: str | None, ds_config: dict) -> dict[str, Any]:
+    """A rank's DeepSpeed config, the one every DeepSpeed route uses (the raw adapter, Lightning, Accelerate):
+    NVMe offload in the rank's scratch folder, and where it departs from DeepSpeed's defaults in ctx.extra."""
+    nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
+    ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
+                                         own_optimizer=getattr(ctx, "optimizer", None) is not None)
+    return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
+                        offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
+                        user=ds_config)

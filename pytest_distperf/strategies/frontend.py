@@ -114,19 +114,6 @@ def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
     return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=set(ctx.wrap_units))
 
 
-def deepspeed_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
-                     offload_param: str | None, nvme_path: str | None, ds_config: dict) -> dict[str, Any]:
-    """The raw deepspeed adapter's config, built by the same function with the same arguments."""
-    from pytest_distperf.strategies.ds_config import build_config, departures
-
-    nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
-    ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
-                                         own_optimizer=getattr(ctx, "optimizer", None) is not None)
-    return build_config(stage=stage, micro_batch=ctx.micro_batch, bf16=ctx.bf16, lr=lr, weight_decay=weight_decay,
-                        offload_optimizer=offload_optimizer, offload_param=offload_param, nvme_path=nvme_path,
-                        user=ds_config)
-
-
 def split_optimizer(config: dict[str, Any], ctx: Any = None) -> tuple[dict[str, Any], Any]:
     """(config without "optimizer", a factory params -> the optimizer DeepSpeed would build from it).
 
@@ -241,7 +228,9 @@ def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: b
                                 cpu_offload=CPUOffload(offload_params=True) if options["offload"] else None,
                                 sharding_strategy=ShardingStrategy[options["sharding"]], use_orig_params=True)
         return strategy, "32-true", model, adamw(ctx, lr, wd)
-    config = deepspeed_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
+    from pytest_distperf.strategies.ds_config import rank_config
+
+    config = rank_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
                               offload_optimizer=options["offload_optimizer"], offload_param=options["offload_param"],
                               nvme_path=options["nvme_path"], ds_config=options["ds_config"])
     config, make_optimizer = split_optimizer(config, ctx)
