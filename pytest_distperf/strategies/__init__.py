@@ -41,34 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
+from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp, wrap_targets
 from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError
 
 __all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError", "Trainer",
            "register", "unregister", "validate", "unsupported_reason", "adapter_module", "wrap_targets",
            "optimizer_state_bytes"]
-
-
-def _check_fsdp(o: dict[str, Any]) -> None:
-    allowed = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-    if o["sharding"] not in allowed:
-        raise StrategyError(f"fsdp option sharding={o['sharding']!r} is not one of {allowed}")
-
-
-def _check_deepspeed(o: dict[str, Any]) -> None:
-    from pytest_distperf.strategies.ds_config import check_user_config
-
-    if o["stage"] not in (0, 1, 2, 3):
-        raise StrategyError(f"deepspeed option stage={o['stage']!r} must be 0, 1, 2 or 3")
-    for key in ("offload_optimizer", "offload_param"):
-        if o[key] not in (None, "cpu", "nvme"):
-            raise StrategyError(f"deepspeed option {key}={o[key]!r} must be None, 'cpu' or 'nvme'")
-    if o["offload_param"] and o["stage"] != 3:
-        raise StrategyError("deepspeed option offload_param needs stage=3")
-    if o.get("zero_init") not in (None, True, False):
-        raise StrategyError(f"deepspeed option zero_init={o['zero_init']!r} must be True or False")
-    if o.get("zero_init") and o["stage"] != 3:
-        raise StrategyError("deepspeed option zero_init (deepspeed.zero.Init) needs stage=3")
-    check_user_config(o["ds_config"])
 
 
 def _unsupported_fsdp(options: dict[str, Any], device: str) -> str | None:
@@ -88,12 +66,12 @@ def _frontend_strategy(name: str, user_launch: str) -> Strategy:
 BUILTIN: dict[str, Strategy] = {s.name: s for s in (
     Strategy("ddp", "pytest_distperf.strategies.ddp", {"bucket_cap_mb": 25}),
     Strategy("fsdp", "pytest_distperf.strategies.fsdp", {"offload": False, "sharding": "FULL_SHARD"},
-             check=_check_fsdp, unsupported=_unsupported_fsdp),
+             check=check_fsdp, unsupported=_unsupported_fsdp),
     Strategy("fsdp2", "pytest_distperf.strategies.fsdp2", {"offload": False, "reshard_after_forward": True}),
     Strategy("deepspeed", "pytest_distperf.strategies.deepspeed",
              {"stage": 3, "offload_optimizer": None, "offload_param": None, "nvme_path": None, "ds_config": {},
               "zero_init": False},
-             check=_check_deepspeed, user_launch="deepspeed"),
+             check=check_deepspeed, user_launch="deepspeed"),
     # Front-ends over the same engines (engine = ddp | fsdp | deepspeed); see strategies/frontend.py.
     _frontend_strategy("lightning_trainer", "lightning"),
     _frontend_strategy("lightning_fabric", "lightning"),
@@ -163,28 +141,6 @@ class RankContext:
 class Trainer(Protocol):
     def step(self, *batch: Any) -> Any:
         """One optimizer step; returns the loss tensor (not synchronised)."""
-
-
-def wrap_targets(model: Any, ctx: RankContext, strategy: str) -> list[Any]:
-    """The model's modules that are instances of the workload's wrap units, deepest first (a unit nested in
-    another is wrapped before it); a clear error when the workload names none or none is in the model."""
-    units = tuple(ctx.wrap_units)
-    if not units:
-        raise StrategyError(
-            f"strategy {strategy!r} shards the model per module class (FSDP units / auto-wrap policy), and "
-            f"{ctx.workload_name} names no wrap_units: give Workload(..., wrap_units=(MyBlock, ...)) with the "
-            f"model's repeated blocks")
-    depth: dict[int, int] = {}
-    found = []
-    for name, module in model.named_modules():
-        if isinstance(module, units) and module is not model:
-            depth[id(module)] = name.count(".")
-            found.append(module)
-    if not found:
-        names = " or ".join(u.__name__ for u in units)
-        raise StrategyError(f"strategy {strategy!r}: no module of the model is a {names} (the wrap_units of "
-                            f"{ctx.workload_name})")
-    return sorted(found, key=lambda m: -depth[id(m)])  # stable: siblings keep the model's order
 
 
 def optimizer_state_bytes(optimizer: Any) -> int:

@@ -27,7 +27,7 @@ KNOWN_TOP_LEVEL = frozenset({
 
 
 def check_user_config(cfg: Any) -> None:
-    from pytest_distperf.strategies import StrategyError
+    from pytest_distperf.errors import StrategyError
 
     if not isinstance(cfg, dict):
         raise StrategyError(f"deepspeed option ds_config must be a dict, got {type(cfg).__name__}")

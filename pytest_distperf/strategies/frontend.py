@@ -48,7 +48,8 @@ COMMON_KEYS = frozenset({"engine", "lr", "weight_decay"})
 
 def check_options(name: str, o: dict[str, Any], defaults: dict[str, Any]) -> None:
     """Reject an unknown engine, an option of another engine, and bad engine options."""
-    from pytest_distperf.strategies import StrategyError, _check_deepspeed, _check_fsdp
+    from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp
+    from pytest_distperf.errors import StrategyError
 
     engine = o["engine"]
     if engine not in ENGINES:
@@ -58,9 +59,9 @@ def check_options(name: str, o: dict[str, Any], defaults: dict[str, Any]) -> Non
         raise StrategyError(f"{name} option(s) {', '.join(map(repr, foreign))} do not apply to engine={engine!r}; "
                             f"its options are: {', '.join(sorted(ENGINE_KEYS[engine] & set(defaults)))}")
     if engine == "fsdp":
-        _check_fsdp(o)
+        check_fsdp(o)
     if engine == "deepspeed":
-        _check_deepspeed(o)
+        check_deepspeed(o)
 
 
 def unsupported_reason(name: str, o: dict[str, Any], device: str) -> str | None:
@@ -108,7 +109,7 @@ def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
 
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    from pytest_distperf.strategies import wrap_targets
+    from pytest_distperf.strategies.engines import wrap_targets
 
     wrap_targets(model, ctx, strategy)
     return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=set(ctx.wrap_units))
