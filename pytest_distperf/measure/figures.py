@@ -14,6 +14,8 @@
 - collectives per step (`comms.<kind>.calls_per_step` / `.bytes_per_step`): per rank, the rank with the most
   (the probes' per-step medians); never summed over ranks.
 - optimizer state: bytes summed over ranks (the whole model's state), and per parameter.
+- step time per node of a run (`node_step_medians`, jobs of several nodes): the median over every timed step of
+  each node's ranks (each rank's own steps).
 - work figures of a run (`run_work`, from the work phase, rank/work.py): per rank the median over its profiled
   steps of a time (`gpu_time`: compute kernels + memcpy/memset; `instructions_per_step`) and the most of any step
   for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
@@ -138,6 +140,17 @@ def run_gpu_busy(run: "RunResult") -> float | None:
     """The busiest rank's median GPU busy time per step (s); None when not measured."""
     busy = [r.work.gpu_busy for r in run.ranks if r.work is not None and r.work.gpu_busy]
     return max(quantile(b, 0.5) for b in busy) if busy and len(busy) == len(run.ranks) else None
+
+
+def node_step_medians(run: "RunResult") -> dict[str, float]:
+    """Median step time of each node's ranks ("node 1 (gpu-07)"): a straggler node stands out. Empty on one node."""
+    nodes: dict[tuple[int, str], list[float]] = {}
+    for r in run.ranks:
+        nodes.setdefault((r.node_rank, r.host or ""), []).extend(r.step_times)
+    if len(nodes) < 2:
+        return {}
+    return {f"node {n} ({host})" if host else f"node {n}": quantile(times, 0.5)
+            for (n, host), times in sorted(nodes.items())}
 
 
 def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
