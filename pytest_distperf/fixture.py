@@ -23,7 +23,7 @@ from pytest_distperf import strategies
 from pytest_distperf.spec import userjobs
 
 from pytest_distperf.rank import hostload
-from pytest_distperf.launch.gpuclocks import ClockWarnings
+from pytest_distperf.rank.clocks import ClockWarnings
 from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSummary
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
