@@ -23,7 +23,7 @@ from pytest_distperf import strategies
 from pytest_distperf.spec import userjobs
 
 from pytest_distperf.rank import hostload
-from pytest_distperf.launch.gpuclocks import ClockWarnings
+from pytest_distperf.rank.clocks import ClockWarnings
 from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSummary
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
@@ -150,7 +150,7 @@ class DistPerf:
         `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
         after the timing phase (pytest_distperf.rank.probes)."""
-        from pytest_distperf.rank import probes as probe_names
+        from pytest_distperf.spec import probes as probe_names
 
         options = _strategy_options(strategy, options, legacy_options)
 
@@ -196,7 +196,7 @@ class DistPerf:
         """A job of the user's own step: `make_step(*args, **kwargs)` runs in every rank (process group up) and
         returns `step()`, one whole training iteration. Measured like a strategy job: warm-up, timing, memory,
         probes, the breakdown of the phases it marks (pytest_distperf.phase); run/measure/compare/probe take it."""
-        from pytest_distperf.rank import probes as probe_names
+        from pytest_distperf.spec import probes as probe_names
 
         with userjobs.naming(self.nodeid):
             ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")

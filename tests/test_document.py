@@ -9,7 +9,7 @@ import pytest
 
 from pytest_distperf.store.document import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
                                       run_to_dict)
-from pytest_distperf.measure.figures import job_figures, job_id, metric_values, run_figures
+from pytest_distperf.measure.figures import job_figures, job_id, metric_values, node_step_medians, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.spec.job import JobSpec
 from records import job_record, documents_of
@@ -43,6 +43,15 @@ def test_a_run_is_serialised_with_the_figures_every_reader_takes():
     assert job["id"] == job["figures"]["id"] == job_id([run])
     assert job["figures"]["step_time"] == d["figures"]["step_time"]
 
+
+
+def test_a_run_of_several_nodes_carries_each_nodes_median_step_time():
+    run = _run([[0.1, 0.2, 0.3], [0.2, 0.2, 0.2], [0.5, 0.6, 0.7], [0.4, 0.4, 0.4]])
+    assert node_step_medians(run) == {}  # one node
+    for k, (node, host) in zip(run.ranks, [(0, "gpu-01"), (0, "gpu-01"), (1, "gpu-07"), (1, "gpu-07")]):
+        k.node_rank, k.host = node, host
+    assert node_step_medians(run) == {"node 0 (gpu-01)": 0.2, "node 1 (gpu-07)": 0.45}
+    assert json.loads(json.dumps(run_to_dict(run)))["node_step_medians"] == node_step_medians(run)
 
 def test_a_version_1_run_reads_through_the_same_definitions():
     runs = [_run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.4]], memory=0), _run([[0.3, 0.3, 0.1]], memory=5 << 20)]

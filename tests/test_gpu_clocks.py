@@ -14,7 +14,8 @@ import torch
 
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.rank import clocks
-from pytest_distperf.rank.clocks import ClockSample, ClockSampler, GpuWindow, clock_warning, decode_reasons, summarise
+from pytest_distperf.rank.clocks import (ClockSample, ClockSampler, ClockWarnings, GpuWindow, clock_warning,
+                                        decode_reasons, summarise)
 
 
 def test_reason_bits_decode_by_name_and_unknown_bits_stay_visible():
@@ -71,6 +72,20 @@ def test_clocks_that_were_not_locked_are_reported_with_their_range_and_the_fix()
     assert clock_warning("ddp 350m x1 cuda", [w], locked_uuids=None) is None  # locked outside pytest
     assert clock_warning("ddp 350m x1 cuda", [w], locked_uuids=set(), report_unlocked=False) is None
 
+
+
+def test_a_test_is_told_once_that_its_clocks_were_not_locked_and_of_every_throttled_run(tmp_path):
+    class Rank:
+        def __init__(self, w):
+            self.gpu_window = w
+
+    warnings = ClockWarnings(None, folder=str(tmp_path))  # no state file: distperf locked nothing
+    assert "clocks not locked" in warnings.check("ddp 1b x1 cuda", [Rank(_window())])
+    assert warnings.check("ddp 1b x1 cuda", [Rank(_window())]) is None  # told once per test
+    throttled = _window(reasons={"hw_slowdown": 4}, throttled_samples=4)
+    assert "throttled (hw_slowdown in 4 of 40 samples)" in warnings.check("ddp 1b x1 cuda", [Rank(throttled)])
+    assert warnings.check("ddp 1b x1 cpu", [Rank(None)]) is None  # a CPU job: nothing read
+    assert ClockWarnings("external", folder=str(tmp_path)).check("ddp 1b x1 cuda", [Rank(_window())]) is None
 
 def test_a_window_that_could_not_be_read_says_why():
     w = GpuWindow(unread="nvidia-ml-py is not installed in the ranks' environment: pip install nvidia-ml-py")

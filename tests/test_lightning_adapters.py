@@ -16,6 +16,7 @@ from pytest_distperf import strategies
 from pytest_distperf.rank import breakdown
 from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed, SideSummary
 from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.measure.figures import breakdown_lines
 from pytest_distperf.rank.results import RankResult, RunResult
 
 FRONTEND_VS_DDP = """
@@ -231,5 +232,5 @@ def test_no_breakdown_lines_when_a_side_has_none_or_the_check_passes():
     with pytest.raises(DistPerfCheckFailed) as info:
         Comparison(with_b, without).assert_step_time_within(1.1)
     assert "where the time goes" not in str(info.value)
-    assert breakdown.message_lines(with_b, without) == []
+    assert breakdown_lines(with_b, without) == []
     Comparison(with_b, with_b).assert_step_time_within(1.1)  # passes: nothing to explain

@@ -15,6 +15,8 @@ from pytest_distperf.rank import probes
 from pytest_distperf.report import terminal as report
 from pytest_distperf.report.document import TestDocument
 from pytest_distperf.decide.checks import DistPerfCheckFailed
+from pytest_distperf.errors import ProbeError
+from pytest_distperf.spec.probes import validate as validate_probes
 from pytest_distperf.spec.settings import SettingsError, build_settings, plan_test
 from pytest_distperf.decide.probe_checks import ProbeAssertions
 from pytest_distperf.rank.probes import comms, overlap, placement
@@ -194,9 +196,9 @@ def test_names_from_cupti_and_nccl():
 
 
 def test_probe_names_validated_where_they_come_from():
-    assert probes.validate(["placement", "comms", "comms"]) == ("comms", "placement")
-    with pytest.raises(probes.ProbeError, match="x.py: unknown probe"):
-        probes.validate("nope", "x.py")
+    assert validate_probes(["placement", "comms", "comms"]) == ("comms", "placement")
+    with pytest.raises(ProbeError, match="x.py: unknown probe"):
+        validate_probes("nope", "x.py")
     settings = build_settings(True, {}, {})
     with pytest.raises(SettingsError, match=r"t.py::test: distperf\(probes=...\): unknown probe\(s\) 'gpu'"):
         plan_test(settings, {"probes": ["gpu"]}, 0, "t.py::test")

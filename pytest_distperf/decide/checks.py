@@ -21,11 +21,10 @@ from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, job_figures, memory_kind, run_peak_memory,
-                                             run_step_time, run_work, work_not_measured)
+from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, breakdown_lines, job_figures, memory_kind,
+                                             run_peak_memory, run_step_time, run_work, work_not_measured)
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.rank import breakdown
 from pytest_distperf.measure.wording import bound_text, is_words
 from pytest_distperf.rank.results import RunResult
 
@@ -216,7 +215,7 @@ class Comparison:
                 f"{what} of {self.a.label} is {check.ratio:.3f}x {self.b.label}'s, above the {k:.2f}x limit "
                 f"(the whole interval is)",
                 f"  A {line(self.a)}", f"  B {line(self.b)}", interval, noise.rstrip(), f"  {self._config_notes()}",
-                *(breakdown.message_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
+                *(breakdown_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
             ]), check)
         if v.outcome == INCONCLUSIVE:
             text = check.interval_text()

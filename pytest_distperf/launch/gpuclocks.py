@@ -403,25 +403,3 @@ def _pynvml() -> Any:
     except ImportError:
         return None
     return pynvml
-
-
-class ClockWarnings:
-    """One test's GPU clock warnings: throttling in any run, and clocks that were not locked once per test."""
-
-    def __init__(self, setting: str | int | None, folder: str | None = None):
-        self.setting = setting
-        self.folder = folder
-        self.told_unlocked = False
-
-    def check(self, label: str, ranks: list[Any]) -> str | None:
-        from pytest_distperf.launch.allocator import lock_dir
-        from pytest_distperf.rank.clocks import clock_warning
-
-        windows = [getattr(r, "gpu_window", None) for r in ranks]
-        if not any(windows):
-            return None
-        locked = None if self.setting == EXTERNAL else locked_uuids(self.folder or lock_dir())
-        text = clock_warning(label, windows, locked, report_unlocked=not self.told_unlocked)
-        if text and "clocks not locked" in text:
-            self.told_unlocked = True
-        return text

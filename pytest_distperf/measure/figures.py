@@ -14,6 +14,8 @@
 - collectives per step (`comms.<kind>.calls_per_step` / `.bytes_per_step`): per rank, the rank with the most
   (the probes' per-step medians); never summed over ranks.
 - optimizer state: bytes summed over ranks (the whole model's state), and per parameter.
+- step time per node of a run (`node_step_medians`, jobs of several nodes): the median over every timed step of
+  each node's ranks (each rank's own steps).
 - work figures of a run (`run_work`, from the work phase, rank/work.py): per rank the median over its profiled
   steps of a time (`gpu_time`: compute kernels + memcpy/memset; `instructions_per_step`) and the most of any step
   for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
@@ -23,6 +25,9 @@
   (launch to the build's start on the latest rank: processes, imports, rendezvous, the libraries' loading), the
   engine build (slowest rank), warm-up, the timed steps (their sum, slowest rank per step) and the rest (work
   phase, probes, breakdown, teardown, results); of a job, each summed over its runs, with its share.
+- where a step's time goes (`run_breakdown`, `side_breakdown`, from the breakdown phase, rank/breakdown.py): of
+  a run, its slowest rank's phases (by total); of a side of a comparison, the run with the median total, whole;
+  `breakdown_lines` words a failing step-time check's.
 - host-bound share (`gpu_busy_share`): the GPU's busy time in a step (union of its activities over all streams,
   the busiest rank) over the step time; 1 - share is the part of a step the GPU waits for the host.
 """
@@ -34,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from pytest_distperf.measure.stats import quantile, relative_spread
+from pytest_distperf.measure.units import fmt_seconds
+from pytest_distperf.rank.breakdown import ALL_KEYS, PHASES, median_step
 
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
@@ -138,6 +145,17 @@ def run_gpu_busy(run: "RunResult") -> float | None:
     """The busiest rank's median GPU busy time per step (s); None when not measured."""
     busy = [r.work.gpu_busy for r in run.ranks if r.work is not None and r.work.gpu_busy]
     return max(quantile(b, 0.5) for b in busy) if busy and len(busy) == len(run.ranks) else None
+
+
+def node_step_medians(run: "RunResult") -> dict[str, float]:
+    """Median step time of each node's ranks ("node 1 (gpu-07)"): a straggler node stands out. Empty on one node."""
+    nodes: dict[tuple[int, str], list[float]] = {}
+    for r in run.ranks:
+        nodes.setdefault((r.node_rank, r.host or ""), []).extend(r.step_times)
+    if len(nodes) < 2:
+        return {}
+    return {f"node {n} ({host})" if host else f"node {n}": quantile(times, 0.5)
+            for (n, host), times in sorted(nodes.items())}
 
 
 def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
@@ -286,6 +304,44 @@ def time_split_text(split: dict[str, float]) -> str:
              "timed": "timed steps", "other": "other"}
     return f"{wall:.1f} s of runs: " + ", ".join(f"{names[p]} {split[p]:.1f} s ({split[p] / wall:.0%})"
                                                  for p in TIME_PARTS)
+
+
+def run_breakdown(ranks: Iterable[Any]) -> dict[str, float]:
+    """One run: its slowest rank's breakdown (a run's step time is the slowest rank's too)."""
+    per_rank = [r.step_breakdown for r in ranks if getattr(r, "step_breakdown", None)]
+    return dict(max(per_rank, key=lambda b: b["total"])) if per_rank else {}
+
+
+def side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
+    """One side of a comparison: the run with the median total."""
+    return median_step(run_breakdown(r.ranks) for r in runs)
+
+
+def _breakdown_keys(*steps: dict[str, float]) -> list[str]:
+    """The standard phases, then any a user named (pytest_distperf.phase), then other and total."""
+    named = sorted({k for b in steps for k in b} - set(ALL_KEYS))
+    return list(PHASES) + named + ["other", "total"]
+
+
+def _breakdown_line(b: dict[str, float], keys: list[str]) -> str:
+    return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
+
+
+def breakdown_lines(a_side: Any, b_side: Any) -> list[str]:
+    """Lines for a failing step-time check (sides have .label and .runs); none when a side has no breakdown."""
+    a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
+    if not a or not b:
+        return []
+    keys = _breakdown_keys(a, b)
+    diffs = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in keys if k != "total"}
+    worst = max(diffs, key=lambda k: diffs[k])
+    return [
+        "  where the time goes (per step, slowest rank, device-synchronised phases measured after the timing phase):",
+        f"    A {a_side.label}: {_breakdown_line(a, keys)}",
+        f"    B {b_side.label}: {_breakdown_line(b, keys)}",
+        "    A - B: " + ", ".join(f"{k} {'+' if d >= 0 else '-'}{fmt_seconds(abs(d))}" for k, d in diffs.items())
+        + f"; the largest share of the gap is in {worst!r}",
+    ]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Measured inside the ranks by a strategy's optional `step_breakdown(inputs, targets)`, in a
 short phase of its own after the timing phase (the device synchronisations between phases
-would otherwise slow the timed steps). Read back here for a failing step-time check, so the
-message says which phase one side spends its extra time in.
+would otherwise slow the timed steps). Read back by measure/figures.py (run_breakdown, side_breakdown,
+breakdown_lines) for a failing step-time check, so the message says which phase one side spends its extra
+time in.
 
 "other" is the step's wall time minus the three phases: a framework's own loop work
 (hooks, bookkeeping, per-step collectives) lands there.
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import time
 from typing import Any, Callable, Iterable
-
-from pytest_distperf.measure.units import fmt_seconds
 
 PHASES = ("forward", "backward", "optimizer")
 ALL_KEYS = PHASES + ("other", "total")
@@ -70,41 +69,3 @@ def median_step(steps: Iterable[dict[str, float]]) -> dict[str, float]:
     """The step with the median total, whole: per-phase medians of different steps would not add up."""
     ordered = sorted((s for s in steps if s), key=lambda s: s["total"])
     return dict(ordered[(len(ordered) - 1) // 2]) if ordered else {}
-
-
-def run_breakdown(ranks: Iterable[Any]) -> dict[str, float]:
-    """One run: its slowest rank's breakdown (a run's step time is the slowest rank's too)."""
-    per_rank = [r.step_breakdown for r in ranks if getattr(r, "step_breakdown", None)]
-    return dict(max(per_rank, key=lambda b: b["total"])) if per_rank else {}
-
-
-def side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
-    """One side of a comparison: the run with the median total."""
-    return median_step(run_breakdown(r.ranks) for r in runs)
-
-
-def _keys(*steps: dict[str, float]) -> list[str]:
-    """The standard phases, then any a user named (pytest_distperf.phase), then other and total."""
-    named = sorted({k for b in steps for k in b} - set(ALL_KEYS))
-    return list(PHASES) + named + ["other", "total"]
-
-
-def _line(b: dict[str, float], keys: list[str]) -> str:
-    return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
-
-
-def message_lines(a_side: Any, b_side: Any) -> list[str]:
-    """Lines for a failing step-time check (sides have .label and .runs); none when a side has no breakdown."""
-    a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
-    if not a or not b:
-        return []
-    keys = _keys(a, b)
-    diffs = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in keys if k != "total"}
-    worst = max(diffs, key=lambda k: diffs[k])
-    return [
-        "  where the time goes (per step, slowest rank, device-synchronised phases measured after the timing phase):",
-        f"    A {a_side.label}: {_line(a, keys)}",
-        f"    B {b_side.label}: {_line(b, keys)}",
-        "    A - B: " + ", ".join(f"{k} {'+' if d >= 0 else '-'}{fmt_seconds(abs(d))}" for k, d in diffs.items())
-        + f"; the largest share of the gap is in {worst!r}",
-    ]

@@ -5,8 +5,9 @@ Read inside the rank (which holds a CUDA context anyway): a sample when the wind
 `INTERVAL_S` from a background thread (NVML calls through ctypes release the GIL, so the training loop
 hardly notices), and one when it closes, after the window's synchronisation. Only a summary crosses back to
 the pytest process (`GpuWindow`), which warns when a window was throttled or the clocks were not locked
-(`window_problems`, `clock_warning`). Locked clocks still slow down at the power or thermal limit, so the
-reasons are read whether or not the session locked the clocks (launch/gpuclocks.py).
+(`window_problems`, `clock_warning`; a test's warnings, `ClockWarnings`). Locked clocks still slow down at the
+power or thermal limit, so the reasons are read whether or not the session locked the clocks
+(launch/gpuclocks.py).
 
 This module is import-light (no torch, no pynvml at import): the pytest process reads `GpuWindow` and the
 pure helpers below.
@@ -170,6 +171,29 @@ def clock_warning(label: str, windows: list["GpuWindow | None"], locked_uuids: s
     return (f"{label}: GPU clocks in the timed steps: " + " | ".join(parts)
             + (" (lock them with --distperf-lock-gpu-clocks, or say --distperf-lock-gpu-clocks=external where "
                "they are locked outside pytest)" if unlocked else ""))
+
+
+class ClockWarnings:
+    """One test's GPU clock warnings: throttling in any run, and clocks that were not locked once per test."""
+
+    def __init__(self, setting: str | int | None, folder: str | None = None):
+        self.setting = setting
+        self.folder = folder
+        self.told_unlocked = False
+
+    def check(self, label: str, ranks: list[Any]) -> str | None:
+        from pytest_distperf.launch.allocator import lock_dir
+        from pytest_distperf.launch.gpuclocks import locked_uuids
+        from pytest_distperf.spec.settings import CLOCKS_EXTERNAL
+
+        windows = [getattr(r, "gpu_window", None) for r in ranks]
+        if not any(windows):
+            return None
+        locked = None if self.setting == CLOCKS_EXTERNAL else locked_uuids(self.folder or lock_dir())
+        text = clock_warning(label, windows, locked, report_unlocked=not self.told_unlocked)
+        if text and "clocks not locked" in text:
+            self.told_unlocked = True
+        return text
 
 
 # -- inside the rank: reading NVML ------------------------------------------------------------------------------

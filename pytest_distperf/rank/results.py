@@ -103,19 +103,6 @@ class RunResult:
         return other_load([getattr(r, "cpu_window", None) for r in self.ranks])
 
     @property
-    def node_step_medians(self) -> dict[str, float]:
-        """Median step time of each node's ranks ("node 1 (gpu-07)"): a straggler node stands out. Empty on one node."""
-        from pytest_distperf.measure.stats import quantile
-
-        nodes: dict[tuple[int, str], list[float]] = {}
-        for r in self.ranks:
-            nodes.setdefault((r.node_rank, r.host or ""), []).extend(r.step_times)
-        if len(nodes) < 2:
-            return {}
-        return {f"node {n} ({host})" if host else f"node {n}": quantile(times, 0.5)
-                for (n, host), times in sorted(nodes.items())}
-
-    @property
     def losses(self) -> list[float]:
         """Mean of the ranks' losses per step (each rank trains on its own micro-batch)."""
         n = len(self.ranks)

@@ -12,7 +12,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pytest_distperf.errors import SettingsError
+from pytest_distperf.errors import ProbeError, SettingsError
+from pytest_distperf.spec.probes import validate as validate_probes
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 LAUNCHERS = ("local", "torchrun", "slurm")
@@ -52,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
 MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in decide/policy.py:policy_for
                "time_threshold", "time_k", "work_threshold", "memory_threshold", "memory_floor", "baseline_metrics",
-               "probes",  # default probes of the test's jobs (pytest_distperf.rank.probes)
+               "probes",  # default probes of the test's jobs (pytest_distperf.spec.probes)
                "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
 
 
@@ -321,8 +322,6 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if nodes > 1 and settings.cluster.launcher == "local":
         device, reason = None, (f"needs {nodes} nodes (distperf(nodes={nodes})): run it with --distperf-launcher "
                                 f"torchrun or slurm")
-    from pytest_distperf.rank.probes import ProbeError, validate as validate_probes
-
     try:
         probes = validate_probes(marker_kwargs.get("probes"), f"{where}: distperf(probes=...)")
     except ProbeError as e:

@@ -13,8 +13,8 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pytest_distperf.measure.figures import (RunFigures, comms_counts, job_figures, job_id, peak_memory_of,
-                                             rank_probe_metrics, run_figures, step_time_of)
+from pytest_distperf.measure.figures import (RunFigures, comms_counts, job_figures, job_id, node_step_medians,
+                                             peak_memory_of, rank_probe_metrics, run_figures, step_time_of)
 
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
@@ -65,7 +65,7 @@ def run_to_dict(run: "RunResult") -> dict[str, Any]:
             "wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
             "work": figures.work,
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
-            "node_step_medians": run.node_step_medians,
+            "node_step_medians": node_step_medians(run),
             "host_other_load_cores": round(load[0], 2) if load else None}
 
 

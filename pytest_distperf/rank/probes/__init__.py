@@ -6,35 +6,16 @@
   GPU kernels, where the optimizer state lives, and process CPU utilisation during the step.
 
 The probe phase runs after the timing phase, under ``torch.profiler``, so probes never change
-the reported step time (see ``runner.py``). This module stays free of torch: the pytest process
-imports it to validate probe names.
+the reported step time (see ``runner.py``). The names a job may ask for, and their validation, are a
+setting (spec/probes.py). This module stays free of torch: the pytest process imports the probes'
+results (results.py) through it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from pytest_distperf.errors import ProbeError
-
-PROBES = ("comms", "overlap", "placement")
 STEP_MARK = "distperf:step"  # the record_function range around each profiled step
-
-
-def validate(names: Iterable[str] | str | None, where: str = "probes") -> tuple[str, ...]:
-    """Return the probe names as a sorted tuple, or raise ProbeError naming the culprit."""
-    if names is None:
-        return ()
-    if isinstance(names, str):
-        names = (names,)
-    try:
-        names = tuple(names)
-    except TypeError:
-        raise ProbeError(f"{where}: expected a list of probe names, got {names!r}") from None
-    unknown = sorted(n for n in names if n not in PROBES)
-    if unknown:
-        raise ProbeError(f"{where}: unknown probe(s) {', '.join(map(repr, unknown))}; "
-                         f"known probes: {', '.join(PROBES)}")
-    return tuple(sorted(set(names)))
 
 
 def __getattr__(name: str) -> Any:

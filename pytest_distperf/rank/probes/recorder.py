@@ -28,10 +28,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from pytest_distperf.launch.devices import usable_cores
-from pytest_distperf.rank.probes import PROBES, STEP_MARK, comms, overlap, placement, validate
+from pytest_distperf.rank.probes import STEP_MARK, comms, overlap, placement
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
 from pytest_distperf.rank.probes.trace import Trace, load
+from pytest_distperf.spec.probes import PROBES, validate
 
 NEEDS_CUDA = "needs CUDA: on CPU there are no kernels, streams or host/device copies to measure"
 
