@@ -10,7 +10,7 @@
    in interleaved rounds (ABBA, so an order effect cancels). Both loops are measured the same way, as wall
    time from a synchronised start to a synchronised end. Target: <= 1 %. Also printed: what the timer
    reports (median step) against the untimed loop's wall time per step (its accuracy).
-4. Fixed cost per job, fresh agent vs warm agent (launch/warm_agent.py): interleaved launches of ranks running an
+4. Fixed cost per job, fresh agent vs warm agent (rank/warm_agent.py): interleaved launches of ranks running an
    empty function, and of a real small strategy job (ddp on the tiny shape, a few steps), each with a new agent
    process (fresh_agent=True, as --distperf-fresh-agent) and forked from the warm agent (the default; its one-time
    start is printed apart). For the strategy job also its start-up: launch to the build's start

@@ -1,5 +1,5 @@
 """Is a run through the warm agent still an independent sample? An A/A of warm-agent vs fresh-agent runs of the
-same job (launch/warm_agent.py, issue #32).
+same job (rank/warm_agent.py, issue #32).
 
 The same job (ddp on the tiny shape, 2 CPU ranks by default) runs in interleaved pairs, one run forked from the
 warm agent, one with a new agent process (as --distperf-fresh-agent), the order alternating (ABBA), so drift hits

@@ -22,7 +22,7 @@ from pytest_distperf.decide.probe_checks import ProbeAssertions
 from pytest_distperf.rank.probes import comms, overlap, placement
 from pytest_distperf.rank.probes.comms import nccl_kernel_kind
 from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, PlacementResult, ProbeResult, probe_summary
-from pytest_distperf.rank.probes.trace import Trace, intersection_length, union
+from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, intersection_length, union
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RankResult, RunResult
 
@@ -213,9 +213,9 @@ def kineto_trace(launch_tid=100):
     """Two probed steps on one GPU, in the Chrome-trace format Kineto writes (times in us)."""
     main = 100
     return [
-        _x("user_annotation", probes.STEP_MARK, 0, 1000, main),
-        _x("user_annotation", probes.STEP_MARK, 1100, 1000, main),
-        _x("gpu_user_annotation", probes.STEP_MARK, 5, 990, 7),  # Kineto's GPU-side copy: not a step
+        _x("user_annotation", STEP_MARK, 0, 1000, main),
+        _x("user_annotation", STEP_MARK, 1100, 1000, main),
+        _x("gpu_user_annotation", STEP_MARK, 5, 990, 7),  # Kineto's GPU-side copy: not a step
         # step 0: a gemm overlapping an all-gather for 120 us of its 300 us
         _x("cuda_runtime", "cudaLaunchKernel", 10, 2, launch_tid, correlation=1),
         _x("kernel", "ampere_bf16_s16816gemm", 20, 200, 7, correlation=1, stream=7),

@@ -1,4 +1,4 @@
-"""The warm launch agent (launch/warm_agent.py, warm_pool.py), with real CPU launches: a job's results do not
+"""The warm launch agent (rank/warm_agent.py, warm_pool.py), with real CPU launches: a job's results do not
 depend on it, every run still gets new rank processes with a fresh launch's threads, a failed or timed-out job
 ends the agent and the next job gets a new one, nothing outlives the session, and --distperf-fresh-agent turns
 it off."""

@@ -1,10 +1,21 @@
-"""The package's import graph by folder: imports that run back up LAYERS (bottom first), module cycles, and the
+"""The package's import graph by layer: imports that run back up LAYERS (bottom first), module cycles, and the
 largest modules and functions. `python docs/design/import_layers.py [REPO]` (the figures of issue #31).
+
+A module's layer is its folder, with one folder split in two: strategies/ holds the public, import-light
+registry that spec validates a job against (STRATEGY_REGISTRY: names, options, their checks) and the adapters
+that run inside the ranks (every other module there). Each back-arrow is printed with the leaf modules (those
+that import nothing of the package but errors), since an arrow into a leaf ties no layer to another.
 """
 import ast, pathlib, sys, collections
 ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]) / "pytest_distperf"
-LAYERS = ["errors", "spec", "launch", "rank", "strategies", "measure", "store", "decide", "report", "session", "fixture", "plugin", "__main__", "__init__"]
+LAYERS = ["errors", "strategy registry", "spec", "launch", "rank", "strategies", "measure", "store", "decide",
+          "report", "session", "fixture", "plugin", "__main__", "__init__"]
+STRATEGY_REGISTRY = {"pytest_distperf.strategies", "pytest_distperf.strategies.registry",
+                     "pytest_distperf.strategies.engines", "pytest_distperf.strategies.frontend",
+                     "pytest_distperf.strategies.ds_config"}
 def layer(mod):
+    if mod in STRATEGY_REGISTRY:
+        return "strategy registry"
     parts = mod.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 edges = collections.defaultdict(set)
@@ -30,13 +41,15 @@ for mod, p in files.items():
         for t in targets:
             if t.startswith("pytest_distperf") and t in files and t != mod:
                 edges[mod].add((t, node.lineno))
+leaves = {m for m, p in files.items() if p.name != "__init__.py" and layer(m) != "errors"
+          and all(layer(t) == "errors" for t, _ in edges.get(m, ()))}
 back = []
 for a, ts in edges.items():
     for b, line in ts:
         la, lb = layer(a), layer(b)
         if la in LAYERS and lb in LAYERS and LAYERS.index(lb) > LAYERS.index(la):
-            back.append(f"{a}:{line} -> {b}")
-print("back-arrows (folder order %s):" % " < ".join(LAYERS[:9]), len(back))
+            back.append(f"{a}:{line} -> {b}" + (" (a leaf)" if b in leaves else ""))
+print("back-arrows (layer order %s):" % " < ".join(LAYERS[:10]), len(back))
 for x in sorted(back): print("  ", x)
 # module cycles (Tarjan)
 idx, low, st, on, out, c = {}, {}, [], set(), [], [0]

@@ -3,9 +3,9 @@
 pytest process ──Popen (own session)──► agent (torch elastic_launch, fork/spawn, c10d on
 127.0.0.1:0, no restarts) ──► N ranks. By default the agent is forked (own session) from the session's warm
 agent for the job's device kind and environment, which has imported torch and the strategy libraries once
-(launch/warm_agent.py, warm_pool.py); each run's ranks are still new processes. `fresh_agent=True`, jobs
+(rank/warm_agent.py, warm_pool.py); each run's ranks are still new processes. `fresh_agent=True`, jobs
 launched as Lightning's users launch them (the script agent), and a warm agent that cannot serve (it says why)
-start a new `python -m ...launch.agent` per job. This module owns the wall-clock timeout: on expiry
+start a new `python -m ...rank.agent` per job. This module owns the wall-clock timeout: on expiry
 every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
 gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
 path, Ctrl-C included.
@@ -121,8 +121,10 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
     with open(log_path, "wb") as log:
         # torch elastic's agent, or, for a job launched as Lightning's users launch it, the script agent
         # (the user's `python script.py`; Lightning's own launcher starts the other ranks): spec/profiles.py
-        agent = "script_agent" if profiles.PROFILES[job.launch_profile].starter == "script" else "agent"
-        if agent == "agent" and not fresh_agent:
+        # the process that starts the ranks: the user's script (launch/script_agent.py) or the elastic agent
+        agent = ("pytest_distperf.launch.script_agent" if profiles.PROFILES[job.launch_profile].starter == "script"
+                 else "pytest_distperf.rank.agent")
+        if agent == "pytest_distperf.rank.agent" and not fresh_agent:
             from pytest_distperf.launch import warm_pool
 
             warm, _ = warm_pool.agent_for(job.device, agent_env, base_dir or tempfile.gettempdir(), timeout)
@@ -132,7 +134,7 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
             warm_pool.release(warm, ok=False)  # type: ignore[arg-type]
             warm = proc = None
         if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", f"pytest_distperf.launch.{agent}", job_dir], env=agent_env,
+            proc = subprocess.Popen([sys.executable, "-m", agent, job_dir], env=agent_env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         outcome_only = False

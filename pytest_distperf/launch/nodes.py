@@ -180,3 +180,10 @@ def timeout_message(job: JobSpec, job_dir: str, timeout: float, exits: dict[int,
         _tails(job, job_dir, places, exits, lines=60),
         f"job folder (logs of every rank and agent): {job_dir}",
     ])
+
+
+def free_port(host: str = "") -> int:
+    """A port free now on this host; torchrun binds its store there a moment later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -4,7 +4,7 @@ pytest ──► node agent 0 (this host) ──┐
        ──► node agents 1..N-1 ───────┴─ c10d rendezvous (--distperf-rdzv-endpoint) ──► N x G ranks
            (here, by srun, or by the user's engine from a command template)
 
-Each node agent is `python -m pytest_distperf.launch.node_agent JOB_DIR I`, which runs torchrun
+Each node agent is `python -m pytest_distperf.rank.node_agent JOB_DIR I`, which runs torchrun
 (see node_agent.py). The job folder is the meeting point: the pytest process writes the job and the
 node plan there, each rank writes its place and value, each agent its result. For agents on other
 hosts it must be on a file system every node mounts under the same path (--distperf-shared-dir).
@@ -28,10 +28,10 @@ from typing import Any, Callable
 from pytest_distperf.errors import JobTimeout
 from pytest_distperf.launch import jobfiles, nodes
 from pytest_distperf.launch.launcher import agent_environment, end_tree, threads_per_rank
-from pytest_distperf.launch.node_agent import free_port
+from pytest_distperf.launch.nodes import free_port
 from pytest_distperf.spec.job import JobSpec
 
-NODE_AGENT = "pytest_distperf.launch.node_agent"
+NODE_AGENT = "pytest_distperf.rank.node_agent"
 POLL_SECONDS = 0.05
 PEER_GRACE_SECONDS = 10.0  # after one agent failed, how long the others get to write their own result
 STACK_DUMP_SECONDS = 1.5  # the agents look for the request every 0.2 s

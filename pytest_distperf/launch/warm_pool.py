@@ -1,4 +1,4 @@
-"""The pytest side of the warm launch agents (launch/warm_agent.py): one per device kind and agent environment,
+"""The pytest side of the warm launch agents (rank/warm_agent.py): one per device kind and agent environment,
 started on the first job that needs it, ended when a job of it fails or times out (the next job gets a new one)
 and at the session's end.
 
@@ -10,6 +10,7 @@ and ends both trees alike.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import select
 import subprocess
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_distperf.launch.devices import NVML_CHECK
-from pytest_distperf.launch.warm_agent import Channel
 
 # Variables that differ between jobs an agent serves, set in each job agent's environment before it imports
 # anything that reads them: the GPUs a job got (read when a rank initialises CUDA) and the threads (a forked
@@ -98,7 +98,7 @@ class WarmAgent:
         self.device, self.log_path = device, log_path
         self.lock = threading.Lock()  # one job at a time; a concurrent job gets a fresh agent
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.launch.warm_agent", device],
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.warm_agent", device],
                                          env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, bufsize=0)
@@ -237,3 +237,27 @@ def describe() -> str:
 
 
 atexit.register(stop_all)
+
+
+class Channel:
+    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
+    that a forked child would inherit)."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self._pending = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message; None at EOF."""
+        while b"\n" not in self._pending:
+            chunk = os.read(self.read_fd, 65536)
+            if not chunk:
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)

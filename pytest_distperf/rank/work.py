@@ -33,7 +33,7 @@ import platform
 import tempfile
 from typing import Any, Callable
 
-from pytest_distperf.rank.probes import STEP_MARK
+from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.results import WorkResult
 
 DEFAULT_STEPS = 2

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_distperf.rank.probes import STEP_MARK
+from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.results import NCCL_SOURCE, OPS_SOURCE, CollectiveStats, CommsResult
 from pytest_distperf.rank.probes.trace import KERNEL_CAT, Trace
 

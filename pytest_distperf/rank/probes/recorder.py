@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from pytest_distperf.launch.devices import usable_cores
-from pytest_distperf.rank.probes import STEP_MARK, comms, overlap, placement
+from pytest_distperf.rank.probes import comms, overlap, placement
+from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
 from pytest_distperf.rank.probes.trace import Trace, load

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_distperf.rank.probes import STEP_MARK
+from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.comms import COLLECTIVE_OPS
 from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.rank.probes.trace import KERNEL_CAT, Interval, Trace, interval, is_comm_kernel, union

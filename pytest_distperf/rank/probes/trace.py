@@ -26,7 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from pytest_distperf.rank.probes import STEP_MARK
+STEP_MARK = "distperf:step"  # the record_function range around each profiled step
+
 
 Interval = tuple[float, float]
 

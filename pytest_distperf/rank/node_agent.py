@@ -1,4 +1,4 @@
-"""One node's agent: `python -m pytest_distperf.launch.node_agent JOB_DIR AGENT_INDEX`.
+"""One node's agent: `python -m pytest_distperf.rank.node_agent JOB_DIR AGENT_INDEX`.
 
 Runs torch's own launcher, torchrun (`torch.distributed.run`), with the node plan the pytest
 process wrote into the shared job folder:
@@ -23,6 +23,7 @@ import threading
 import time
 
 from pytest_distperf.launch import jobfiles
+from pytest_distperf.launch.nodes import free_port
 
 RANK_ENTRY = "pytest_distperf.rank.entry"
 MONITOR_INTERVAL_SECONDS = 0.1
@@ -68,13 +69,6 @@ def rendezvous_endpoint(plan: jobfiles.NodePlan, job_dir: str, agent: int) -> st
     raise TimeoutError(f"node agent 0 wrote no rendezvous endpoint into {job_dir} within {plan.join_timeout} s")
 
 
-def free_port(host: str = "") -> int:
-    """A port free now on this host; torchrun binds its store there a moment later."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def main(job_dir: str, agent: int) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: torch elastic's handler then stops the ranks
     jobfiles.no_core_dumps()  # as the local agent: inherited by the ranks (a core delays every crash report)
@@ -92,7 +86,7 @@ def main(job_dir: str, agent: int) -> int:
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import parse_args, run
 
-        from pytest_distperf.launch.agent import rank_failures
+        from pytest_distperf.rank.agent import rank_failures
 
         try:
             run(parse_args(args))

@@ -1,9 +1,9 @@
-"""The warm launch agent: `python -m pytest_distperf.launch.warm_agent`, one per session, device kind and agent
+"""The warm launch agent: `python -m pytest_distperf.rank.warm_agent`, one per session, device kind and agent
 environment (launch/warm_pool.py starts and keeps it).
 
 It imports torch, torch elastic, the harness's rank code and the installed strategy libraries once, holds no
-CUDA context, and for each job forks a child that becomes that job's elastic agent (launch/agent.py), exactly
-as `python -m pytest_distperf.launch.agent JOB_DIR` would be: its own session, its output in the job's agent
+CUDA context, and for each job forks a child that becomes that job's elastic agent (rank/agent.py), exactly
+as `python -m pytest_distperf.rank.agent JOB_DIR` would be: its own session, its output in the job's agent
 log, the job's environment, working directory and CPU affinity. The child forks the job's ranks (CPU and, as
 CUDA is uninitialised here, CUDA ones too), so every run is still a new process with its own allocator, engine
 and rendezvous; only the imports are shared.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -31,10 +30,12 @@ import threading
 import time
 from typing import Any
 
+from pytest_distperf.launch.warm_pool import Channel
+
 # What a job agent and its ranks would import for themselves: the harness's rank side, then the strategy
 # libraries where installed.
 HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing",
-                   "torch.distributed.launcher.api", "pytest_distperf.launch.agent",
+                   "torch.distributed.launcher.api", "pytest_distperf.rank.agent",
                    "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
                    "pytest_distperf.rank.timing", "pytest_distperf.strategies")
 # Not lightning: importing it starts a native thread, and with it preloaded 1 in 15 ddp jobs' ranks aborted in the
@@ -91,32 +92,8 @@ def preload(device: str = "cpu") -> tuple[list[str], str | None]:
     return loaded, None
 
 
-class Channel:
-    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
-    that a forked child would inherit)."""
-
-    def __init__(self, read_fd: int, write_fd: int):
-        self.read_fd, self.write_fd = read_fd, write_fd
-        self._pending = b""
-
-    def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message) + "\n").encode()
-        while data:
-            data = data[os.write(self.write_fd, data):]
-
-    def receive(self) -> dict[str, Any] | None:
-        """The next message; None at EOF."""
-        while b"\n" not in self._pending:
-            chunk = os.read(self.read_fd, 65536)
-            if not chunk:
-                return None
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
-        return json.loads(line)
-
-
 def run_job(request: dict[str, Any], channel: Channel) -> None:
-    """In the forked child: become the job's elastic agent, as a fresh `python -m ...launch.agent` would be."""
+    """In the forked child: become the job's elastic agent, as a fresh `python -m ...rank.agent` would be."""
     os.setsid()  # own session and process group: the launcher ends the job's tree by it
     os.close(channel.read_fd)
     os.close(channel.write_fd)
@@ -137,7 +114,7 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
         os.sched_setaffinity(0, request["affinity"])
     code = 2
     try:
-        from pytest_distperf.launch import agent
+        from pytest_distperf.rank import agent
 
         code = agent.main(request["job_dir"], warm=True)
     except BaseException:

@@ -1,4 +1,4 @@
-"""The launch agent: `python -m pytest_distperf.launch.agent JOB_DIR`.
+"""The launch agent: `python -m pytest_distperf.rank.agent JOB_DIR`.
 
 Runs torch's elastic launcher in its own process (its own session), so that:
 - torch elastic's signal handlers and environment writes never touch the pytest process;
@@ -20,7 +20,7 @@ SHUTDOWN_GRACE_SECONDS = 3
 # and, leaving through os._exit, its interpreter teardown -- the larger part of a short job's launch. This agent
 # runs no tensor op (so no OpenMP pool exists to break in a child) and passes the ranks' OMP_NUM_THREADS in its
 # own environment, so a forked rank gets the same threads as a spawned one. CUDA ranks are spawned: CUDA does
-# not survive fork. A job agent forked from the warm agent (launch/warm_agent.py) forks CUDA ranks too: nothing
+# not survive fork. A job agent forked from the warm agent (rank/warm_agent.py) forks CUDA ranks too: nothing
 # in its process tree has initialised CUDA.
 START_METHODS = {"cpu": "fork", "cuda": "spawn"}
 
