@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_distperf.store.document import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
+from pytest_distperf.store.report_format import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
                                       run_to_dict)
 from pytest_distperf.measure.figures import job_figures, job_id, metric_values, node_step_medians, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult

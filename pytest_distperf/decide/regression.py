@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive)
 from pytest_distperf.launch import fingerprint
-from pytest_distperf.store.document import job_to_dict
+from pytest_distperf.store.report_format import job_to_dict
 from pytest_distperf.store.baselines import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries,
                                              Store, job_identity, metrics_from_runs, now_iso)
 from pytest_distperf.decide import stopping

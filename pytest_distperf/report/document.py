@@ -22,7 +22,7 @@ from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
 from pytest_distperf.measure.figures import SCOPES, JobFigures
 from pytest_distperf.rank.probes.results import ProbeSummary
-from pytest_distperf.store.document import REPORT_VERSION
+from pytest_distperf.store.report_format import REPORT_VERSION
 
 
 @dataclass

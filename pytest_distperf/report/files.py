@@ -149,7 +149,7 @@ def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any])
 
 
 def unique_jobs(entries: Iterable[TestDocument]) -> list[tuple[TestDocument, dict[str, Any]]]:
-    """Each job of the tests' details once, by its id (document.job_to_dict): tests that share a job's runs carry
+    """Each job of the tests' details once, by its id (store/report_format.job_to_dict): tests that share a job's runs carry
     it as it stood when each ended: the view with the most runs is kept, with the test that saw them (its
     verdicts are on those runs), in the order the jobs first appeared. A job without an id is its own."""
     kept: dict[Any, tuple[TestDocument, dict[str, Any]]] = {}

@@ -156,7 +156,7 @@ class JobView:
 
 def unique_jobs(doc: Mapping[str, Any]) -> list[JobView]:
     """Each job's runs once. Tests that share a comparison carry its runs as they were when each test ended; a job
-    is named by its first run's id (document.job_id), so a comparison that grew later is one job, shown with all
+    is named by its first run's id (measure/figures.job_id), so a comparison that grew later is one job, shown with all
     its runs. A version-1 report has no ids: there a job whose runs begin another's is that job."""
     order: list[str] = []
     views: dict[Any, JobView] = {}

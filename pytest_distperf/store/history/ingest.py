@@ -2,7 +2,7 @@
 
 Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
 metric: the metrics the gate keeps (measure/figures.metric_values) over the figures each run carries
-(`runs[].figures`, document.run_figures_in; a version-1 report's are derived from its measurements by the same
+(`runs[].figures`, report_format.run_figures_in; a version-1 report's are derived from its measurements by the same
 definitions). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
 (failed at set-up, run without a gate) add no rows.
 """
@@ -55,7 +55,7 @@ def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecor
         if not isinstance(doc.get(key), kind):
             raise ReportDocumentError(f"{source}: '{key}' is missing or not {what} (is this a --distperf-json "
                                       f"report?)")
-    from pytest_distperf.store.document import ReportVersionError, check_version
+    from pytest_distperf.store.report_format import ReportVersionError, check_version
 
     try:
         check_version(doc, source)
@@ -110,7 +110,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
 
 def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     """metric -> one value per run, from the report's run dicts (see the module docstring)."""
-    from pytest_distperf.store.document import run_figures_in
+    from pytest_distperf.store.report_format import run_figures_in
     from pytest_distperf.measure.figures import metric_values
 
     if not runs:

@@ -1,4 +1,4 @@
-"""The session document's serialisation: runs and jobs as the JSON report holds them (`tests[].jobs[]`).
+"""The JSON report's format: its version, and its runs and jobs as it holds them (`tests[].jobs[]`).
 
 A run is written once, with its stable id, its figures (measure/figures.run_figures: the one derivation) and its
 per-rank measurements; a job with its id (measure/figures.job_id), its figures and its runs. Every reader of a
