@@ -67,12 +67,6 @@ UNPAIRED_SHARE = 0.7
 
 
 # -- records --------------------------------------------------------------------------------------------------
-def fmt_ratio(x: float | None, digits: int = 3, unbounded: str = "inf") -> str:
-    """A ratio or an interval end: fixed digits, or two significant ones when huge (an early look's interval)."""
-    if x is None:
-        return unbounded
-    return f"{x:.{digits}f}" if x < 1000 else f"{x:.2g}"
-
 def _opt(x: Any) -> float | None:
     return None if x is None else float(x)
 
