@@ -77,6 +77,10 @@ class DistPerfWarning(UserWarning):
     """Base of every distperf warning."""
 
 
+class ProfilerAbortWarning(DistPerfWarning):
+    """A rank died inside torch.profiler's stop in distperf's own profiled phase; the run was measured again."""
+
+
 class HostBusyWarning(DistPerfWarning):
     """The machine was busy with other work while a job was timed."""
 

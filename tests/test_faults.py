@@ -308,3 +308,58 @@ def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp
     message = _failure_message(job, str(tmp_path), reported)
     assert message.startswith("distperf job f x2 cpu failed: rank 1 exited with code 1 (root cause)"), message
     assert "ValueError: injected failure" in message and "other ranks: rank 0 exit 1" in message
+
+
+# -- a rank that aborts in torch.profiler's stop during distperf's profiled phase: measured once more -----------
+_PROFILER_ABORT_TRACE = """distperf job ddp tiny x2 cpu failed: rank 0 died of SIGABRT (root cause)
+
+Fatal Python error: Aborted
+
+Thread 0x00007f63e4401b80 (most recent call first):
+  File "/v/lib/python3.11/site-packages/torch/autograd/profiler.py", line 434 in __exit__
+  File "/v/lib/python3.11/site-packages/torch/profiler/profiler.py", line 1139 in stop
+  File "/v/lib/python3.11/site-packages/torch/profiler/profiler.py", line 1122 in __exit__
+  File "/src/pytest_distperf/rank/work.py", line 195 in measure
+  File "/src/pytest_distperf/rank/worker.py", line 203 in _measure
+malloc(): unsorted double linked list corrupted"""
+
+
+def _rank_failed(message: str, signal_name: str | None = "SIGABRT"):
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import RankFailed
+
+    return RankFailed(message, [jobfiles.RankFailure(0, -6, signal_name, "")], "/tmp/job-x")
+
+
+def test_only_an_abort_in_the_profilers_stop_of_distperfs_own_phase_is_one():
+    from pytest_distperf.launch.launcher import is_profiler_abort
+
+    assert is_profiler_abort(_rank_failed(_PROFILER_ABORT_TRACE))
+    assert not is_profiler_abort(_rank_failed(_PROFILER_ABORT_TRACE, signal_name=None))  # it raised, it did not die
+    user = _PROFILER_ABORT_TRACE.replace("pytest_distperf/rank/work.py", "my_project/train.py")
+    assert not is_profiler_abort(_rank_failed(user))  # the user's own profiler: their crash, not distperf's
+    elsewhere = _PROFILER_ABORT_TRACE.replace("torch/profiler/profiler.py", "torch/nn/modules/module.py")
+    assert not is_profiler_abort(_rank_failed(elsewhere))
+
+
+def test_a_profiler_abort_is_measured_once_more_and_said(monkeypatch: pytest.MonkeyPatch):
+    from pytest_distperf.errors import ProfilerAbortWarning
+    from pytest_distperf.launch import launcher
+    from pytest_distperf.launch.launcher import RankFailed
+    from pytest_distperf.spec.job import JobSpec
+
+    outcomes = [_rank_failed(_PROFILER_ABORT_TRACE), {0: "measured"}, _rank_failed(_PROFILER_ABORT_TRACE),
+                _rank_failed(_PROFILER_ABORT_TRACE)]
+
+    def once(job, **kwargs):
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(launcher, "_launch_once", once)
+    job = JobSpec(strategy="ddp", world_size=2, device="cpu")
+    with pytest.warns(ProfilerAbortWarning, match=r"torch.profiler's stop .* measured again.*job-x"):
+        assert launcher.launch(job, timeout=10) == {0: "measured"}
+    with pytest.warns(ProfilerAbortWarning), pytest.raises(RankFailed):  # a second abort fails the job
+        launcher.launch(job, timeout=10)
