@@ -263,7 +263,8 @@ class BaselineGate:
         self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
         detail = self._detail()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
-        records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode) for v in self.verdicts]
+        records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode)
+                                                     for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.measured:
                 detail["saved"] = None

@@ -14,6 +14,7 @@ path, Ctrl-C included.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -115,10 +116,11 @@ _PROFILER_STOP = re.compile(r'torch/profiler/profiler\.py", line \d+ in (stop|__
 _OWN_PROFILED_PHASE = re.compile(r'pytest_distperf/rank/(work|probes/\w+)\.py", line \d+')
 
 
-def is_profiler_abort(error: JobError) -> bool:
-    """A rank died of SIGABRT or SIGSEGV in torch.profiler's stop, inside distperf's work or probe phase."""
+def is_profiler_abort(error: "RankFailed") -> bool:
+    """A rank died of SIGABRT or SIGSEGV in torch.profiler's stop, inside distperf's work or probe phase (its
+    fault report is in the failure's text)."""
     text = str(error)
-    return (isinstance(error, RankFailed) and any(f.signal in ("SIGABRT", "SIGSEGV") for f in error.failures)
+    return (any(f.signal in ("SIGABRT", "SIGSEGV") for f in error.failures)
             and bool(_PROFILER_STOP.search(text)) and bool(_OWN_PROFILED_PHASE.search(text)))
 
 
@@ -128,19 +130,19 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
     """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome.
     `fresh_agent`: a new agent process for this job instead of one forked from the warm agent. A run whose rank
     aborts in torch.profiler's stop during distperf's own profiled phase is launched once more (is_profiler_abort)."""
-    kwargs = dict(timeout=timeout, base_dir=base_dir, on_progress=on_progress, keep=keep, env=env,
-                  fresh_agent=fresh_agent)
+    once = functools.partial(_launch_once, job, timeout=timeout, base_dir=base_dir, on_progress=on_progress,
+                             keep=keep, env=env, fresh_agent=fresh_agent)
     try:
-        return _launch_once(job, **kwargs)  # type: ignore[arg-type]
+        return once()
     except RankFailed as e:
         if not is_profiler_abort(e):
             raise
-        first = e
+        aborted = e.job_dir
     warnings.warn(ProfilerAbortWarning(
         f"distperf job {job.describe()}: a rank died in torch.profiler's stop during distperf's profiled phase "
         f"(a known, rare heap corruption: docs/design/known-defects.md); the run is measured again. The aborted "
-        f"run's folder: {first.job_dir}"), stacklevel=2)
-    return _launch_once(job, **kwargs)  # type: ignore[arg-type]
+        f"run's folder: {aborted}"), stacklevel=2)
+    return once()
 
 
 def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progress: Callable[[str, float], None]

@@ -46,6 +46,30 @@ class AgentState:
 STATE = AgentState()
 
 
+class Channel:
+    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
+    that a forked child would inherit)."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self._pending = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message; None at EOF."""
+        while b"\n" not in self._pending:
+            chunk = os.read(self.read_fd, 65536)
+            if not chunk:
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)
+
+
 def agent_key(device: str, env: dict[str, str]) -> tuple[Any, ...]:
     """The warm agent a job's agent environment can use: same device kind, same variables but the per-job ones,
     same working directory (`python -m` puts it first on sys.path, where the harness itself may be found)."""
@@ -238,26 +262,3 @@ def describe() -> str:
 
 atexit.register(stop_all)
 
-
-class Channel:
-    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
-    that a forked child would inherit)."""
-
-    def __init__(self, read_fd: int, write_fd: int):
-        self.read_fd, self.write_fd = read_fd, write_fd
-        self._pending = b""
-
-    def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message) + "\n").encode()
-        while data:
-            data = data[os.write(self.write_fd, data):]
-
-    def receive(self) -> dict[str, Any] | None:
-        """The next message; None at EOF."""
-        while b"\n" not in self._pending:
-            chunk = os.read(self.read_fd, 65536)
-            if not chunk:
-                return None
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
-        return json.loads(line)

@@ -8,13 +8,13 @@
 The probe phase runs after the timing phase, under ``torch.profiler``, so probes never change
 the reported step time (see ``runner.py``). The names a job may ask for, and their validation, are a
 setting (spec/probes.py); the range that marks each profiled step, STEP_MARK, is the trace's (trace.py).
-This module stays free of torch: the pytest process imports the probes'
-results (results.py) through it.
+This module stays free of torch: the pytest process imports the probes' results (results.py) through it.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
 
 def __getattr__(name: str) -> Any:
     # `from pytest_distperf import probes; probes.Recorder(...)` inside a rank, without making

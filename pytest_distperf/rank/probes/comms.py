@@ -62,9 +62,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.results import NCCL_SOURCE, OPS_SOURCE, CollectiveStats, CommsResult
-from pytest_distperf.rank.probes.trace import KERNEL_CAT, Trace
+from pytest_distperf.rank.probes.trace import KERNEL_CAT, STEP_MARK, Trace
 
 # An op's argument list -> message bytes, given the group size. `a[i]` is the byte count of
 # argument i (a tensor or a tensor list; None where the profiler kept no tensors).

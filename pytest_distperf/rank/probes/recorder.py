@@ -29,10 +29,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.rank.probes import comms, overlap, placement
-from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
-from pytest_distperf.rank.probes.trace import Trace, load
+from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, load
 from pytest_distperf.spec.probes import PROBES, validate
 
 NEEDS_CUDA = "needs CUDA: on CPU there are no kernels, streams or host/device copies to measure"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_distperf.rank.probes.trace import STEP_MARK
 from pytest_distperf.rank.probes.comms import COLLECTIVE_OPS
 from pytest_distperf.rank.probes.results import StepTimeline
-from pytest_distperf.rank.probes.trace import KERNEL_CAT, Interval, Trace, interval, is_comm_kernel, union
+from pytest_distperf.rank.probes.trace import (KERNEL_CAT, STEP_MARK, Interval, Trace, interval, is_comm_kernel,
+                                               union)
 
 GPU_SOURCE = "GPU kernels"
 CPU_SOURCE = "CPU ops"
