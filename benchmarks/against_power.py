@@ -59,6 +59,7 @@ from benchmarks.work_figures import gate_trial  # noqa: E402
 from pytest_distperf.decide import against  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
 from pytest_distperf.decide.stopping import Clock  # noqa: E402
+from pytest_distperf.launch.fingerprint import machine_class  # noqa: E402
 from pytest_distperf.measure.figures import run_step_time, run_work  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.measure.stats import relative_spread  # noqa: E402
@@ -237,11 +238,14 @@ def sessions(root: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
+BENCH_MACHINE = machine_class("cpu", 2)  # the trials decide verdicts only; no report reads the machine
+
+
 # -- analysis -----------------------------------------------------------------------------------------------------
 def relative_trial(rng: random.Random, pairs: list[list[RunResult]], checkout: against.BaseCheckout,
                    job: JobSpec) -> tuple[dict[str, str], int]:
     """One head-vs-base verdict as a session reaches it: (status by metric, pairs used)."""
-    gate = against.AgainstGate(checkout, TEST_FILE + "::test_user_model_ddp", Policy())
+    gate = against.AgainstGate(checkout, TEST_FILE + "::test_user_model_ddp", Policy(), BENCH_MACHINE, {})
     pool = list(pairs)
     rng.shuffle(pool)
 
@@ -330,7 +334,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 def relative_trial_first_pair(pair: list[RunResult], checkout: against.BaseCheckout, job: JobSpec) -> dict[str, str]:
     """The verdicts on one pair, as the first pair of a session has them (no extension)."""
-    gate = against.AgainstGate(checkout, "bench::first_pair", Policy())
+    gate = against.AgainstGate(checkout, "bench::first_pair", Policy(), BENCH_MACHINE, {})
     gate.add(job, *pair)
     return {v.metric: v.status for v in gate.check(job, [])}
 

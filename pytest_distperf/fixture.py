@@ -33,7 +33,6 @@ from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import job_figures
 from pytest_distperf.report.document import JobRecord, Record
 from pytest_distperf.rank.workload import resolve_shape
 
@@ -104,7 +103,7 @@ class DistPerf:
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         if gate is not None:
             gate.budget = self.budget
-        self._run_records: dict[int, int] = {}  # id of a job's run list -> its "run" record in self.records
+        self._jobs: dict[int, tuple[str, list[RunResult]]] = {}  # id of a job's run list -> (label, the list)
 
     def _budget_now(self) -> float:
         """The budgets' clock: monotonic time less what this process's jobs spent waiting for a measurement slot
@@ -432,21 +431,23 @@ class DistPerf:
 
     # -- records for reports -----------------------------------------------------------------------------------
     def _record_run(self, label: str, runs: list[RunResult]) -> None:
-        """The job's figures (measure/figures.py) as every report shows them; a run list that grew (adaptive
-        repeats) replaces its record."""
-        extra = (getattr(runs[0].ranks[0], "extra", None) or {}) if runs[0].ranks else {}
-        departures = extra.get("departures") or (extra.get("launch") or {}).get("departures")  # ctx.extra's
-        record = JobRecord(job_figures(label, runs),
-                           # per run: seconds it waited for its measurement slot (off the budgets; fixture._timed_slot)
-                           tuple(round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs),
-                           dict(departures or {}))  # where the adapter departs from its library's defaults
-        if id(runs) in self._run_records:
-            self.records[self._run_records[id(runs)]] = record
+        """A job of the test: its record is made when the test ends (test_records), from the runs its list holds
+        then (a list grows with adaptive repeats)."""
+        if id(runs) in self._jobs:
             return
-        self._run_records[id(runs)] = len(self.records)
-        self.records.append(record)
+        self._jobs[id(runs)] = (label, runs)
         if runs[0].spec.probes:
             self.records.append(probe_summary(label, runs))
+
+    def test_records(self) -> list[Record]:
+        """The test's records as it ends (report/document.py): each job's figures and runs, then its checks and
+        probes."""
+        jobs: list[Record] = []
+        for label, runs in self._jobs.values():
+            extra = (getattr(runs[0].ranks[0], "extra", None) or {}) if runs[0].ranks else {}
+            departures = extra.get("departures") or (extra.get("launch") or {}).get("departures")  # ctx.extra's
+            jobs.append(JobRecord.from_runs(label, runs, dict(departures or {})))
+        return jobs + self.records
 
     def _record_check(self, check: Check) -> None:
         self.records.append(check)

@@ -354,15 +354,17 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             from pytest_distperf.launch.base import make_launcher
 
+            inter_node = make_launcher(session.settings.cluster, plan.nodes).inter_node()
             if session.against is not None:  # head vs base in the stored baselines' place (decide/against.py)
                 from pytest_distperf.decide.against import AgainstGate
 
-                gate = AgainstGate(session.against, request.node.nodeid, policy, test_file=str(request.node.path))
+                gate = AgainstGate(session.against, request.node.nodeid, policy,
+                                   session.gate.machine(plan.device, plan.world_size, plan.nodes, inter_node),
+                                   session.gate.environment(plan.device), test_file=str(request.node.path))
             else:
                 gate = regression.BaselineGate(
                     session.gate, request.node.nodeid, plan.device, plan.world_size, policy, nodes=plan.nodes,
-                    inter_node=make_launcher(session.settings.cluster, plan.nodes).inter_node(),
-                    test_file=str(request.node.path))
+                    inter_node=inter_node, test_file=str(request.node.path))
         except BaselineError as e:
             problem = str(e)
         if problem:
@@ -400,19 +402,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     rep = outcome.get_result()
     dp = item.stash.get(fixture_key, None)
     if rep.when == "setup" and rep.failed and _is_distperf(item):
-        rep.distperf_detail = {}  # failed before running (e.g. a bad baseline file): still in the reports
-    if dp is not None and rep.when == "call" and dp.gate is not None:
+        rep.distperf_context = {}  # failed before running (e.g. a bad baseline file): still in the reports
+    if dp is None or rep.when != "call":
+        return
+    records = dp.test_records()  # its jobs as they ended, checks, probes
+    if dp.gate is not None:
         landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with
-        dp.records = dp.records + landing.records
+        records += landing.records
         _land_baseline(rep, landing)
-    if dp is None or rep.when != "call" or not dp.records:
+    if not records:
         return
     from pytest_distperf.decide.checks import Check
     from pytest_distperf.report.document import JobRecord
 
     # An attribute of the report travels with it to the xdist controller (as JSON); it is not a JUnit property.
-    rep.distperf_records = [r.to_json() for r in dp.records]
-    for r in dp.records:
+    rep.distperf_records = [r.to_json() for r in records]
+    for r in records:
         if isinstance(r, Check):
             prefix = f"distperf.{r.name}"
             rep.user_properties += [(f"{prefix}.ratio", f"{r.ratio:.4f}"), (f"{prefix}.threshold", r.threshold),
@@ -427,8 +432,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 def _land_baseline(rep: pytest.TestReport, landing: "regression.Landing") -> None:
-    """The baseline verdict lands on the test's own report; details travel with it (xdist) to the reports."""
-    rep.distperf_detail = landing.detail
+    """The baseline verdict lands on the test's own report; its context travels with it (xdist) to the reports."""
+    rep.distperf_context = landing.context.to_json() if landing.context else {}
     rep.user_properties += landing.properties
     if landing.failed and landing.message:
         if rep.passed:

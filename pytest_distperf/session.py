@@ -132,20 +132,21 @@ class DistPerfSession:
     def collect(self, report: pytest.TestReport) -> None:
         """The test's document (report/document.py), made once from the records its report carried."""
         records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
-        detail = getattr(report, "distperf_detail", None)
-        if not self.is_controller or (detail is None and not records):
+        context = getattr(report, "distperf_context", None)  # decide/regression.GateContext's JSON; {}: none
+        if not self.is_controller or (context is None and not records):
             return
-        from pytest_distperf.report.document import TestDocument
-
-        if hasattr(report, "wasxfail"):  # else an xfail reads as a skip (or a pass) in the reports
-            detail = {**(detail or {}), "xfail_reason": report.wasxfail}
-        if report.failed:  # the reason, not only the traceback's last line ('.../userjobs.py:33: StrategyError')
-            detail = {**(detail or {}), "failure": failure_text(report)}
         if not (report.when == "call" or (report.failed and report.nodeid not in self.entries)):
             return
+        from pytest_distperf.decide.regression import GateContext
+        from pytest_distperf.report.document import TestDocument
+
         outcome = report.outcome if report.when == "call" else "error"
-        doc = TestDocument.from_records(report.nodeid, outcome, report.duration, records, detail,
-                                        str(report.longrepr) if report.failed else None)
+        doc = TestDocument.from_records(
+            report.nodeid, outcome, report.duration, records, GateContext.from_json(context or {}),
+            str(report.longrepr) if report.failed else None,
+            # the reason, not only the traceback's last line ('.../userjobs.py:33: StrategyError')
+            failure=failure_text(report) if report.failed else None,
+            xfail_reason=getattr(report, "wasxfail", None))  # else an xfail reads as a skip (or a pass)
         self.entries[report.nodeid] = doc
         if report.when == "call" and records:
             self.summary.append(doc)

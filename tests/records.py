@@ -8,8 +8,9 @@ FIGURES = dict(label="ddp tiny x2 cpu", device="cpu", config_hash="h", runs=3, s
                memory_kind="host RSS growth", tokens_per_s=1000.0, optimizer_bytes_per_param=12.0)
 
 
-def job_record(**figures) -> JobRecord:
-    return JobRecord(JobFigures(**{**FIGURES, **figures}))
+def job_record(run_dicts: list | None = None, **figures) -> JobRecord:
+    """A job's record with these figures and runs (run_to_dict's dicts; none by default)."""
+    return JobRecord(JobFigures(**{**FIGURES, **figures}), "h", {}, list(run_dicts or []))
 
 
 def documents_of(*tests) -> list[TestDocument]:

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from pytest_distperf.store.report_format import (REPORT_VERSION, ReportVersionError, check_version, job_to_dict, run_figures_in,
+from pytest_distperf.store.report_format import (REPORT_VERSION, ReportVersionError, check_version, run_figures_in,
                                       run_to_dict)
 from pytest_distperf.measure.figures import job_figures, job_id, metric_values, node_step_medians, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult
+from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument
 from pytest_distperf.spec.job import JobSpec
 from records import job_record, documents_of
 
@@ -39,9 +40,10 @@ def test_a_run_is_serialised_with_the_figures_every_reader_takes():
     assert d["id"] == run.id
     assert d["figures"]["step_time"] == 0.2  # the median of the steps, each the slowest rank's
     assert run_figures_in(d) == run_figures(run)
-    job = job_to_dict("ddp", "h", {}, [run])
+    job = json.loads(json.dumps(JobRecord.from_runs("ddp", [run]).to_json()))
     assert job["id"] == job["figures"]["id"] == job_id([run])
-    assert job["figures"]["step_time"] == d["figures"]["step_time"]
+    assert job["figures"]["step_time"] == d["figures"]["step_time"] and job["runs"] == [d]  # the run once
+    assert JobRecord.from_json(job) == JobRecord.from_runs("ddp", [run])
 
 
 
@@ -65,8 +67,8 @@ def test_a_version_1_run_reads_through_the_same_definitions():
 
 
 def test_a_report_of_a_newer_version_is_refused_naming_it():
-    assert check_version({}, "r.json") == 1 and check_version({"report_version": REPORT_VERSION}, "r.json") == 2
-    with pytest.raises(ReportVersionError, match=r"r.json: written as report version 3, newer"):
+    assert check_version({}, "r.json") == 1 and check_version({"report_version": REPORT_VERSION}, "r.json") == REPORT_VERSION
+    with pytest.raises(ReportVersionError, match=rf"r.json: written as report version {REPORT_VERSION + 1}, newer"):
         check_version({"report_version": REPORT_VERSION + 1}, "r.json")
 
 
@@ -84,12 +86,48 @@ def test_the_benchmark_export_keeps_a_shared_job_once_with_the_test_that_saw_all
     from pytest_distperf.report.document import TestDocument
     from pytest_distperf.report.files import benchmark_json
 
-    def job(n: int) -> dict:
+    def job(n: int) -> JobRecord:
         runs = [{"step_times": [0.1, 0.2], "peak_memory": 5, "tokens_per_step": 10}] * n
-        return {"id": "job-run-1", "label": "j", "config_hash": "h", "config": {}, "runs": runs,
-                "figures": {"step_time": 0.15, "run_cv": None, "peak_memory": 5.0}}
+        return job_record(runs, id="job-run-1", label="j", runs=n, step_time=0.15)
 
-    entries = [TestDocument.from_records("t.py::test_a", "passed", 1.0, [], {"jobs": [job(3)]}),
-               TestDocument.from_records("t.py::test_b", "passed", 1.0, [], {"jobs": [job(5)]})]
+    entries = [TestDocument.from_records("t.py::test_a", "passed", 1.0, [job(3)]),
+               TestDocument.from_records("t.py::test_b", "passed", 1.0, [job(5)])]
     [bench] = benchmark_json(entries, {"host": "h"})["benchmarks"]
     assert (bench["name"], bench["extra_info"]["runs"]) == ("test_b[j]", 5)
+
+
+def _one_job_document() -> TestDocument:
+    from pytest_distperf.decide.regression import GateContext
+
+    job = JobRecord.from_runs("ddp", [_run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.4]])], {"find_unused_parameters": "True"})
+    job.slot_wait_seconds = (0.5,)
+    return TestDocument.from_records("t.py::test_a", "passed", 1.0, [job],
+                                     GateContext(machine_class="cpu-x2", machine={"device": "cpu"}, environment={}))
+
+
+def test_the_report_holds_each_job_once_with_its_figures_and_runs():
+    doc = _one_job_document()
+    report = json.loads(json.dumps(SessionDocument([doc], {}, {}).to_json()))
+    [test] = report["tests"]
+    assert "runs" not in test and test["machine_class"] == "cpu-x2"
+    [job] = test["jobs"]
+    assert (job["figures"]["step_time"], len(job["runs"]), job["slot_wait_seconds"]) == (0.2, 1, [0.5])
+    assert SessionDocument.from_json(report).tests == [doc]
+
+
+def test_a_version_2_report_reads_as_the_same_document():
+    # Version 2 held a job twice: the gate's (figures, runs) under jobs[], the fixture's (figures, slot waits,
+    # departures) under runs[]; a test without a gate had only the latter.
+    doc = _one_job_document()
+    v3 = json.loads(json.dumps(SessionDocument([doc], {}, {}).to_json()))
+    [test] = v3["tests"]
+    [job] = test.pop("jobs")
+    fixture = {"kind": "run", **job["figures"], "slot_wait_seconds": job["slot_wait_seconds"],
+               "departures": job["departures"]}
+    gate = {k: job[k] for k in ("id", "label", "config_hash", "config", "figures", "runs")}
+    v2 = {**v3, "report_version": 2, "tests": [{**test, "runs": [fixture], "jobs": [gate]},
+                                               {**test, "nodeid": "t.py::test_b", "runs": [fixture], "jobs": []}]}
+    gated, ungated = SessionDocument.from_json(v2).tests
+    assert gated == doc
+    assert ungated.jobs[0].figures == doc.jobs[0].figures and ungated.jobs[0].runs == []
+    assert ungated.jobs[0].slot_wait_seconds == (0.5,)

@@ -32,7 +32,8 @@ def test_every_report_carries_the_same_step_time_for_each_job(pytester: pytest.P
     result.assert_outcomes(passed=1)
 
     [test] = json.loads((pytester.path / "report.json").read_text())["tests"]
-    figures = {r["label"]: r["step_time"] for r in test["runs"]}
+    assert "runs" not in test  # each job once, with its figures and its runs
+    figures = {j["label"]: j["figures"]["step_time"] for j in test["jobs"]}
     assert set(figures) == {"ddp tiny x2 cpu", "fsdp2 tiny x2 cpu"}
     for job in test["jobs"]:  # the per-rank detail of the same runs: the same figure, and what it is
         assert job["figures"]["step_time"] == figures[job["label"]]

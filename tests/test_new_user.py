@@ -220,8 +220,8 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
     result.stdout.fnmatch_lines(["*waiting for the CPU measurement slot*",
                                  "*got the CPU measurement slot after waiting * s (not counted against the test's "
                                  "or the session's budget)*"])
-    runs = json.loads(report.read_text())["tests"][0]["runs"]
-    assert len(runs[0]["slot_wait_seconds"]) == 1 and runs[0]["slot_wait_seconds"][0] > 1.0
+    jobs = json.loads(report.read_text())["tests"][0]["jobs"]
+    assert len(jobs[0]["slot_wait_seconds"]) == 1 and jobs[0]["slot_wait_seconds"][0] > 1.0 and runs[0]["slot_wait_seconds"][0] > 1.0
 
 
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------

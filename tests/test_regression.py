@@ -322,7 +322,7 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     gate.check(job, runs, extend=lambda: runs.append(fake_run(job, next(more))))
     assert len(runs) == 6  # recorded up to the budget: the stored runs bound what later verdicts can resolve
     landing = gate.finish(test_passed=True)
-    assert not landing.failed and landing.detail["saved"] == gate.path
+    assert not landing.failed and landing.context.saved == gate.path
 
     # decided at the first look: no run is added
     _, gate = make_gate(tmp_path, save=False)

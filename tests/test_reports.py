@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_distperf.decide.regression import GateContext
 from pytest_distperf.launch import fingerprint
 from records import job_record, documents_of
 
@@ -122,9 +123,9 @@ def test_markdown_and_benchmark_export_read_records_only():
                "baseline": 0.1, "current": 0.12, "delta": 0.2, "low": 0.15, "high": 0.25, "level": 0.98,
                "status": "fail", "fails": True}
     run = {"step_times": [0.1, 0.3], "peak_memory": 5, "tokens_per_step": 10}
-    figures = {"step_time": 0.2, "run_cv": None, "peak_memory": 5.0}
-    entry = TestDocument.from_records("t.py::test_a", "failed", 1.0, [verdict], {"machine_class": "m", "jobs": [
-        {"label": "j", "config_hash": "h", "config": {}, "figures": figures, "runs": [run]}]}, "boom")
+    job = job_record([run], id="job-run-1", label="j", runs=1, step_time=0.2, run_cv=None, peak_memory=5.0)
+    entry = TestDocument.from_records("t.py::test_a", "failed", 1.0, [verdict, job],
+                                      GateContext(machine_class="m", machine={}, environment={}), "boom")
     md = markdown_summary([entry])
     assert "| test_a | j | step_time | 100.0 ms | 120.0 ms | +20.0% | [+15.0%, +25.0%] | ✗ |" in md
     stats = benchmark_json([entry, entry], {"host": "h"})["benchmarks"]
@@ -142,7 +143,8 @@ def test_session_environment_without_entries_is_read_for_the_session_device(monk
     asked: list[str] = []
     monkeypatch.setattr(fingerprint, "soft_metadata", lambda device, rootdir: asked.append(device) or {"d": device})
     assert session_environment([], "/root", "cuda") == {"d": "cuda"} and asked == ["cuda"]
-    recorded = TestDocument.from_records("t.py::test_a", "passed", 1.0, [], {"environment": {"torch": "2.11"}})
+    recorded = TestDocument.from_records("t.py::test_a", "passed", 1.0, [],
+                                         GateContext(machine_class="m", machine={}, environment={"torch": "2.11"}))
     assert session_environment([recorded], "/root", "cuda") == {"torch": "2.11"} and asked == ["cuda"]
 
 

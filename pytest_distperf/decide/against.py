@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError
+from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import Landing, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.regression import GateContext, Landing, note_deciding_figure, until_job_decided
 from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
                                              is_failing)
 from pytest_distperf.store.baselines import job_identity, metrics_from_runs
@@ -199,8 +200,10 @@ class AgainstGate:
     finish alike): told of each job's runs, it extends them while a time or memory verdict is undecided (each run
     the fixture adds brings its base twin), and decides every job on its pairs when the test ends."""
 
-    def __init__(self, checkout: BaseCheckout, nodeid: str, policy: Policy, test_file: str | None = None):
+    def __init__(self, checkout: BaseCheckout, nodeid: str, policy: Policy, machine: MachineClass,
+                 environment: dict[str, Any], test_file: str | None = None):
         self.checkout, self.nodeid, self.policy = checkout, nodeid, policy
+        self.machine, self.environment = machine, environment  # where the head and base jobs ran
         self.new_reason = (f"the test file does not exist at base {checkout.base_commit[:12]}"
                            if checkout.missing_at_base(test_file) else "")
         self.jobs: dict[str, PairedJob] = {}
@@ -271,5 +274,6 @@ class AgainstGate:
             for v in failing:
                 lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
             message = "\n".join(lines)
-        detail = {"against": self.checkout.to_json()}
-        return Landing(bool(failing), message, props, detail, records)
+        context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),
+                              environment=self.environment, against=self.checkout.to_json())
+        return Landing(bool(failing), message, props, context, records)

@@ -21,7 +21,6 @@ from typing import Any, Callable
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive)
 from pytest_distperf.launch import fingerprint
-from pytest_distperf.store.report_format import job_to_dict
 from pytest_distperf.store.baselines import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries,
                                              Store, job_identity, metrics_from_runs, now_iso)
 from pytest_distperf.decide import stopping
@@ -130,14 +129,43 @@ class GateSession:
 
 
 @dataclass
+class GateContext:
+    """What a test's verdicts were decided on and against, for the reports: the machine class it ran on, the
+    stored baseline it read (or, head vs base, the base checkout), and the baseline it saved."""
+
+    machine_class: str
+    machine: dict[str, Any]
+    environment: dict[str, Any]
+    baseline_file: str | None = None
+    baseline_saved_at: str | None = None
+    baseline_environment: dict[str, Any] | None = None
+    environment_changes: list[str] = field(default_factory=list)  # versions changed since the baseline
+    saved: str | None = None  # the baseline file --distperf-save wrote
+    against: dict[str, Any] | None = None  # head vs base: the checkout (decide/against.BaseCheckout.to_json)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GateContext | None":
+        """The context a test of a JSON report holds at its top level (None where it holds none: a test that
+        failed before its gate read the baseline)."""
+        if not d.get("machine_class"):
+            return None
+        return cls(**{**{name: d[name] for name in cls.__dataclass_fields__ if d.get(name) is not None},
+                      "machine": dict(d.get("machine") or {}), "environment": dict(d.get("environment") or {}),
+                      "environment_changes": [str(c) for c in d.get("environment_changes") or []]})
+
+
+@dataclass
 class Landing:
-    """What the test's report gets: failure or not, the message, JUnit properties, details for reports and
-    the final verdict records (decided on all the runs the test's jobs had when it ended)."""
+    """What the test's report gets: failure or not, the message, JUnit properties, the context its verdicts
+    were decided in and the final verdict records (decided on all the runs the test's jobs had when it ended)."""
 
     failed: bool
     message: str | None
     properties: list[tuple[str, str]] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
+    context: GateContext | None = None
     records: list[MetricVerdict | Resolution] = field(default_factory=list)  # report/document.py's records
 
 
@@ -261,28 +289,27 @@ class BaselineGate:
         """Decide every job on all its runs; save (with --distperf-save, when the test passed) or decide
         whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
         self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
-        detail = self._detail()
+        context = self._context()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
         records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode)
                                                      for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.measured:
-                detail["saved"] = None
-                return Landing(False, None, props, detail, records)
+                return Landing(False, None, props, context, records)
             jobs = {m.key: JobEntry(label=m.key, config_hash=m.config_hash, config=m.config,
                                     metrics=metrics_from_runs(m.runs)) for m in self.measured.values()}
             try:
-                detail["saved"] = self._save(jobs)
+                saved = context.saved = self._save(jobs)
             except BaselineError as e:
-                return Landing(True, f"distperf --distperf-save: {e}", props, detail, records)
-            props.append(("distperf.baseline.saved", detail["saved"]))
-            return Landing(False, None, props, detail, records + self._resolutions(detail["saved"], jobs))
+                return Landing(True, f"distperf --distperf-save: {e}", props, context, records)
+            props.append(("distperf.baseline.saved", saved))
+            return Landing(False, None, props, context, records + self._resolutions(saved, jobs))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
                 warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
                                                    f"{v.note}"), stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
-        return Landing(bool(failing), self._message(failing) if failing else None, props, detail, records)
+        return Landing(bool(failing), self._message(failing) if failing else None, props, context, records)
 
     def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[Resolution]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
@@ -307,14 +334,12 @@ class BaselineGate:
                     f"saved a new one"), stacklevel=2)
         return self.session.store.save(doc)
 
-    def _detail(self) -> dict[str, Any]:
-        return {
-            "machine_class": self.machine.name, "machine": self.machine.to_dict(), "environment": self.environment,
-            "baseline_file": self.path, "baseline_saved_at": self.baseline.saved_at if self.baseline else None,
-            "baseline_environment": self.baseline.environment if self.baseline else None,
-            "environment_changes": self.env_changes,
-            "jobs": [job_to_dict(m.key, m.config_hash, m.config, m.runs) for m in self.measured.values() if m.runs],
-        }
+    def _context(self) -> GateContext:
+        return GateContext(
+            machine_class=self.machine.name, machine=self.machine.to_dict(), environment=self.environment,
+            baseline_file=self.path, baseline_saved_at=self.baseline.saved_at if self.baseline else None,
+            baseline_environment=self.baseline.environment if self.baseline else None,
+            environment_changes=list(self.env_changes))
 
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)

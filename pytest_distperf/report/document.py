@@ -15,33 +15,61 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
-from pytest_distperf.measure.figures import SCOPES, JobFigures
+from pytest_distperf.decide.regression import GateContext
+from pytest_distperf.measure.figures import SCOPES, JobFigures, job_figures
 from pytest_distperf.rank.probes.results import ProbeSummary
-from pytest_distperf.store.report_format import REPORT_VERSION
+from pytest_distperf.store.baselines import job_identity
+from pytest_distperf.store.report_format import REPORT_VERSION, check_version, run_to_dict
+
+if TYPE_CHECKING:
+    from pytest_distperf.rank.results import RunResult
 
 
 @dataclass
 class JobRecord:
-    """A job's figures as its test ended (measure/figures.JobFigures), with what the fixture adds."""
+    """One job of a test as the test ended: its figures (measure/figures.job_figures, the one derivation), the
+    identity the baseline keys it by, its runs (store/report_format.run_to_dict, each run's one serialisation),
+    and what the fixture adds. The JSON report holds it once, as `tests[].jobs[]`."""
 
     figures: JobFigures
+    config_hash: str  # as the baseline keys the job: its injection knobs left out (store/baselines.job_identity)
+    config: dict[str, Any] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # each run's figures and per-rank measurements
     slot_wait_seconds: tuple[float, ...] = ()  # per run: the wait for its measurement slot (off the budgets)
     departures: dict[str, str] = field(default_factory=dict)  # where the adapter departs from its library's defaults
 
+    @property
+    def id(self) -> str:
+        return self.figures.id
+
+    @property
+    def label(self) -> str:
+        return self.figures.label
+
+    @classmethod
+    def from_runs(cls, label: str, runs: list["RunResult"], departures: Mapping[str, str] | None = None
+                  ) -> "JobRecord":
+        _, config_hash, config, _ = job_identity(runs[0].spec)
+        return cls(job_figures(label, runs), config_hash, config, [run_to_dict(r) for r in runs],
+                   tuple(round(getattr(r, "slot_wait_seconds", 0.0), 3) for r in runs), dict(departures or {}))
+
     def to_json(self) -> dict[str, Any]:
-        d = {"kind": "run", **self.figures.to_json(), "slot_wait_seconds": list(self.slot_wait_seconds)}
-        if self.departures:
-            d["departures"] = dict(self.departures)
-        return d
+        return {"kind": "job", "id": self.id, "label": self.label, "config_hash": self.config_hash,
+                "config": self.config, "figures": self.figures.to_json(), "runs": self.runs,
+                "slot_wait_seconds": list(self.slot_wait_seconds), "departures": dict(self.departures)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "JobRecord":
-        return cls(JobFigures.from_json(dict(d)), tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
+        """A job of a JSON report; KeyError, TypeError or ValueError where it is not one."""
+        figures = JobFigures.from_json({**d["figures"], "label": d["label"], "id": d.get("id") or ""})
+        return cls(figures, str(d.get("config_hash") or figures.config_hash), dict(d.get("config") or {}),
+                   [dict(r) for r in d.get("runs") or []],
+                   tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
                    {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
 
 
@@ -51,7 +79,7 @@ Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, Resolution]
 def record_from_json(d: Mapping[str, Any]) -> Record:
     """A record from its JSON (its `kind`); ValueError naming the kind when it is not one."""
     kind = d.get("kind")
-    if kind == "run":
+    if kind == "job":
         return JobRecord.from_json(d)
     if kind == "check":
         return (ProbeCheck if "direction" in d else Check).from_json(d)
@@ -61,7 +89,7 @@ def record_from_json(d: Mapping[str, Any]) -> Record:
         return ProbeSummary.from_json(d)
     if kind == "baseline_saved":
         return Resolution.from_json(d)
-    raise ValueError(f"distperf record: kind must be run, check, baseline, probe or baseline_saved, got {kind!r}")
+    raise ValueError(f"distperf record: kind must be job, check, baseline, probe or baseline_saved, got {kind!r}")
 
 
 @dataclass
@@ -76,29 +104,39 @@ class TestDocument:
     verdicts: list[MetricVerdict] = field(default_factory=list)
     probes: list[ProbeSummary] = field(default_factory=list)
     saved: list[Resolution] = field(default_factory=list)
-    # machine class, environment, the jobs with their runs (store/document.job_to_dict), failure, xfail_reason
-    detail: dict[str, Any] = field(default_factory=dict)
+    context: GateContext | None = None  # the machine class, the baseline or base checkout; None: none read
     message: str | None = None  # the failure text
+    failure: str | None = None  # the failure's reason, one line (session.failure_text)
+    xfail_reason: str | None = None  # an expected failure's reason (pytest's wasxfail)
 
     __test__ = False  # not a pytest test class
 
+    @property
+    def machine_class(self) -> str | None:
+        return self.context.machine_class if self.context else None
+
     @classmethod
     def from_records(cls, nodeid: str, outcome: str, duration: float, records: Iterable[Record | Mapping[str, Any]],
-                     detail: Mapping[str, Any] | None = None, message: str | None = None) -> "TestDocument":
-        doc = cls(nodeid, outcome, duration, detail=dict(detail or {}), message=message)
+                     context: GateContext | None = None, message: str | None = None, failure: str | None = None,
+                     xfail_reason: str | None = None) -> "TestDocument":
+        doc = cls(nodeid, outcome, duration, context=context, message=message, failure=failure,
+                  xfail_reason=xfail_reason)
         for r in records:
             doc.add(r if not isinstance(r, Mapping) else record_from_json(r))
         return doc
 
     @classmethod
-    def from_json(cls, t: Mapping[str, Any]) -> "TestDocument":
-        """A test of a JSON report (SessionDocument.to_json) typed again; ValueError/KeyError where it is not one."""
-        kinds = {"runs": "run", "checks": "check", "verdicts": "baseline", "probes": "probe",
-                 "baseline_saved": "baseline_saved"}
-        own = ("nodeid", "outcome", "duration", "message", *kinds)
-        records = [{**r, "kind": kind} for name, kind in kinds.items() for r in t.get(name) or []]
+    def from_json(cls, t: Mapping[str, Any], version: int = REPORT_VERSION) -> "TestDocument":
+        """A test of a JSON report (SessionDocument.to_json) typed again, from any report version this one
+        reads; ValueError/KeyError/TypeError where it is not one."""
+        kinds = {"checks": "check", "verdicts": "baseline", "probes": "probe", "baseline_saved": "baseline_saved"}
+        records: list[Record | Mapping[str, Any]] = [{**r, "kind": kind} for name, kind in kinds.items()
+                                                     for r in t.get(name) or []]
+        jobs = t.get("jobs") or []
+        records += [JobRecord.from_json(j) for j in jobs] if version >= 3 else _jobs_before_v3(jobs, t.get("runs"))
         return cls.from_records(str(t["nodeid"]), str(t["outcome"]), float(t.get("duration") or 0.0), records,
-                                {k: v for k, v in t.items() if k not in own}, t.get("message"))
+                                GateContext.from_json(dict(t)), t.get("message"), t.get("failure"),
+                                t.get("xfail_reason"))
 
     def add(self, record: Record) -> None:
         if isinstance(record, JobRecord):
@@ -115,11 +153,82 @@ class TestDocument:
             raise TypeError(f"distperf record: {type(record).__name__} is not a record")
 
     def to_json(self) -> dict[str, Any]:
-        return {"nodeid": self.nodeid, "outcome": self.outcome, "duration": self.duration, "message": self.message,
-                **self.detail,
-                "runs": [j.to_json() for j in self.jobs], "checks": [c.to_json() for c in self.checks],
-                "verdicts": [v.to_json() for v in self.verdicts], "probes": [p.to_json() for p in self.probes],
-                "baseline_saved": [s.to_json() for s in self.saved]}
+        d: dict[str, Any] = {"nodeid": self.nodeid, "outcome": self.outcome, "duration": self.duration,
+                             "message": self.message}
+        if self.context is not None:
+            d.update(self.context.to_json())
+        if self.failure is not None:
+            d["failure"] = self.failure
+        if self.xfail_reason is not None:
+            d["xfail_reason"] = self.xfail_reason
+        d.update({"jobs": [j.to_json() for j in self.jobs],
+                  "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],
+                  "probes": [p.to_json() for p in self.probes], "baseline_saved": [s.to_json() for s in self.saved]})
+        return d
+
+
+def _jobs_before_v3(jobs: list[Mapping[str, Any]], figure_records: Any) -> list[JobRecord]:
+    """The jobs of a report of version 1 or 2, which held a job twice: the gate's (`jobs[]`: figures and runs)
+    and the fixture's (`runs[]`: figures, slot waits, departures); a job only the fixture recorded has no runs."""
+    fixture = [dict(r) for r in figure_records or []]
+    out = []
+    for j in jobs:
+        job = JobRecord.from_json(j)
+        mine = next((r for r in fixture if (job.id and r.get("id") == job.id) or r.get("label") == job.label), None)
+        if mine is not None:
+            fixture.remove(mine)
+            job.slot_wait_seconds = tuple(float(x) for x in mine.get("slot_wait_seconds") or ())
+            job.departures = {str(k): str(v) for k, v in (mine.get("departures") or {}).items()}
+        out.append(job)
+    for r in fixture:
+        out.append(JobRecord(JobFigures.from_json(r), str(r.get("config_hash") or ""),
+                             slot_wait_seconds=tuple(float(x) for x in r.get("slot_wait_seconds") or ()),
+                             departures={str(k): str(v) for k, v in (r.get("departures") or {}).items()}))
+    return out
+
+
+@dataclass
+class SharedJob:
+    """A job once, however many tests carry it: the view with the most runs, and the test that saw them (its
+    verdicts are on those runs)."""
+
+    job: JobRecord
+    test: TestDocument
+    tests: list[str]  # every test that carries the job, in the order they ended
+
+
+def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
+    """Each job once, by its id (measure/figures.job_id), in the order the jobs first appeared. Tests that share
+    a job's runs carry it as it stood when each ended; the view with the most runs is kept. Jobs of a version-1
+    report have no id: there a job whose runs begin another's (the same label and configuration) is that job."""
+    shared: list[SharedJob] = []
+    by_id: dict[str, SharedJob] = {}
+    for t in tests:
+        for job in t.jobs:
+            found = by_id.get(job.id) if job.id else next(
+                (s for s in shared if not s.job.id and _same_job(s.job, job)), None)
+            if found is None:
+                found = SharedJob(job, t, [])
+                shared.append(found)
+                if job.id:
+                    by_id[job.id] = found
+            elif job.figures.runs > found.job.figures.runs:
+                found.job, found.test = job, t
+            if t.nodeid not in found.tests:
+                found.tests.append(t.nodeid)
+    return shared
+
+
+def _same_job(a: JobRecord, b: JobRecord) -> bool:
+    if not (a.runs or b.runs):  # a version-1 fixture record, without its runs: one job by its figures
+        return a.figures == b.figures
+
+    def steps(j: JobRecord) -> list[list[float]]:
+        return [[float(x) for x in r["step_times"]] for r in j.runs]
+
+    sa, sb = steps(a), steps(b)
+    n = min(len(sa), len(sb))
+    return (a.label, a.config_hash) == (b.label, b.config_hash) and sa[:n] == sb[:n]
 
 
 @dataclass
@@ -130,6 +239,15 @@ class SessionDocument:
     environment: dict[str, Any]
     invocation: dict[str, Any]
     created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], source: str = "JSON report") -> "SessionDocument":
+        """A JSON report typed again, from any version this one reads (store/report_format.check_version:
+        ReportVersionError naming `source` for a newer one); KeyError, TypeError or ValueError where it is
+        not a report."""
+        version = check_version(doc, source)
+        return cls([TestDocument.from_json(t, version) for t in doc["tests"]], dict(doc.get("environment") or {}),
+                   dict(doc.get("invocation") or {}), str(doc.get("created_at") or ""))
 
     def to_json(self) -> dict[str, Any]:
         verdicts: dict[str, int] = {}

@@ -13,7 +13,7 @@ import platform
 import statistics
 from typing import Any, Iterable
 
-from pytest_distperf.report.document import SessionDocument, TestDocument
+from pytest_distperf.report.document import SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
 from pytest_distperf.store.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
@@ -37,7 +37,7 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
 def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
     failed = [e for e in entries if e.outcome in ("failed", "error")]
-    classes = sorted({e.detail.get("machine_class") for e in entries} - {None})
+    classes = sorted({e.machine_class for e in entries if e.machine_class})
     lines = ["## distperf", "",
              f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
              + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
@@ -80,7 +80,7 @@ def markdown_summary(entries: Iterable[TestDocument]) -> str:
                                                 OUTCOME_MARK[c.outcome]])) + " |")
         lines.append("")
     for e in failed:
-        reason = " ".join((e.detail.get("failure") or "").split())[:300]  # session.failure_text
+        reason = " ".join((e.failure or "").split())[:300]  # session.failure_text
         reason = reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}" + (f": {_md([reason])[0]}" if reason else "")
                   + "</summary>", "", "```text",
@@ -104,30 +104,27 @@ def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any])
     a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
     github-action-benchmark (tool: pytest)."""
     benchmarks = []
-    for e, job in unique_jobs(entries):
-        detail = e.detail
+    for shared in unique_jobs(entries):
+        e, job = shared.test, shared.job
         verdicts = {(v.job, v.metric): v for v in e.verdicts}
-        runs = job.get("runs") or []
-        steps = [t for r in runs for t in r["step_times"]]
+        steps = [t for r in job.runs for t in r["step_times"]]
         if not steps:
             continue
-        v = verdicts.get((job["label"], "step_time"))
-        config = job.get("config") or {}
-        name = f"{short_test(e.nodeid)}[{job['label']}]"
+        v = verdicts.get((job.label, "step_time"))
+        name = f"{short_test(e.nodeid)}[{job.label}]"
         benchmarks.append({
-            "group": e.nodeid.split("::", 1)[0], "name": name, "fullname": f"{e.nodeid}[{job['label']}]",
-            "params": {"job": job["label"]}, "param": job["label"],
+            "group": e.nodeid.split("::", 1)[0], "name": name, "fullname": f"{e.nodeid}[{job.label}]",
+            "params": {"job": job.label}, "param": job.label,
             "extra_info": {
-                "machine_class": detail.get("machine_class"), "config_hash": job["config_hash"],
-                "runs": len(runs),
+                "machine_class": e.machine_class, "config_hash": job.config_hash, "runs": len(job.runs),
                 # the job's figures as every report shows them (measure/figures.py); stats below are per step
-                "step_time": job["figures"]["step_time"], "step_time_scope": SCOPES["step_time"][1],
-                "run_to_run": job["figures"]["run_cv"], "peak_memory_bytes": job["figures"]["peak_memory"],
-                "tokens_per_step": runs[0]["tokens_per_step"],
+                "step_time": job.figures.step_time, "step_time_scope": SCOPES["step_time"][1],
+                "run_to_run": job.figures.run_cv, "peak_memory_bytes": job.figures.peak_memory,
+                "tokens_per_step": job.runs[0]["tokens_per_step"],
                 "baseline_status": v.status if v else None, "baseline_delta": v.delta if v else None,
             },
             "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(steps), "max_time": 0.0,
-                        "min_time": 0.0, "warmup": config.get("warmup_steps", 0)},
+                        "min_time": 0.0, "warmup": job.config.get("warmup_steps", 0)},
             "stats": _bench_stats(steps),
         })
     return {
@@ -146,19 +143,6 @@ def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any])
         "datetime": _now(),
         "version": BENCHMARK_FORMAT_VERSION,
     }
-
-
-def unique_jobs(entries: Iterable[TestDocument]) -> list[tuple[TestDocument, dict[str, Any]]]:
-    """Each job of the tests' details once, by its id (store/report_format.job_to_dict): tests that share a job's runs carry
-    it as it stood when each ended: the view with the most runs is kept, with the test that saw them (its
-    verdicts are on those runs), in the order the jobs first appeared. A job without an id is its own."""
-    kept: dict[Any, tuple[TestDocument, dict[str, Any]]] = {}
-    for e in entries:
-        for n, job in enumerate(e.detail.get("jobs", [])):
-            key = job.get("id") or (e.nodeid, n)
-            if key not in kept or len(job.get("runs") or []) > len(kept[key][1].get("runs") or []):
-                kept[key] = (e, job)
-    return list(kept.values())
 
 
 def _bench_stats(data: list[float]) -> dict[str, Any]:
@@ -181,9 +165,8 @@ def session_environment(entries: list[TestDocument], rootdir: str, device: str =
     """The environment the tests recorded (the first one that did), else this process's for `device`
     (a session interrupted before any test finished still says which CUDA, NCCL and driver it ran on)."""
     for e in entries:
-        env = e.detail.get("environment")
-        if env:
-            return env
+        if e.context is not None and e.context.environment:
+            return e.context.environment
     from pytest_distperf.launch.fingerprint import soft_metadata
 
     return soft_metadata(device, rootdir)

@@ -3,7 +3,7 @@ nothing new."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
 from pytest_distperf.measure.wording import pair_to_pair, short_test
@@ -12,7 +12,7 @@ from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
 from pytest_distperf.rank.probes.results import ProbeSummary
-from pytest_distperf.report.document import JobRecord, TestDocument
+from pytest_distperf.report.document import TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
 
 
@@ -106,18 +106,6 @@ def _job_row(r: JobFigures) -> list[str]:
             fmt_bytes(r.peak_memory), f"{r.optimizer_bytes_per_param:.1f}"]
 
 
-def unique_job_records(records: Iterable[JobRecord]) -> list[JobRecord]:
-    """Each job once, by its id (measure/figures.job_id): tests that share a job's runs record it as it stood
-    when each ended, and the record with the most runs is kept, where the job first appeared. A record without
-    an id is one job by its values."""
-    kept: dict[Any, JobRecord] = {}
-    for r in records:
-        key = r.figures.id or tuple(_job_row(r.figures))
-        if key not in kept or r.figures.runs > kept[key].figures.runs:
-            kept[key] = r
-    return list(kept.values())
-
-
 def _check_row(nodeid: str, r: Check) -> list[str]:
     ci = f" {r.interval_text()}" if r.method in ("paired", "unpaired") else ""  # words where it cannot bound
     ratio = f"{r.ratio:.3f}{ci}" if r.unit != "rel" else f"{r.ratio:.1e}"
@@ -134,7 +122,7 @@ def _check_row(nodeid: str, r: Check) -> list[str]:
 
 
 def render(tests: Iterable[TestDocument]) -> list[str]:
-    job_records: list[JobRecord] = []
+    tests = list(tests)
     checks: list[list[str]] = []
     probes: list[list[str]] = []
     departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
@@ -146,7 +134,6 @@ def render(tests: Iterable[TestDocument]) -> list[str]:
     for t in tests:
         nodeid = t.nodeid
         for j in t.jobs:
-            job_records.append(j)
             if j.departures:
                 departures.setdefault(j.figures.label, j.departures)
         checks += [_check_row(nodeid, c) for c in t.checks]
@@ -162,7 +149,7 @@ def render(tests: Iterable[TestDocument]) -> list[str]:
             else:
                 baselines.append(_baseline_row(nodeid, v))
     lines: list[str] = []
-    jobs = [j.figures for j in unique_job_records(job_records)]  # a job shared by several tests: its row once
+    jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
     if jobs:
         lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
                          "opt B/param"], [_job_row(r) for r in jobs])

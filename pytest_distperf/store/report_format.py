@@ -1,7 +1,7 @@
-"""The JSON report's format: its version, and its runs and jobs as it holds them (`tests[].jobs[]`).
+"""The JSON report's format: its version, and its runs as it holds them (`tests[].jobs[].runs[]`).
 
 A run is written once, with its stable id, its figures (measure/figures.run_figures: the one derivation) and its
-per-rank measurements; a job with its id (measure/figures.job_id), its figures and its runs. Every reader of a
+per-rank measurements; its job (report/document.JobRecord) holds its id, figures and runs. Every reader of a
 report -- the history, the HTML report, the PR comment -- reads the figures written here and derives none.
 Reports of REPORT_VERSION 1 carry no `figures` per run: `run_figures_in` derives them from the measurements
 those reports hold, through the same definitions.
@@ -13,15 +13,16 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pytest_distperf.measure.figures import (RunFigures, comms_counts, job_figures, job_id, node_step_medians,
-                                             peak_memory_of, rank_probe_metrics, run_figures, step_time_of)
+from pytest_distperf.measure.figures import (RunFigures, comms_counts, node_step_medians, peak_memory_of,
+                                             rank_probe_metrics, run_figures, step_time_of)
 
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
 
-# 2: stable ids of jobs and runs (`tests[].jobs[].id`, `runs[].id`, a run record's `id`/`run_ids`) and each run's
+# 3: each job once (`tests[].jobs[]`: figures, runs, slot waits, departures; no `tests[].runs[]`), for every test
+# that ran one, and the test's machine class also head vs base. 2: stable ids of jobs and runs and each run's
 # figures (`tests[].jobs[].runs[].figures`). 1: neither.
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 class ReportVersionError(ValueError):
@@ -67,12 +68,6 @@ def run_to_dict(run: "RunResult") -> dict[str, Any]:
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
             "node_step_medians": node_step_medians(run),
             "host_other_load_cores": round(load[0], 2) if load else None}
-
-
-def job_to_dict(label: str, config_hash: str, config: dict[str, Any], runs: list["RunResult"]) -> dict[str, Any]:
-    """One job of a test, JSON-ready: its id, figures (measure/figures.job_figures) and runs."""
-    return {"id": job_id(runs), "label": label, "config_hash": config_hash, "config": config,
-            "figures": job_figures(label, runs).to_json(), "runs": [run_to_dict(r) for r in runs]}
 
 
 def run_figures_in(run: Mapping[str, Any]) -> RunFigures:
