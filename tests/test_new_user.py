@@ -221,7 +221,7 @@ def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Pa
                                  "*got the CPU measurement slot after waiting * s (not counted against the test's "
                                  "or the session's budget)*"])
     jobs = json.loads(report.read_text())["tests"][0]["jobs"]
-    assert len(jobs[0]["slot_wait_seconds"]) == 1 and jobs[0]["slot_wait_seconds"][0] > 1.0 and runs[0]["slot_wait_seconds"][0] > 1.0
+    assert len(jobs[0]["slot_wait_seconds"]) == 1 and jobs[0]["slot_wait_seconds"][0] > 1.0
 
 
 # -- 5. undecided verdicts impossible to mistake for passes ---------------------------------------------------

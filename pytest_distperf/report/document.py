@@ -212,11 +212,15 @@ def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
                 shared.append(found)
                 if job.id:
                     by_id[job.id] = found
-            elif job.figures.runs > found.job.figures.runs:
+            elif _runs_seen(job) > _runs_seen(found.job):
                 found.job, found.test = job, t
             if t.nodeid not in found.tests:
                 found.tests.append(t.nodeid)
     return shared
+
+
+def _runs_seen(job: JobRecord) -> int:
+    return len(job.runs) or job.figures.runs  # a version-2 fixture record holds its figures only
 
 
 def _same_job(a: JobRecord, b: JobRecord) -> bool:

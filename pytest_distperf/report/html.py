@@ -1,6 +1,7 @@
 """The session's HTML report (`--distperf-html PATH`) and the history trend page: one self-contained file each.
 
-The page is the `--distperf-json` document's view (report/views.py) laid out by Jinja2 templates
+The page is the session document's view (report/views.py; a `--distperf-json` report typed again, of any
+version this one reads) laid out by Jinja2 templates
 (report/templates), with every text escaped by autoescape; the charts are inline SVG (report/charts.py), the
 styles (templates/report.css) and the script (templates/report.js) are inlined, so the file needs no network.
 """
@@ -16,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from pytest_distperf.store.jsonio import write_text_atomic as write_text
+from pytest_distperf.report.document import SessionDocument
 from pytest_distperf.report.charts import ChangePoint, TrendPoint, TrendSeries, trend_chart
 from pytest_distperf.report.outcomes import LEGEND, style
 from pytest_distperf.measure.wording import short_test
@@ -49,9 +51,9 @@ def _render(template: str, **context: Any) -> str:
 
 def render_html(doc: Mapping[str, Any], *, history: Iterable[TrendSeries] = (),
                 title: str = "distperf report") -> str:
-    """The session report as one HTML page. `history`: trend series of this session's metrics (from the history
-    store), drawn under their baseline verdicts."""
-    view = report_view(doc, history, title)
+    """The session report (a JSON report's document) as one HTML page. `history`: trend series of this
+    session's metrics (from the history store), drawn under their baseline verdicts."""
+    view = report_view(SessionDocument.from_json(doc), history, title)
     return _render("report.html.j2", view=view, title=view.title, subtitle=view.subtitle, nav=view.sections)
 
 

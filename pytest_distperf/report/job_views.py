@@ -1,20 +1,21 @@
 """The view of the HTML report's #jobs and #probes sections: each job once with its per-rank step times, memory
 and breakdown; each probed job with its collectives, probe metrics and one step's timeline (as the probe phase
-recorded it, rank/probes/timeline.py). Read from the JSON document by views.report_view only."""
+recorded it, rank/probes/timeline.py). Read from the session document by views.report_view only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Iterable, Mapping
 
 from markupsafe import Markup
 
-from pytest_distperf.measure.figures import step_time_of, time_split_text
+from pytest_distperf.measure.figures import SCOPES, JobFigures, step_time_of, time_split_text
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.rank.probes.results import StepTimeline
+from pytest_distperf.rank.probes.results import ProbeSummary, StepTimeline
+from pytest_distperf.report.document import JobRecord, TestDocument, unique_jobs
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
 from pytest_distperf.measure.wording import short_test
-from pytest_distperf.report.rows import probe_records, run_steps, unique_jobs
+from pytest_distperf.report.rows import probe_records, run_steps
 from pytest_distperf.report.svg import COMM_COLOUR, COMPUTE_COLOUR, OVERLAP_COLOUR, RANK_COLOURS, legend
 
 STRAGGLER_MARK = 0.05  # a rank whose median step is this much above the fastest rank's is drawn in red
@@ -31,7 +32,7 @@ class JobSection:
     runs: int
     steps: int  # timed steps of the first run
     tests: list[str]
-    figures: list[Figure] | None  # None: the document has no figures for this job
+    figures: list[Figure]
     host_bound_text: str
     time_split_text: str  # where the runs' wall time went (measure/figures.time_split_text)
     ranks: Markup
@@ -61,12 +62,12 @@ class ProbeSection:
     traces: list[str]
 
 
-def job_sections(doc: Mapping[str, Any]) -> list[JobSection]:
-    return [_job_section(view.job, view.tests, doc) for view in unique_jobs(doc) if view.job["runs"]]
+def job_sections(tests: Iterable[TestDocument]) -> list[JobSection]:
+    return [_job_section(shared.job, shared.tests) for shared in unique_jobs(tests) if shared.job.runs]
 
 
-def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any]) -> JobSection:
-    runs = job["runs"]
+def _job_section(job: JobRecord, tests: list[str]) -> JobSection:
+    runs = job.runs
     ranks = sorted({r.get("rank") for run in runs for r in run["ranks"]}, key=lambda v: (v is None, v))
     hosts = {r.get("rank"): r.get("host") for run in runs for r in run["ranks"] if r.get("host")}
     several_hosts = len(set(hosts.values())) > 1  # on several nodes a rank's row says where it ran
@@ -86,7 +87,7 @@ def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any
             slowest = med == max(medians)
             text = "fastest" if med == fastest else ("slowest " if slowest else "") + f"{behind:+.1%}"
             notes[k + 1] = (text, slowest and behind >= STRAGGLER_MARK)
-    key, what = MEMORY_OF_DEVICE.get(job["figures"]["device"], HOST_MEMORY)
+    key, what = MEMORY_OF_DEVICE.get(job.figures.device, HOST_MEMORY)
     bars = []
     for k, rank in enumerate(ranks):
         vals = [float(r[key]) for run in runs for r in run["ranks"] if r.get("rank") == rank and r.get(key) is not None]
@@ -94,42 +95,32 @@ def _job_section(job: Mapping[str, Any], tests: list[str], doc: Mapping[str, Any
             bars.append((f"rank {rank}", max(vals), RANK_COLOURS[k % len(RANK_COLOURS)],
                          f"rank {rank}: {what} {fmt_bytes(max(vals))} (largest of {len(vals)} run(s); "
                          f"each: {', '.join(fmt_bytes(v) for v in vals)})"))
-    label = str(job.get("label"))
+    label = job.label
     broken_down = [r for r in runs[0]["ranks"] if r.get("step_breakdown")]  # the first run's, per rank
     return JobSection(
         label=label, runs=len(runs), steps=len(run_steps(runs[0])), tests=[short_test(n) for n in tests],
-        figures=figures_parts(job, doc), host_bound_text=(job.get("figures") or {}).get("host_bound_text") or "",
-        time_split_text=time_split_text(split) if (split := (job.get("figures") or {}).get("time_split")) else "",
+        figures=figures_parts(job.figures), host_bound_text=job.figures.host_bound_text() or "",
+        time_split_text=time_split_text(job.figures.time_split) if job.figures.time_split else "",
         ranks=strip_chart(rows, "s", f"step time per rank of {label}", "strip ranks", notes=notes),
         memory_what=what, memory=bar_chart(bars, "bytes", f"memory per rank of {label}", "bars memory") if bars else None,
         breakdown=breakdown_chart(broken_down, f"step breakdown of {label}") if broken_down else None)
 
 
-def figures_parts(job: Mapping[str, Any], doc: Mapping[str, Any]) -> list[Figure] | None:
+def figures_parts(f: JobFigures) -> list[Figure]:
     """The job's figures as the document states them (measure/figures.py defines each)."""
-    f = job.get("figures") or {}
-    if not f:
-        return None
-    scopes = doc.get("figures") or {}
-    parts: list[Figure] = []
-    if f.get("step_time") is not None:
-        scope = (scopes.get("step_time") or {}).get("scope")
-        parts.append(("step time ", fmt_seconds(f["step_time"]), f" ({scope})" if scope else ""))
-    if f.get("run_cv") is not None:
-        parts.append((f"run-to-run {f['run_cv']:.1%}", "", ""))
-    if f.get("step_p10") is not None and f.get("step_p90") is not None:
-        parts.append((f"p10–p90 {fmt_seconds(f['step_p10'])} – {fmt_seconds(f['step_p90'])}", "", ""))
-    if f.get("peak_memory") is not None:
-        parts.append(("peak memory ", fmt_bytes(f["peak_memory"]), f" ({f.get('memory_kind') or ''})"))
-    if f.get("tokens_per_s"):
-        parts.append((f"{f['tokens_per_s']:,.0f} tokens/s", "", ""))
-    if f.get("optimizer_bytes_per_param") is not None:
-        parts.append((f"optimizer state {f['optimizer_bytes_per_param']:.1f} B/param", "", ""))
-    work = f.get("work") or {}
+    parts: list[Figure] = [("step time ", fmt_seconds(f.step_time), f" ({SCOPES['step_time'][1]})")]
+    if f.run_cv is not None:
+        parts.append((f"run-to-run {f.run_cv:.1%}", "", ""))
+    parts.append((f"p10–p90 {fmt_seconds(f.step_p10)} – {fmt_seconds(f.step_p90)}", "", ""))
+    parts.append(("peak memory ", fmt_bytes(f.peak_memory), f" ({f.memory_kind})"))
+    if f.tokens_per_s:
+        parts.append((f"{f.tokens_per_s:,.0f} tokens/s", "", ""))
+    parts.append((f"optimizer state {f.optimizer_bytes_per_param:.1f} B/param", "", ""))
+    work = f.work
     if "gpu_time" in work:
         parts.append(("GPU kernel time ", fmt_seconds(work["gpu_time"]), "/step"))
-    if f.get("gpu_busy_share") is not None:
-        parts.append((f"GPU busy {f['gpu_busy_share']:.0%} of the step", "", ""))
+    if f.gpu_busy_share is not None:
+        parts.append((f"GPU busy {f.gpu_busy_share:.0%} of the step", "", ""))
     for name, what in (("kernels_per_step", "kernels"), ("flops_per_step", "FLOP"), ("aten_ops_per_step", "ops"),
                        ("instructions_per_step", "instructions")):
         if name in work:
@@ -139,12 +130,12 @@ def figures_parts(job: Mapping[str, Any], doc: Mapping[str, Any]) -> list[Figure
     return parts
 
 
-def probe_sections(doc: Mapping[str, Any]) -> list[ProbeSection]:
-    return [_probe_section(p, tests) for p, tests in probe_records(doc)]
+def probe_sections(tests: Iterable[TestDocument]) -> list[ProbeSection]:
+    return [_probe_section(p, nodeids) for p, nodeids in probe_records(tests)]
 
 
-def _probe_section(p: Mapping[str, Any], tests: list[str]) -> ProbeSection:
-    m: Mapping[str, float] = p["metrics"]
+def _probe_section(p: ProbeSummary, tests: list[str]) -> ProbeSection:
+    m: Mapping[str, float] = p.metrics
     calls_of = {k.split(".")[1]: float(v) for k, v in m.items()
                 if k.startswith("comms.") and k.count(".") == 2 and k.endswith(".calls_per_step")}
     kinds = sorted(calls_of)
@@ -154,7 +145,7 @@ def _probe_section(p: Mapping[str, Any], tests: list[str]) -> ProbeSection:
                 f"{fmt_bytes(m[f'comms.{kind}.size_max'])}" if f"comms.{kind}.size_median" in m else "unsized")
         per_step = fmt_bytes(m[f"comms.{kind}.bytes_per_step"]) if f"comms.{kind}.bytes_per_step" in m else "–"
         rows.append((kind, f"{calls_of[kind]:g}", per_step, size))
-    label = str(p.get("label"))
+    label = p.label
     if kinds:
         charts = bar_chart([(k, calls_of[k], COMM_COLOUR, f"{k}: {calls_of[k]:g} calls per step") for k in kinds],
                            "calls", f"collective calls per step of {label}", "bars collectives", width=WIDTH // 2)
@@ -163,7 +154,7 @@ def _probe_section(p: Mapping[str, Any], tests: list[str]) -> ProbeSection:
             charts += bar_chart([(k, float(m[f"comms.{k}.bytes_per_step"]), BYTES_COLOUR, "") for k in sized],
                                 "bytes", f"collective bytes per step of {label}", "bars collective-bytes",
                                 width=WIDTH // 2)
-    timelines = [StepTimeline.from_dict(t) for t in p.get("timelines") or []]
+    timelines = [StepTimeline.from_dict(t) for t in p.timelines]
     timeline = None
     if timelines:
         key = legend([("bar", COMPUTE_COLOUR, "compute"), ("bar", COMM_COLOUR, "communication"),
@@ -171,9 +162,9 @@ def _probe_section(p: Mapping[str, Any], tests: list[str]) -> ProbeSection:
         timeline = TimelineView(timelines[0], timelines[0].comm_time() / 1e3, Markup(key),
                                 timeline_chart(timelines, f"compute and communication timeline of one step of {label}"))
     return ProbeSection(
-        label=label, steps=int(p["steps"]), tests=[short_test(n) for n in tests], collectives=rows, charts=charts,
+        label=label, steps=p.steps, tests=[short_test(n) for n in tests], collectives=rows, charts=charts,
         metrics=[(k, _probe_value(k, v)) for k, v in sorted(m.items()) if k.startswith(("overlap.", "placement."))],
-        not_measured=sorted((p.get("not_measured") or {}).items()), timeline=timeline, traces=list(p["traces"]))
+        not_measured=sorted(p.not_measured.items()), timeline=timeline, traces=list(p.traces))
 
 
 def _probe_value(key: str, v: float) -> str:

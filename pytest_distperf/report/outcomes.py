@@ -7,7 +7,10 @@ so a verdict reads in greyscale and for colour-blind readers too. The HTML repor
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from pytest_distperf.report.document import TestDocument
 
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {  # outcome -> (css class, symbol), most urgent first
     "fail": ("v-fail", "✗"),
@@ -62,22 +65,14 @@ def counted(outcomes: Iterable[str]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda item: rank(item[0]))
 
 
-def test_outcome(test: Mapping[str, Any]) -> str:
-    """pass / fail / xfail / xpass / skipped / error of one test record (pytest's outcome, xfail_reason)."""
-    raw = str(test["outcome"])
-    if test.get("xfail_reason") is not None:
-        return "xpass" if raw == "passed" else "xfail"
-    return _TEST_OUTCOMES.get(raw, raw)
+def test_outcome(test: "TestDocument") -> str:
+    """pass / fail / xfail / xpass / skipped / error of one test (pytest's outcome, its xfail reason)."""
+    if test.xfail_reason is not None:
+        return "xpass" if test.outcome == "passed" else "xfail"
+    return _TEST_OUTCOMES.get(test.outcome, test.outcome)
 
 
-def check_outcome(check: Mapping[str, Any], xfailed: bool = False) -> str:
-    """A ratio or probe check's outcome (pass | fail | inconclusive); a failing check of a declared known gap
-    (strict xfail) reads xfail."""
-    outcome = str(check["outcome"])
-    return "xfail" if xfailed and outcome == "fail" else outcome
-
-
-def verdict_outcome(verdict: Mapping[str, Any], xfailed: bool = False) -> str:
-    """A baseline verdict's status; a failing one of a declared known gap reads xfail."""
-    outcome = str(verdict["status"])
+def record_outcome(outcome: str, xfailed: bool = False) -> str:
+    """A check's outcome or a baseline verdict's status as the reports show it: a failing one of a declared
+    known gap (strict xfail) reads xfail."""
     return "xfail" if xfailed and outcome == "fail" else outcome

@@ -1,7 +1,7 @@
 """The pull-request comment (`--distperf-pr-comment PATH`): the session's verdicts in at most 25 lines of Markdown.
 
-Drawn from the `--distperf-json` document, like the HTML report: both read its verdicts as report/rows.py's
-rows (nothing is decided here). What it holds, in order:
+Drawn from the session document (a `--distperf-json` report typed again), like the HTML report: both read its
+verdicts as report/rows.py's rows (nothing is decided here). What it holds, in order:
 
 - a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
 - the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 from pytest_distperf.store.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import mark, rank, test_outcome
 from pytest_distperf.measure.wording import short_test
-from pytest_distperf.report.rows import SharedRow, shared_rows, unique_jobs, verdict_rows
+from pytest_distperf.report.document import SessionDocument, unique_jobs
+from pytest_distperf.report.rows import SharedRow, shared_rows, verdict_rows
 
 MARKER = "<!-- distperf-pr-comment -->"
 MAX_LINES = 25
@@ -34,7 +35,7 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
+def _counts_line(rows: Sequence[SharedRow], session: SessionDocument) -> str:
     counts: dict[str, int] = {}
     for s in rows:
         if s.row.kind != "test":
@@ -42,11 +43,11 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
     verdicts = " · ".join(f"{mark(o)} {n} {o}"
                           for o, n in sorted(counts.items(), key=lambda kv: rank(kv[0])))
     tests: dict[str, int] = {}
-    for t in doc.get("tests") or []:
+    for t in session.tests:
         o = test_outcome(t)
         tests[o] = tests.get(o, 0) + 1
     outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: rank(kv[0])))
-    if not doc.get("tests"):
+    if not session.tests:
         head = "no distperf test ran"
     elif any(s.row.outcome in ("fail", "error", "xpass") or s.row.fails for s in rows):
         head = "✗ failing"
@@ -54,8 +55,7 @@ def _counts_line(rows: Sequence[SharedRow], doc: Mapping[str, Any]) -> str:
         head = "? inconclusive"
     else:
         head = "✓ no regression"
-    n_tests = len(doc.get("tests") or [])
-    return f"### distperf: {head} — {verdicts or 'no verdicts'} ({n_tests} tests: {outcome or '–'})"
+    return f"### distperf: {head} — {verdicts or 'no verdicts'} ({len(session.tests)} tests: {outcome or '–'})"
 
 
 def _listed_row(s: SharedRow) -> str:
@@ -67,11 +67,11 @@ def _listed_row(s: SharedRow) -> str:
             f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
 
 
-def _runs_line(doc: Mapping[str, Any]) -> str:
+def _runs_line(session: SessionDocument) -> str:
     shapes: dict[tuple[int, int], int] = {}
     ranks = set()
-    for view in unique_jobs(doc):
-        runs = view.job.get("runs") or []
+    for shared in unique_jobs(session.tests):
+        runs = shared.job.runs
         if runs:
             key = (len(runs), len(runs[0].get("step_times") or []))
             shapes[key] = shapes.get(key, 0) + 1
@@ -83,22 +83,21 @@ def _runs_line(doc: Mapping[str, Any]) -> str:
     return f"**Runs**: {text}; {world} ranks each; A/B comparisons interleaved"
 
 
-def _noise_line(doc: Mapping[str, Any]) -> str:
+def _noise_line(session: SessionDocument) -> str:
     """Run-to-run variation of each job's step time (its figure) and the other load on the host during the runs."""
     spreads, loads = [], []
-    for view in unique_jobs(doc):
-        runs = view.job["runs"]
-        loads += [float(r["host_other_load_cores"]) for r in runs if r.get("host_other_load_cores") is not None]
-        cv = (view.job.get("figures") or {}).get("run_cv")
-        if cv is not None and len(runs) > 1:
-            spreads.append(float(cv))
-    host_bound = [view for view in unique_jobs(doc) if (view.job.get("figures") or {}).get("host_bound")]
+    jobs = [shared.job for shared in unique_jobs(session.tests)]
+    for job in jobs:
+        loads += [float(r["host_other_load_cores"]) for r in job.runs if r.get("host_other_load_cores") is not None]
+        if job.figures.run_cv is not None and job.figures.runs > 1:
+            spreads.append(job.figures.run_cv)
+    host_bound = [job.figures for job in jobs if job.figures.host_bound]
     parts = []
     if spreads:
         parts.append(f"step-time run-to-run variation {min(spreads):.1%}–{max(spreads):.1%} "
                      f"(median {statistics.median(spreads):.1%}) over {len(spreads)} job(s)")
     if host_bound:  # where wall time holds the host's noise, the work figures are what decides
-        shares = [float(v.job["figures"]["gpu_busy_share"]) for v in host_bound]
+        shares = [f.gpu_busy_share for f in host_bound if f.gpu_busy_share is not None]
         parts.append(f"{len(host_bound)} job(s) host-bound (GPU busy {min(shares):.0%}–{max(shares):.0%} of the "
                      f"step): their GPU kernel time and counts decide where wall time cannot")
     if loads:
@@ -106,9 +105,9 @@ def _noise_line(doc: Mapping[str, Any]) -> str:
     return "**Noise**: " + ("; ".join(parts) if parts else "not measured in this session")
 
 
-def _machine_line(doc: Mapping[str, Any]) -> str:
-    classes = sorted({t.get("machine_class") for t in doc.get("tests") or []} - {None})
-    env = doc.get("environment") or {}
+def _machine_line(session: SessionDocument) -> str:
+    classes = sorted({t.machine_class for t in session.tests if t.machine_class})
+    env = session.environment
     versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "deepspeed", "cuda", "nccl") if env.get(k))
     commit = (env.get("git_commit") or "")[:12]
     return (f"**Machine class**: {', '.join(f'`{c}`' for c in classes) or '–'}"
@@ -124,23 +123,22 @@ def _link_line(html_url: str | None, html_path: str | None) -> str:
 
 
 def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_path: str | None = None) -> str:
-    """The comment's Markdown; `html_url` defaults to $DISTPERF_HTML_URL."""
+    """The comment's Markdown for a JSON report's document; `html_url` defaults to $DISTPERF_HTML_URL."""
+    from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
+
+    session = SessionDocument.from_json(doc)
     html_url = html_url or os.environ.get(HTML_URL_ENV) or None
-    rows = sorted(shared_rows(verdict_rows(doc)), key=lambda s: rank(s.row.outcome))
+    rows = sorted(shared_rows(verdict_rows(session.tests)), key=lambda s: rank(s.row.outcome))
     listed = [s for s in rows if s.row.outcome in LISTED or s.row.fails]
-    head = [MARKER, _counts_line(rows, doc), ""]
-    tail = ["", _runs_line(doc), _noise_line(doc), _machine_line(doc), _link_line(html_url, html_path)]
+    head = [MARKER, _counts_line(rows, session), ""]
+    tail = ["", _runs_line(session), _noise_line(session), _machine_line(session), _link_line(html_url, html_path)]
     table: list[str] = []
     if listed:
         table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|"]
         table += [_listed_row(s) for s in listed]
     else:
         table = ["No failing, inconclusive or improved metric."]
-    from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
-
-    from pytest_distperf.report.document import TestDocument
-
-    found = undecided(TestDocument.from_json(t) for t in doc.get("tests") or [])
+    found = undecided(session.tests)
     if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
         table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]
         table += [f"- `{_cell(short_test(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]

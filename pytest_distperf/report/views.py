@@ -1,8 +1,8 @@
 """The HTML report's view model: what each section of the page shows, as plain data and drawn charts.
 
-`report_view(doc, history)` is the one place that reads the `--distperf-json` document (never the baseline
-files it names: each verdict carries its stored runs); the templates (report/templates) only lay the view out,
-escaping every text they insert.
+`report_view(session, history)` is the one place that reads the session document (report/document.py, typed
+again from the `--distperf-json` report; never the baseline files it names: each verdict carries its stored
+runs); the templates (report/templates) only lay the view out, escaping every text they insert.
 Charts arrive drawn (report/charts.py, as Markup). Nothing is measured or decided here.
 """
 
@@ -13,12 +13,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from markupsafe import Markup
 
+from pytest_distperf.decide.checks import Check
+from pytest_distperf.decide.probe_checks import ProbeCheck
+from pytest_distperf.decide.verdicts import MetricVerdict
 from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
+from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
-from pytest_distperf.report.outcomes import check_outcome, counted, test_outcome
+from pytest_distperf.report.outcomes import counted, record_outcome, test_outcome
 from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
-                                         shared_rows, unique_jobs, verdict_row, verdict_rows)
+                                         shared_rows, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend
 
 QUIET = ("pass", "new", "not comparable", "skipped")  # baseline verdicts listed in a collapsed table
@@ -115,33 +119,33 @@ SECTIONS = (("summary", "summary"), ("verdicts", "verdicts"), ("comparisons", "c
             ("probes", "probes"), ("baselines", "baselines"), ("environment", "environment and noise"))
 
 
-def report_view(doc: Mapping[str, Any], history: Iterable[TrendSeries] = (),
+def report_view(session: SessionDocument, history: Iterable[TrendSeries] = (),
                 title: str = "distperf report") -> ReportView:
-    """The whole page's view of one JSON report document; `history`: trend series of its metrics."""
-    env = doc.get("environment") or {}
-    outcomes = {t["nodeid"]: test_outcome(t) for t in doc["tests"]}
-    rows = [RowView(s.row, tests_cell(s.tests, outcomes), s.tests) for s in shared_rows(verdict_rows(doc))]
-    subtitle = " · ".join(x for x in (doc.get("created_at") or "", (env.get("git_commit") or "")[:12],
-                                      env.get("host") or "") if x)
-    return ReportView(title=title, subtitle=subtitle, summary=_summary(doc, rows), verdicts=_verdicts(doc, rows),
-                      comparisons=_comparisons(doc), jobs=job_sections(doc), probes=probe_sections(doc),
-                      baselines=_baselines(doc, {s.key: s for s in history}, outcomes),
-                      environment=_environment(doc))
+    """The whole page's view of one session document; `history`: trend series of its metrics."""
+    env, tests = session.environment, session.tests
+    outcomes = {t.nodeid: test_outcome(t) for t in tests}
+    rows = [RowView(s.row, tests_cell(s.tests, outcomes), s.tests) for s in shared_rows(verdict_rows(tests))]
+    subtitle = " · ".join(x for x in (session.created_at, (env.get("git_commit") or "")[:12], env.get("host") or "")
+                          if x)
+    return ReportView(title=title, subtitle=subtitle, summary=_summary(session, rows), verdicts=_verdicts(rows),
+                      comparisons=_comparisons(tests), jobs=job_sections(tests), probes=probe_sections(tests),
+                      baselines=_baselines(tests, {s.key: s for s in history}, outcomes),
+                      environment=_environment(session))
 
 
 def tests_cell(tests: Sequence[str], outcomes: Mapping[str, str]) -> TestsCell:
     return TestsCell(short_test(tests[0]), outcomes.get(tests[0], "unknown"), [short_test(t) for t in tests[1:]])
 
 
-def _summary(doc: Mapping[str, Any], rows: Sequence[RowView]) -> Summary:
-    env = doc.get("environment") or {}
-    return Summary(tests=len(doc["tests"]), test_counts=counted(test_outcome(t) for t in doc["tests"]),
+def _summary(session: SessionDocument, rows: Sequence[RowView]) -> Summary:
+    tests = session.tests
+    return Summary(tests=len(tests), test_counts=counted(test_outcome(t) for t in tests),
                    verdict_counts=counted(r.row.outcome for r in rows if r.row.kind != "test"),
-                   machine_classes=sorted({t.get("machine_class") for t in doc["tests"]} - {None}),
-                   commit=(env.get("git_commit") or "–")[:12], written=doc.get("created_at") or "–")
+                   machine_classes=sorted({t.machine_class for t in tests if t.machine_class}),
+                   commit=(session.environment.get("git_commit") or "–")[:12], written=session.created_at or "–")
 
 
-def _verdicts(doc: Mapping[str, Any], rows: Sequence[RowView]) -> Verdicts:
+def _verdicts(rows: Sequence[RowView]) -> Verdicts:
     baseline = [r for r in rows if r.row.kind == "baseline"]
     quiet = [r for r in baseline if r.row.outcome in QUIET and not r.row.fails]
     counts: dict[str, int] = {}
@@ -152,138 +156,136 @@ def _verdicts(doc: Mapping[str, Any], rows: Sequence[RowView]) -> Verdicts:
                     quiet_counts=", ".join(f"{n} {o}" for o, n in sorted(counts.items())))
 
 
-def _job_by_label(test: Mapping[str, Any], label: str) -> dict[str, Any] | None:
-    return next((j for j in test.get("jobs") or [] if j.get("label") == label), None)
+def _job_by_label(test: TestDocument, label: str) -> JobRecord | None:
+    return next((j for j in test.jobs if j.label == label), None)
 
 
-def _comparisons(doc: Mapping[str, Any]) -> list[Comparison]:
+def _comparisons(tests: Iterable[TestDocument]) -> list[Comparison]:
     out = []
-    for t in doc["tests"]:
+    for t in tests:
         xfailed = test_outcome(t) == "xfail"
-        for c in t["checks"]:
-            if c.get("unit") == "rel":
+        for c in t.checks:
+            if c.unit == "rel":
                 continue  # loss agreement: a number, in the verdict table
-            outcome = check_outcome(c, xfailed)
-            probe = "direction" in c
+            outcome = record_outcome(c.outcome, xfailed)
             runs, missing = None, False
-            if not probe:
-                a, b = _job_by_label(t, c["a"]), _job_by_label(t, c["b"])
-                missing = a is None or b is None
-                runs = None if a is None or b is None else _comparison_runs(c, a, b)
-            if probe and c["b"] == "limit":
-                unit = c.get("unit", "")
-                fmt, name, ref = (lambda v, u=unit: fmt_unit(v, u)), c.get("name", "value"), None
+            if not isinstance(c, ProbeCheck):
+                a, b = _job_by_label(t, c.a), _job_by_label(t, c.b)
+                missing = a is None or b is None or not (a.runs and b.runs)
+                runs = None if missing or a is None or b is None else _comparison_runs(c, a, b)
+            if isinstance(c, ProbeCheck) and c.b == "limit":
+                fmt, name, ref = (lambda v, u=c.unit: fmt_unit(v, u)), c.name, None
             else:
                 fmt, name, ref = (lambda v: f"{v:.3g}×"), "A/B", 1.0
-            ratio = interval_chart(float(c["ratio"]), *chart_ends(c), float(c["threshold"]),
-                                   c["direction"] if probe else "at_most", f"{name} against its limit", "ratio",
-                                   outcome, value_name=name, fmt=fmt, ref=ref,
+            ratio = interval_chart(c.ratio, *chart_ends(c), c.threshold,
+                                   c.direction if isinstance(c, ProbeCheck) else "at_most",
+                                   f"{name} against its limit", "ratio", outcome, value_name=name, fmt=fmt, ref=ref,
                                    interval=level_text(c) if has_interval(c) else None)
-            out.append(Comparison(short_test(t["nodeid"]), str(c.get("name")), outcome, runs, missing, ratio))
+            out.append(Comparison(short_test(t.nodeid), c.name, outcome, runs, missing, ratio))
     return out
 
 
-def _comparison_runs(c: Mapping[str, Any], a: Mapping[str, Any], b: Mapping[str, Any]) -> Markup:
-    sides = ((f"A {c['a']}", a, SIDE_COLOURS[0], "circle"), (f"B {c['b']}", b, SIDE_COLOURS[1], "square"))
-    if c.get("unit") == "s":
+def _comparison_runs(c: Check, a: JobRecord, b: JobRecord) -> Markup:
+    sides = ((f"A {c.a}", a, SIDE_COLOURS[0], "circle"), (f"B {c.b}", b, SIDE_COLOURS[1], "square"))
+    if c.unit == "s":
         rows: list[tuple[str, list[float], str, str]] = []
-        for i in range(max(len(a["runs"]), len(b["runs"]))):  # the order they ran in: A B A B ...
+        for i in range(max(len(a.runs), len(b.runs))):  # the order they ran in: A B A B ...
             for tag, job, colour, marker in sides:
-                if i < len(job["runs"]):
-                    rows.append((f"{tag[0]} run {i + 1}", run_steps(job["runs"][i]), colour, marker))
-        key = legend([("circle", SIDE_COLOURS[0], f"A = {c['a']}"), ("square", SIDE_COLOURS[1], f"B = {c['b']}"),
+                if i < len(job.runs):
+                    rows.append((f"{tag[0]} run {i + 1}", run_steps(job.runs[i]), colour, marker))
+        key = legend([("circle", SIDE_COLOURS[0], f"A = {c.a}"), ("square", SIDE_COLOURS[1], f"B = {c.b}"),
                       ("bar", "#24292f", "median of the run")])
-        return Markup(key) + strip_chart(rows, "s", f"step times of each run of {c['a']} and {c['b']}", "strip runs")
+        return Markup(key) + strip_chart(rows, "s", f"step times of each run of {c.a} and {c.b}", "strip runs")
     bars = [(f"{tag[0]} run {i + 1}", float(run["peak_memory"]), colour, f"{tag}: run {i + 1}")
-            for tag, job, colour, _ in sides for i, run in enumerate(job["runs"]) if run.get("peak_memory") is not None]
-    key = legend([("bar", SIDE_COLOURS[0], f"A = {c['a']}"), ("bar", SIDE_COLOURS[1], f"B = {c['b']}")])
+            for tag, job, colour, _ in sides for i, run in enumerate(job.runs) if run.get("peak_memory") is not None]
+    key = legend([("bar", SIDE_COLOURS[0], f"A = {c.a}"), ("bar", SIDE_COLOURS[1], f"B = {c.b}")])
     return Markup(key) + bar_chart(bars, "bytes", "peak memory of each run", "bars runs-memory")
 
 
-def _verdict_key(v: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (v.get("job"), v.get("metric"), v.get("current"), v.get("baseline"), v.get("status"), v.get("delta"))
+def _verdict_key(v: MetricVerdict) -> tuple[Any, ...]:
+    return (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
 
 
-def _baselines(doc: Mapping[str, Any], history: Mapping[tuple[str, str, str], TrendSeries],
+def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, str], TrendSeries],
                outcomes: Mapping[str, str]) -> Baselines:
     """A chart per verdict that has a baseline to compare with, or a history (tests sharing runs show it once);
     metrics without either are counted."""
     shown, seen, without = [], set(), 0
     sharing: dict[tuple[Any, ...], list[str]] = {}
-    for t in doc["tests"]:
-        for v in t["verdicts"]:
-            sharing.setdefault(_verdict_key(v), []).append(t["nodeid"])
-    for t in doc["tests"]:
-        for v in t["verdicts"]:
+    for t in tests:
+        for v in t.verdicts:
+            sharing.setdefault(_verdict_key(v), []).append(t.nodeid)
+    for t in tests:
+        for v in t.verdicts:
             key = _verdict_key(v)
             if key in seen:
                 continue
             seen.add(key)
-            series = history.get((t["nodeid"], str(v.get("job")), str(v.get("metric"))))
+            series = history.get((t.nodeid, v.job, v.metric))
             has_trend = series is not None and bool(series.points)
-            if v.get("baseline") is None and not has_trend:
+            if v.baseline is None and not has_trend:
                 without += 1
                 continue
             row = verdict_row(t, v)
             delta = None
-            if v.get("delta") is not None:
-                thr = v.get("threshold")
-                delta = interval_chart(float(v["delta"]), *chart_ends(v), None, "at_most",
+            if v.delta is not None:
+                thr = v.threshold
+                delta = interval_chart(v.delta, *chart_ends(v), None, "at_most",
                                        "change against the baseline", "delta", row.outcome, value_name="Δ",
                                        fmt=lambda x: f"{x:+.1%}", ref=0.0,
                                        band=(-thr, thr) if thr is not None else None,
                                        interval=level_text(v) if has_interval(v) else None)
             shown.append(Baseline(
-                metric=str(v.get("metric")), job=str(v.get("job")), row=row,
-                tests=tests_cell(sharing[key], outcomes), threshold_text=v.get("threshold_text") or "–",
-                distribution=_baseline_distribution(t, v) if v.get("baseline") is not None else None,
+                metric=v.metric, job=v.job, row=row, tests=tests_cell(sharing[key], outcomes),
+                threshold_text=v.threshold_text or "–",
+                distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
                 delta=delta, trend=trend_chart(series) if has_trend and series is not None else None))
     return Baselines(shown=shown, without=without)
 
 
-def _baseline_distribution(test: Mapping[str, Any], v: Mapping[str, Any]) -> Markup | None:
+def _baseline_distribution(test: TestDocument, v: MetricVerdict) -> Markup | None:
     """The stored runs the verdict was decided against (its baseline_values and baseline_samples) beside the
     current ones; a report older than those fields draws the current runs alone."""
-    metric, label = str(v.get("metric")), str(v.get("job"))
-    runs = (_job_by_label(test, label) or {}).get("runs") or []
-    if metric == "step_time" and runs:
+    job = _job_by_label(test, v.job)
+    runs = job.runs if job else []
+    if v.metric == "step_time" and runs:
         rows = [(f"baseline run {i + 1}", [float(x) for x in s], BASELINE_GREY, "square")
-                for i, s in enumerate(v.get("baseline_samples") or [])]
+                for i, s in enumerate(v.baseline_samples)]
         rows += [(f"current run {i + 1}", run_steps(r), SIDE_COLOURS[0], "circle") for i, r in enumerate(runs)]
-        return strip_chart(rows, "s", f"baseline vs current step times of {label}", "strip baseline")
+        return strip_chart(rows, "s", f"baseline vs current step times of {v.job}", "strip baseline")
     current = ([float(r["peak_memory"]) for r in runs if r.get("peak_memory") is not None]
-               if metric == "peak_memory" else [])
-    bars = [(f"baseline run {i + 1}", float(x), BASELINE_GREY, "") for i, x in enumerate(v.get("baseline_values") or [])]
+               if v.metric == "peak_memory" else [])
+    bars = [(f"baseline run {i + 1}", float(x), BASELINE_GREY, "") for i, x in enumerate(v.baseline_values)]
     bars += [(f"current run {i + 1}", x, SIDE_COLOURS[0], "") for i, x in enumerate(current)]
-    if not current and v.get("current") is not None:
-        bars.append(("current", float(v["current"]), SIDE_COLOURS[0], ""))
+    if not current and v.current is not None:
+        bars.append(("current", float(v.current), SIDE_COLOURS[0], ""))
     if not bars:
         return None
-    return bar_chart(bars, str(v.get("unit") or ""), f"baseline vs current {metric} of {label}", "bars baseline")
+    return bar_chart(bars, v.unit, f"baseline vs current {v.metric} of {v.job}", "bars baseline")
 
 
 def _key_values(items: Mapping[str, Any]) -> KeyValues:
     return [(k, "–" if v is None else v) for k, v in sorted(items.items())]
 
 
-def _environment(doc: Mapping[str, Any]) -> Environment:
+def _environment(session: SessionDocument) -> Environment:
     machines: dict[str, Any] = {}
-    for t in doc["tests"]:
-        if t.get("machine_class"):
-            machines.setdefault(t["machine_class"], t.get("machine") or {})
-    return Environment(environment=_key_values(doc.get("environment") or {}),
+    for t in session.tests:
+        if t.context is not None:
+            machines.setdefault(t.context.machine_class, t.context.machine)
+    return Environment(environment=_key_values(session.environment),
                        machines=[(name, _key_values(m)) for name, m in machines.items()],
-                       noise=_noise(doc), invocation=_key_values(doc.get("invocation") or {}))
+                       noise=_noise(session.tests), invocation=_key_values(session.invocation))
 
 
-def _noise(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def _noise(tests: Iterable[TestDocument]) -> list[tuple[str, str, str]]:
     """Per job: other work's load on the host during each run, and the step time's run-to-run variation (the
     job's figure)."""
     rows = []
-    for view in unique_jobs(doc):
-        job = view.job
-        loads = [r.get("host_other_load_cores") for r in job["runs"]]
-        cv = (job.get("figures") or {}).get("run_cv")
-        rows.append((str(job.get("label")), ", ".join("–" if x is None else f"{x:.2f}" for x in loads) or "–",
-                     "–" if cv is None else f"{float(cv):.1%} over {len(job['runs'])} runs"))
+    for shared in unique_jobs(tests):
+        job = shared.job
+        loads = [r.get("host_other_load_cores") for r in job.runs]
+        cv = job.figures.run_cv
+        rows.append((job.label, ", ".join("–" if x is None else f"{x:.2f}" for x in loads) or "–",
+                     "–" if cv is None else f"{cv:.1%} over {job.figures.runs} runs"))
     return rows
