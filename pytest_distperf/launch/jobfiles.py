@@ -381,7 +381,7 @@ def write_node_plan(job_dir: str, plan: NodePlan) -> None:
 def new_node_job_dir(job: JobSpec, plan: NodePlan, base_dir: str, shared_dir: str | None) -> str:
     """A multi-node job's folder with its spec and node plan: in `shared_dir` (checked: the nodes read it) when
     given, else in `base_dir`."""
-    from pytest_distperf.launch.safefs import check_shared_folder
+    from pytest_distperf.fs.safefs import check_shared_folder
 
     if shared_dir:
         os.makedirs(shared_dir, exist_ok=True)
