@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from pytest_distperf.store import jsonio
+from pytest_distperf.fs import jsonio
 from pytest_distperf.store.baselines import MAX_BASELINE_BYTES, BaselineReplaceable, Store, parse
 
 

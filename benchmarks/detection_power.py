@@ -116,7 +116,7 @@ def job_fields(args: argparse.Namespace) -> dict[str, Any]:
 def checkpoint(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Write the runs collected so far to --json, so a run cut short (a time limit) keeps them."""
     if args.json:
-        from pytest_distperf.store.jsonio import write_json_atomic
+        from pytest_distperf.fs.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "partial": True, "data": data}, lock=False)
 
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     show(data, rows, args)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if args.json:
-        from pytest_distperf.store.jsonio import write_json_atomic
+        from pytest_distperf.fs.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args), "rows": rows, "data": data}, lock=False)
     return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_distperf.store.jsonio import write_json_atomic  # noqa: E402
+from pytest_distperf.fs.jsonio import write_json_atomic  # noqa: E402
 
 MAIN_JOB = ("-m", "pytest", "--distperf", "-m", "zero3", "-p", "no:cacheprovider")
 # glibc's abort messages for a corrupted heap, and torch elastic's line for a rank ended by a signal.

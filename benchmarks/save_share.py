@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.measure.figures import TIME_PARTS  # noqa: E402
-from pytest_distperf.store.jsonio import write_json_atomic  # noqa: E402
+from pytest_distperf.fs.jsonio import write_json_atomic  # noqa: E402
 
 TEST_FILE = '''
 import pytest

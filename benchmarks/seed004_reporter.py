@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(min {min(timed):.3f}, max {max(timed):.3f}); {threads} intra-op threads; "
           f"peak CUDA {figures['cuda_peak_allocated'] / 2**30:.2f} GiB", flush=True)
     if args.json:
-        from pytest_distperf.store.jsonio import write_json_atomic
+        from pytest_distperf.fs.jsonio import write_json_atomic
 
         write_json_atomic(args.json, figures, lock=False)
     return 0

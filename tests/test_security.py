@@ -24,10 +24,10 @@ import time
 
 import pytest
 
-from pytest_distperf.store import jsonio
 from pytest_distperf.errors import LockWaitTimeout, UnsafeFolderError
+from pytest_distperf.fs import jsonio, safefs
 from pytest_distperf.launch import fingerprint
-from pytest_distperf.launch import allocator, gpuclocks, jobfiles, safefs
+from pytest_distperf.launch import allocator, gpuclocks, jobfiles
 from pytest_distperf.store.redact import redact, redact_args, redact_env, redact_text
 
 SECRET = "S3cretPW"

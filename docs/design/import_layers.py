@@ -3,12 +3,13 @@ largest modules and functions. `python docs/design/import_layers.py [REPO]` (the
 
 A module's layer is its folder, with one folder split in two: strategies/ holds the public, import-light
 registry that spec validates a job against (STRATEGY_REGISTRY: names, options, their checks) and the adapters
-that run inside the ranks (every other module there). Each back-arrow is printed with the leaf modules (those
-that import nothing of the package but errors), since an arrow into a leaf ties no layer to another.
+that run inside the ranks (every other module there). fs/ (the atomic file writer, the JSON reader, safe folders)
+sits just above errors. Each back-arrow is printed with the leaf modules (those that import nothing of the
+package but errors), since an arrow into a leaf ties no layer to another.
 """
 import ast, pathlib, sys, collections
 ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]) / "pytest_distperf"
-LAYERS = ["errors", "strategy registry", "spec", "launch", "rank", "strategies", "measure", "store", "decide",
+LAYERS = ["errors", "fs", "strategy registry", "spec", "launch", "rank", "strategies", "measure", "store", "decide",
           "report", "session", "fixture", "plugin", "__main__", "__init__"]
 STRATEGY_REGISTRY = {"pytest_distperf.strategies", "pytest_distperf.strategies.registry",
                      "pytest_distperf.strategies.engines", "pytest_distperf.strategies.frontend",
@@ -49,7 +50,7 @@ for a, ts in edges.items():
         la, lb = layer(a), layer(b)
         if la in LAYERS and lb in LAYERS and LAYERS.index(lb) > LAYERS.index(la):
             back.append(f"{a}:{line} -> {b}" + (" (a leaf)" if b in leaves else ""))
-print("back-arrows (layer order %s):" % " < ".join(LAYERS[:10]), len(back))
+print("back-arrows (layer order %s):" % " < ".join(LAYERS[:LAYERS.index("report") + 1]), len(back))
 for x in sorted(back): print("  ", x)
 # module cycles (Tarjan)
 idx, low, st, on, out, c = {}, {}, [], set(), [], [0]

@@ -8,7 +8,7 @@ CPU measurement jobs: one at a time per machine (one lock), each rank given
 cores // world_size threads by the launcher, so concurrent jobs never share cores and
 skew each other's step times. CPU jobs that measure nothing (`run_function`) don't lock.
 Every grant is appended to `allocations.log` in the lock folder.
-The lock folder is created 0700 and checked on every use (launch/safefs.py); its files are opened without
+The lock folder is created 0700 and checked on every use (fs/safefs.py); its files are opened without
 following symlinks. A wait for a lock gives up after LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) with the
 holder's pid and command, which each holder writes to `<lock>.holder` when it acquires the lock.
 """
@@ -24,7 +24,7 @@ import time
 from typing import Callable, Iterator
 
 from pytest_distperf.errors import LockWaitTimeout
-from pytest_distperf.launch.safefs import check_private_folder, make_private_folder, open_nofollow
+from pytest_distperf.fs.safefs import check_private_folder, make_private_folder, open_nofollow
 
 POLL_SECONDS = 0.2
 LOCK_WAIT_SECONDS = 3 * 3600.0  # above any sane queue of jobs; a holder stuck longer is named in the error

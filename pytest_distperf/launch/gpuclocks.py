@@ -97,7 +97,7 @@ def is_alive(state: ClockState) -> bool:
 def read_states(folder: str) -> dict[str, ClockState]:
     """Every session's state file in `folder`; an unreadable one is skipped (it is rewritten or removed by
     its session)."""
-    from pytest_distperf.launch.safefs import check_private_folder, open_nofollow
+    from pytest_distperf.fs.safefs import check_private_folder, open_nofollow
 
     check_private_folder(folder)  # another user's folder: refused (UnsafeFolderError), never read
     out = {}
@@ -351,7 +351,7 @@ class SessionClocks:
             self._guard.release()
 
     def _write(self, state: ClockState) -> None:
-        from pytest_distperf.store.jsonio import write_json_atomic
+        from pytest_distperf.fs.jsonio import write_json_atomic
 
         self.state = state
         write_json_atomic(self.path, state.to_json(), lock=False)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_distperf.errors import FileError
+from pytest_distperf.fs.jsonio import write_bytes_atomic
 from pytest_distperf.spec.job import JobSpec
 
 JOB = "job.pkl"
@@ -117,7 +118,7 @@ def _mac(key: bytes, path: str, payload: bytes) -> bytes:
 
 def _dump(path: str, obj: Any, create_key: bool = False) -> None:
     payload = pickle.dumps(obj)
-    _write_atomic(path, _MAGIC + _mac(job_key(create_key), path, payload) + payload)
+    write_bytes_atomic(path, _MAGIC + _mac(job_key(create_key), path, payload) + payload)
 
 
 def _load(path: str) -> Any:
@@ -132,13 +133,6 @@ def _load(path: str) -> Any:
         raise JobFileError(f"refusing to unpickle {path}: its HMAC does not match this session's key "
                            f"(${KEY_ENV}): the file was written or changed by someone else, or by another session")
     return pickle.loads(data[head:])
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def write_job(job_dir: str, job: JobSpec) -> None:
@@ -162,7 +156,7 @@ def read_result(job_dir: str) -> AgentResult | None:
 
 def write_outcome(job_dir: str, rank: int, outcome: str, reason: str) -> None:
     path = os.path.join(job_dir, f"outcome-rank{rank}.json")
-    _write_atomic(path, json.dumps({"rank": rank, "outcome": outcome, "reason": reason}).encode())
+    write_bytes_atomic(path, json.dumps({"rank": rank, "outcome": outcome, "reason": reason}).encode())
 
 
 def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
@@ -176,7 +170,7 @@ def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
 def write_failure_time(job_dir: str, rank: int) -> None:
     """When this rank's exception happened, precisely: torch elastic's timestamps are whole seconds,
     too coarse to tell the rank that failed from the peers that failed because of it."""
-    _write_atomic(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
+    write_bytes_atomic(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
 
 
 def read_failure_times(job_dir: str) -> dict[int, float]:
@@ -189,11 +183,11 @@ def read_failure_times(job_dir: str) -> dict[int, float]:
 
 
 def mark_started(job_dir: str, rank: int) -> None:
-    _write_atomic(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
+    write_bytes_atomic(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
 
 
 def mark_returned(job_dir: str, rank: int) -> None:
-    _write_atomic(os.path.join(job_dir, f"rank{rank}.returned"), b"")
+    write_bytes_atomic(os.path.join(job_dir, f"rank{rank}.returned"), b"")
 
 
 def started_ranks(job_dir: str) -> dict[int, int]:
@@ -214,7 +208,8 @@ class Progress:
         self.path = os.path.join(job_dir, PROGRESS)
 
     def update(self, text: str) -> None:
-        _write_atomic(self.path, text.encode())
+        # rank 0 writes it between timed steps: no fsync there, and losing it to a crash costs nothing
+        write_bytes_atomic(self.path, text.encode(), durable=False)
 
 
 def read_progress(job_dir: str) -> str | None:
@@ -268,7 +263,7 @@ def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
     """How rank's process ended: "exit <code>" or "signal <number>" (the first record stays)."""
     path = _exit_path(job_dir, rank)
     if not os.path.exists(path):
-        _write_atomic(path, f"{'exit' if exited else 'signal'} {status}".encode())
+        write_bytes_atomic(path, f"{'exit' if exited else 'signal'} {status}".encode())
 
 
 def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
@@ -381,7 +376,7 @@ def write_node_plan(job_dir: str, plan: NodePlan) -> None:
 def new_node_job_dir(job: JobSpec, plan: NodePlan, base_dir: str, shared_dir: str | None) -> str:
     """A multi-node job's folder with its spec and node plan: in `shared_dir` (checked: the nodes read it) when
     given, else in `base_dir`."""
-    from pytest_distperf.launch.safefs import check_shared_folder
+    from pytest_distperf.fs.safefs import check_shared_folder
 
     if shared_dir:
         os.makedirs(shared_dir, exist_ok=True)
@@ -397,7 +392,7 @@ def read_node_plan(job_dir: str) -> NodePlan:
 
 
 def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
-    _write_atomic(os.path.join(job_dir, RDZV_ENDPOINT), endpoint.encode())
+    write_bytes_atomic(os.path.join(job_dir, RDZV_ENDPOINT), endpoint.encode())
 
 
 def read_rdzv_endpoint(job_dir: str) -> str | None:
@@ -455,7 +450,7 @@ def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
 
 def request_stacks(job_dir: str) -> None:
     """Ask every node agent to have its ranks dump their Python stacks (on a timeout)."""
-    _write_atomic(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
+    write_bytes_atomic(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
 
 
 def stacks_requested(job_dir: str) -> bool:

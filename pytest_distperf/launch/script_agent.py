@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from pytest_distperf.fs.jsonio import write_bytes_atomic
+
 VALUE = "value-rank{rank}.pkl"
 ERROR = "error-rank{rank}.txt"
 RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDEATHSIG); wait that long at most
@@ -26,19 +28,11 @@ FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may t
 
 
 def write_value(job_dir: str, rank: int, value: object) -> None:
-    path = os.path.join(job_dir, VALUE.format(rank=rank))
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        pickle.dump(value, f)
-    os.replace(tmp, path)
+    write_bytes_atomic(os.path.join(job_dir, VALUE.format(rank=rank)), pickle.dumps(value))
 
 
 def write_error(job_dir: str, rank: int, text: str) -> None:
-    path = os.path.join(job_dir, ERROR.format(rank=rank))
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_bytes_atomic(os.path.join(job_dir, ERROR.format(rank=rank)), text.encode())
 
 
 def _ranks_of(job_dir: str, pattern: str) -> dict[int, str]:

@@ -98,15 +98,17 @@ def _pin_to_own_cores(local_rank: int, local_world_size: int) -> None:
 
 
 def _oom_message(rank: int, device: Any) -> str:
+    """The rank's memory at an OOM, for the error's text: in MiB, as nvidia-smi shows it."""
     import torch
 
-    from pytest_distperf.measure.units import fmt_bytes
+    def mib(n: int) -> str:
+        return f"{n / 2**20:,.0f} MiB"
 
     total = torch.cuda.get_device_properties(device).total_memory
     return (f"CUDA out of memory on rank {rank} ({device}, {torch.cuda.get_device_name(device)}): "
-            f"allocated {fmt_bytes(torch.cuda.memory_allocated(device))}, "
-            f"reserved {fmt_bytes(torch.cuda.memory_reserved(device))}, "
-            f"peak allocated {fmt_bytes(torch.cuda.max_memory_allocated(device))}, total {fmt_bytes(total)}")
+            f"allocated {mib(torch.cuda.memory_allocated(device))}, "
+            f"reserved {mib(torch.cuda.memory_reserved(device))}, "
+            f"peak allocated {mib(torch.cuda.max_memory_allocated(device))}, total {mib(total)}")
 
 
 def _pytest_outcome(e: BaseException) -> str | None:

@@ -2,7 +2,7 @@
 
 They read the session document (report/document.py: each test's job figures, checks, baseline verdicts and
 jobs with their runs) and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
-asks for, over the step times as measured. Files go through the one JSON writer (jsonio.py).
+asks for, over the step times as measured. Files go through the one JSON writer (fs/jsonio.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from pytest_distperf.report.document import SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
-from pytest_distperf.store.jsonio import write_json_atomic
+from pytest_distperf.fs.jsonio import write_json_atomic
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
 from pytest_distperf.measure.wording import pair_to_pair, short_test
 from pytest_distperf.measure.figures import SCOPES

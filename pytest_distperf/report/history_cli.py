@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     sys.stdout.write(render_text(found, points=args.points))
     if args.json:
-        from pytest_distperf.store.jsonio import write_json_atomic
+        from pytest_distperf.fs.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"trends": [t.to_dict() for t in found]})
         print(f"wrote {args.json}")

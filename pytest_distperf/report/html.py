@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jinja2
 from markupsafe import Markup
 
-from pytest_distperf.store.jsonio import write_text_atomic as write_text
+from pytest_distperf.fs.jsonio import write_text_atomic as write_text
 from pytest_distperf.report.document import SessionDocument
 from pytest_distperf.report.charts import ChangePoint, TrendPoint, TrendSeries, trend_chart
 from pytest_distperf.report.outcomes import LEGEND, style

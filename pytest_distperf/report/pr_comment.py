@@ -19,7 +19,7 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.store.jsonio import write_text_atomic
+from pytest_distperf.fs.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import mark, rank, test_outcome
 from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.document import SessionDocument, unique_jobs

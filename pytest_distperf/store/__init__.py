@@ -1,1 +1,1 @@
-"""What outlives a session: baselines, the history database, atomic JSON files, checked output paths."""
+"""What outlives a session: baselines, the history database, checked output paths, redaction, the report format."""

@@ -32,9 +32,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from pytest_distperf.store import jsonio
 from pytest_distperf.errors import BaselineError, FileError
-from pytest_distperf.store.jsonio import LOCK_NAME
+from pytest_distperf.fs import jsonio
+from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.measure.figures import geometric_mean, metric_traits, metric_values, run_figures

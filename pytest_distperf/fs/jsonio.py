@@ -1,4 +1,5 @@
-"""The project's one JSON reader and writer: baselines, reports, benchmark checkpoints all go through it.
+"""The project's one atomic file writer and JSON reader: baselines, reports, benchmark checkpoints and the files
+of a job folder all go through it.
 
 Writes are atomic (temporary file in the same folder, fsync, rename, fsync the folder), optionally under the
 folder's lock file so concurrent writers (pytest-xdist workers, two sessions) serialise. The temporary file's
@@ -64,7 +65,7 @@ def write_text_atomic(path: str, text: str, *, lock: bool = False) -> None:
         if guard is not None:
             guard.acquire()
             remove_stale_tmp(folder)  # only under the lock: a live writer's temp file is never touched
-        _replace(path, folder, text.encode("utf-8"))
+        write_bytes_atomic(path, text.encode("utf-8"), mode=0o644)  # a committed file is world-readable
     except Timeout:
         raise FileError(f"{path}: gave up waiting {LOCK_TIMEOUT_SECONDS:g} s for the lock "
                             f"{os.path.join(folder, LOCK_NAME)} (another writer holds it)") from None
@@ -75,14 +76,19 @@ def write_text_atomic(path: str, text: str, *, lock: bool = False) -> None:
             guard.release()
 
 
-def _replace(path: str, folder: str, data: bytes) -> None:
+def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+    """Write `data` to `path`, in a folder that exists, whole or not at all: a temporary file beside it with
+    `mode`, rename over. `durable`: fsync the file before the rename and the folder after it. No lock, no
+    folder made, OSError as raised (the write_*_atomic above add those)."""
+    folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a committed file is world-readable
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -90,6 +96,8 @@ def _replace(path: str, folder: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+    if not durable:
+        return
     try:  # make the rename itself durable
         dfd = os.open(folder, os.O_RDONLY)
         try:
