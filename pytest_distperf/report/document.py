@@ -1,14 +1,14 @@
 """The session document: one typed record of each distperf test, built once when its report reaches the
 controller, that every report reads.
 
-A test's records are made in the ranks' parent (fixture.py, decide/): a job's figures (`JobRecord`), its checks
-(`decide.checks.Check`), its baseline verdicts (`decide.verdicts.MetricVerdict`), its probes
-(`rank.probes.results.ProbeSummary`) and what a saved baseline lets the gate decide (`decide.verdicts.Resolution`).
-They cross the xdist boundary as their JSON (`to_json`, the report attribute `distperf_records`), and
-`TestDocument.from_records` makes them typed again, once. The terminal table, the Markdown summary, the
-pytest-benchmark export and the undecided list read a TestDocument; the JSON report is `SessionDocument.to_json`,
-and the HTML report, the PR comment and the history read that serialisation (a report can be drawn again from
-its file). None of them derives a figure.
+A test's records are made in the ranks' parent (fixture.py, decide/): each job as the test ended (`JobRecord`:
+its figures and runs), its checks (`decide.checks.Check`), its baseline verdicts (`decide.verdicts.MetricVerdict`),
+its probes (`rank.probes.results.ProbeSummary`), what a saved baseline lets the gate decide
+(`decide.verdicts.Resolution`) and the context its verdicts were decided in (`decide.regression.GateContext`).
+They cross the xdist boundary as their JSON (`to_json`, the report attributes `distperf_records` and
+`distperf_context`), and `TestDocument.from_records` makes them typed again, once. The JSON report is
+`SessionDocument.to_json` (each job once, `tests[].jobs[]`); `SessionDocument.from_json` reads a report of any
+version back (the HTML report and the PR comment draw from it). No report derives a figure.
 """
 
 from __future__ import annotations
