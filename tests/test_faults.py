@@ -1,4 +1,5 @@
-"""Fault injection on real 2-rank CPU jobs: every fault ends as the right test outcome, fast, with no process left."""
+"""Fault injection on real 2-rank CPU jobs (and a CUDA out-of-memory, on a GPU): every fault ends as the right test
+outcome, fast, with no process left."""
 
 import os
 import signal
@@ -10,12 +11,16 @@ import uuid
 import psutil
 import pytest
 
+from pytest_distperf.launch.devices import visible_gpu_count
+
 FAULTS = """
 import os
 import signal
 import time
 
 import pytest
+
+from pytest_distperf.launch.devices import visible_gpu_count
 import torch.distributed as dist
 
 
@@ -82,6 +87,8 @@ def exit_quietly_in_rank_one():
 TEST_FILE = """
 import time
 import pytest
+
+from pytest_distperf.launch.devices import visible_gpu_count
 import faults
 
 @pytest.mark.distperf(world_size=2, timeout={timeout})
@@ -363,3 +370,22 @@ def test_a_profiler_abort_is_measured_once_more_and_said(monkeypatch: pytest.Mon
         assert launcher.launch(job, timeout=10) == {0: "measured"}
     with pytest.warns(ProfilerAbortWarning), pytest.raises(RankFailed):  # a second abort fails the job
         launcher.launch(job, timeout=10)
+
+
+def allocate_more_than_the_gpu_has() -> None:
+    import torch
+
+    torch.empty(torch.cuda.get_device_properties(0).total_memory * 2, dtype=torch.uint8, device="cuda")
+
+
+@pytest.mark.skipif(visible_gpu_count() == 0,
+                    reason="needs a GPU: a CUDA out-of-memory in a rank")
+def test_a_cuda_out_of_memory_names_the_rank_and_its_memory(tmp_path):
+    from pytest_distperf.launch.launcher import RankFailed, launch
+    from pytest_distperf.spec.job import FunctionRef, JobSpec
+
+    job = JobSpec(world_size=1, device="cuda", sys_path=[os.path.dirname(__file__)],
+                  function=FunctionRef(__name__, allocate_more_than_the_gpu_has.__name__, __file__))
+    with pytest.raises(RankFailed, match=r"CUDA out of memory on rank 0 \(cuda:0, .*\): allocated [\d,]+ MiB, "
+                                         r"reserved [\d,]+ MiB, peak allocated [\d,]+ MiB, total [\d,]+ MiB"):
+        launch(job, timeout=300, base_dir=str(tmp_path))
