@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.spec.profiles import PROFILES
-from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.prepare import resolve_function
 from pytest_distperf.rank.results import RankResult
 

@@ -7,8 +7,6 @@ these records back.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pytest_distperf.rank.probes.comms import COLLECTIVE_OPS
 from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.rank.probes.trace import (KERNEL_CAT, STEP_MARK, Interval, Trace, interval, is_comm_kernel,
