@@ -68,9 +68,7 @@ class JobRecord:
         """A job of a JSON report; KeyError, TypeError or ValueError where it is not one."""
         figures = JobFigures.from_json({**d["figures"], "label": d["label"], "id": d.get("id") or ""})
         return cls(figures, str(d.get("config_hash") or figures.config_hash), dict(d.get("config") or {}),
-                   [dict(r) for r in d.get("runs") or []],
-                   tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
-                   {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
+                   [dict(r) for r in d.get("runs") or []], *_fixture_fields(d))
 
 
 Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, Resolution]
@@ -177,14 +175,17 @@ def _jobs_before_v3(jobs: list[Mapping[str, Any]], figure_records: Any) -> list[
         mine = next((r for r in fixture if (job.id and r.get("id") == job.id) or r.get("label") == job.label), None)
         if mine is not None:
             fixture.remove(mine)
-            job.slot_wait_seconds = tuple(float(x) for x in mine.get("slot_wait_seconds") or ())
-            job.departures = {str(k): str(v) for k, v in (mine.get("departures") or {}).items()}
+            job.slot_wait_seconds, job.departures = _fixture_fields(mine)
         out.append(job)
     for r in fixture:
-        out.append(JobRecord(JobFigures.from_json(r), str(r.get("config_hash") or ""),
-                             slot_wait_seconds=tuple(float(x) for x in r.get("slot_wait_seconds") or ()),
-                             departures={str(k): str(v) for k, v in (r.get("departures") or {}).items()}))
+        out.append(JobRecord(JobFigures.from_json(r), str(r.get("config_hash") or ""), {}, [], *_fixture_fields(r)))
     return out
+
+
+def _fixture_fields(d: Mapping[str, Any]) -> tuple[tuple[float, ...], dict[str, str]]:
+    """A job's slot waits and departures, as its JSON holds them."""
+    return (tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
+            {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
 
 
 @dataclass
