@@ -88,7 +88,8 @@ def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o600, durable: bo
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # mkstemp makes 0600
+        if mode != 0o600:  # mkstemp makes 0600
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:

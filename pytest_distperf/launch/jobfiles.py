@@ -118,7 +118,13 @@ def _mac(key: bytes, path: str, payload: bytes) -> bytes:
 
 def _dump(path: str, obj: Any, create_key: bool = False) -> None:
     payload = pickle.dumps(obj)
-    write_bytes_atomic(path, _MAGIC + _mac(job_key(create_key), path, payload) + payload)
+    write_file(path, _MAGIC + _mac(job_key(create_key), path, payload) + payload)
+
+
+def write_file(path: str, data: bytes) -> None:
+    """A job-folder file, whole or not at all (fs/jsonio.write_bytes_atomic, 0600). Not fsynced: it lives as long
+    as its job, and a reader on another node sees it by the rename."""
+    write_bytes_atomic(path, data, durable=False)
 
 
 def _load(path: str) -> Any:
@@ -156,7 +162,7 @@ def read_result(job_dir: str) -> AgentResult | None:
 
 def write_outcome(job_dir: str, rank: int, outcome: str, reason: str) -> None:
     path = os.path.join(job_dir, f"outcome-rank{rank}.json")
-    write_bytes_atomic(path, json.dumps({"rank": rank, "outcome": outcome, "reason": reason}).encode())
+    write_file(path, json.dumps({"rank": rank, "outcome": outcome, "reason": reason}).encode())
 
 
 def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
@@ -170,7 +176,7 @@ def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
 def write_failure_time(job_dir: str, rank: int) -> None:
     """When this rank's exception happened, precisely: torch elastic's timestamps are whole seconds,
     too coarse to tell the rank that failed from the peers that failed because of it."""
-    write_bytes_atomic(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
+    write_file(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
 
 
 def read_failure_times(job_dir: str) -> dict[int, float]:
@@ -183,11 +189,11 @@ def read_failure_times(job_dir: str) -> dict[int, float]:
 
 
 def mark_started(job_dir: str, rank: int) -> None:
-    write_bytes_atomic(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
+    write_file(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
 
 
 def mark_returned(job_dir: str, rank: int) -> None:
-    write_bytes_atomic(os.path.join(job_dir, f"rank{rank}.returned"), b"")
+    write_file(os.path.join(job_dir, f"rank{rank}.returned"), b"")
 
 
 def started_ranks(job_dir: str) -> dict[int, int]:
@@ -208,8 +214,7 @@ class Progress:
         self.path = os.path.join(job_dir, PROGRESS)
 
     def update(self, text: str) -> None:
-        # rank 0 writes it between timed steps: no fsync there, and losing it to a crash costs nothing
-        write_bytes_atomic(self.path, text.encode(), durable=False)
+        write_file(self.path, text.encode())
 
 
 def read_progress(job_dir: str) -> str | None:
@@ -263,7 +268,7 @@ def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
     """How rank's process ended: "exit <code>" or "signal <number>" (the first record stays)."""
     path = _exit_path(job_dir, rank)
     if not os.path.exists(path):
-        write_bytes_atomic(path, f"{'exit' if exited else 'signal'} {status}".encode())
+        write_file(path, f"{'exit' if exited else 'signal'} {status}".encode())
 
 
 def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
@@ -392,7 +397,7 @@ def read_node_plan(job_dir: str) -> NodePlan:
 
 
 def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
-    write_bytes_atomic(os.path.join(job_dir, RDZV_ENDPOINT), endpoint.encode())
+    write_file(os.path.join(job_dir, RDZV_ENDPOINT), endpoint.encode())
 
 
 def read_rdzv_endpoint(job_dir: str) -> str | None:
@@ -450,7 +455,7 @@ def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
 
 def request_stacks(job_dir: str) -> None:
     """Ask every node agent to have its ranks dump their Python stacks (on a timeout)."""
-    write_bytes_atomic(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
+    write_file(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
 
 
 def stacks_requested(job_dir: str) -> bool:

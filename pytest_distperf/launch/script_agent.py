@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from pytest_distperf.fs.jsonio import write_bytes_atomic
+from pytest_distperf.launch import jobfiles
 
 VALUE = "value-rank{rank}.pkl"
 ERROR = "error-rank{rank}.txt"
@@ -28,11 +28,11 @@ FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may t
 
 
 def write_value(job_dir: str, rank: int, value: object) -> None:
-    write_bytes_atomic(os.path.join(job_dir, VALUE.format(rank=rank)), pickle.dumps(value))
+    jobfiles.write_file(os.path.join(job_dir, VALUE.format(rank=rank)), pickle.dumps(value))
 
 
 def write_error(job_dir: str, rank: int, text: str) -> None:
-    write_bytes_atomic(os.path.join(job_dir, ERROR.format(rank=rank)), text.encode())
+    jobfiles.write_file(os.path.join(job_dir, ERROR.format(rank=rank)), text.encode())
 
 
 def _ranks_of(job_dir: str, pattern: str) -> dict[int, str]:
@@ -56,8 +56,6 @@ def _alive(pid: int) -> bool:
 
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     """The AgentResult of a script job from the files its ranks left."""
-    from pytest_distperf.launch import jobfiles
-
     values = {}
     for rank, path in _ranks_of(job_dir, VALUE).items():
         with open(path, "rb") as f:
@@ -101,8 +99,6 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
 
 
 def main(job_dir: str) -> int:
-    from pytest_distperf.launch import jobfiles
-
     jobfiles.die_with_parent(signal.SIGTERM)
     jobfiles.no_core_dumps()  # inherited by the script and the ranks Lightning starts (a core delays every crash report)
     job = jobfiles.read_job(job_dir)
