@@ -42,4 +42,10 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    code = main(sys.argv[1])
+    # A finished rank leaves as a forked one does (multiprocessing ends its children with os._exit): without C++'s
+    # static destructors, one of which (kineto's profiler handler, a joinable std::thread) has aborted a rank whose
+    # value was already written ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
