@@ -13,6 +13,7 @@ Two ways in:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import sys
 import time
@@ -322,7 +323,7 @@ class DistPerf:
         if head_first:
             head_run = self._run_once(job)
         try:
-            base_run = self._run_once(base, remember_failure=False)
+            base_run = self._run_once(base, remember_failure=False, side="base")
         except (Exception, *PYTEST_OUTCOMES) as e:  # the base side's failure is not HEAD's
             self.gate.base_failed(job, str(getattr(e, "msg", None) or e))  # type: ignore[union-attr]
         if not head_first:
@@ -331,10 +332,13 @@ class DistPerf:
             self.gate.add(job, head_run, base_run)  # type: ignore[union-attr]
         return head_run
 
-    def _run_once(self, job: JobSpec, remember_failure: bool = True) -> RunResult:
+    def _run_once(self, job: JobSpec, remember_failure: bool = True, side: str = "head") -> RunResult:
+        once = (side, job.config_hash())
+        job = dataclasses.replace(job, measure_once=once not in self.cache.measured_once)
         start = time.monotonic()
         self._slot_wait, self._launched_at = 0.0, None
         values = self._launch(job, remember_failure)
+        self.cache.measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)

@@ -37,6 +37,9 @@ class RunCache:
     # config hash -> (test that ran it, its error): a job that failed is not launched again for the next test
     # that shares it.
     failed_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # (side, config hash) of the jobs whose first run of the session is done: their later runs leave out what one
+    # run suffices for (JobSpec.measure_once). Head and base of one job count apart (their code differs).
+    measured_once: set[tuple[str, str]] = field(default_factory=set)
     # seconds this process's jobs waited for the CPU measurement slot or their GPUs (another job held them):
     # not the tests' own time, so the test and session budgets do not count it (fixture.DistPerf._budget_now)
     slot_wait_seconds: float = 0.0

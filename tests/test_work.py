@@ -59,6 +59,22 @@ def test_a_cpu_job_counts_exact_work_and_says_what_it_cannot_measure(tmp_path):
     assert "gpu_time" not in metrics
 
 
+def test_a_jobs_later_runs_leave_out_the_counting_pass_and_the_breakdown_but_keep_the_counts_gated():
+    import dataclasses
+    import sys
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", shape="tiny", steps=3, warmup_steps=1,
+                  sys_path=list(sys.path))
+    first, later = _run(job), _run(dataclasses.replace(job, measure_once=False))
+    assert all(r.step_breakdown and r.work.flops for r in first.ranks)
+    assert all(not r.step_breakdown and r.work.flops is None and r.work.aten_ops is None for r in later.ranks)
+    assert all(r.work.step_peak_bytes for r in later.ranks)  # the profiler pass runs in every run
+    assert job.config_hash() == dataclasses.replace(job, measure_once=False).config_hash()
+    metrics = metrics_from_runs([first, later])
+    assert metrics["flops_per_step"].runs == [run_work(first)["flops_per_step"]]  # the run that counted
+    assert len(metrics["step_time"].runs) == 2 and len(metrics["train_memory"].runs) == 2
+
+
 @pytest.mark.skipif(visible_gpu_count() == 0, reason="needs a GPU: kernel time, busy time and kernels are CUDA's")
 def test_a_cuda_job_measures_kernel_time_busy_time_and_kernels():
     import sys

@@ -233,15 +233,19 @@ def run_figures(run: "RunResult") -> RunFigures:
 
 def metric_values(runs: Sequence[RunFigures]) -> dict[str, list[float]]:
     """The gated and tracked metrics of a job, one value per run: step time, peak memory, optimizer state bytes,
-    the work figures every run measured and, where every run was probed, collective calls and bytes per step by
+    the work figures (a time where every run measured it, an exact count where any did) and, where every run was probed, collective calls and bytes per step by
     kind (per rank, the rank with the most; a kind a run did not call counts 0). The baseline (store/baselines.py)
     and the history (store/history/ingest.py) both read a job's series from here."""
     out = {"step_time": [f.step_time for f in runs], "peak_memory": [f.peak_memory for f in runs],
            "optimizer_state_bytes": [f.optimizer_state_bytes for f in runs]}
     if not runs:
         return out
-    for name in sorted(set(runs[0].work).intersection(*(f.work for f in runs[1:]))):  # measured in every run
-        out[name] = [float(f.work[name]) for f in runs]
+    for name in sorted(set().union(*(f.work for f in runs))):
+        measured = [float(f.work[name]) for f in runs if name in f.work]
+        # A time needs every run (one value a run for its interval); an exact count is measured in a job's first
+        # run of a session only (rank/work.py) and decided on the runs that measured it.
+        if len(measured) == len(runs) or (name in WORK_METRICS and WORK_METRICS[name][1] == "count"):
+            out[name] = measured
     if all(f.comms for f in runs):  # every run probed: the same kinds are comparable run to run
         for name in sorted(set().union(*(f.comms for f in runs))):
             out[name] = [float(f.comms.get(name, 0)) for f in runs]

@@ -20,6 +20,9 @@ what the step asks the machine to do does not. Per profiled step, per rank:
 
 Three passes, so no figure is measured under another one's overhead: plain steps under the instruction counter,
 steps under the counting modes (FLOPs, operators), steps under the profiler (kernels, busy time, CPU allocations).
+The counting pass runs in a job's first run of a session only (`counts`): its figures are exact, the same in every
+run of one configuration, and are gated exactly; the timed figures (``gpu_time``, ``instructions``) and what the
+profiler pass gives with them are measured in every run, since their verdicts need one value a run for an interval.
 Dispatch modes are per thread: a library that runs the step on a thread of its own (Lightning's Trainer loop) has
 its operators and FLOPs reported as not measured, never as zero.
 """
@@ -145,10 +148,10 @@ def state_bytes(model: Any, optimizer: Any) -> int:
 
 
 def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], device: Any,
-            model: Any = None, optimizer: Any = None) -> WorkResult:
-    """The work figures of `steps` steps (each pass runs them); step(i) runs the i-th step."""
+            model: Any = None, optimizer: Any = None, counts: bool = True) -> WorkResult:
+    """The work figures of `steps` steps (each pass runs them); step(i) runs the i-th step. `counts`: also the
+    counting pass (FLOPs, operators)."""
     from torch.profiler import ProfilerActivity, profile, record_function
-    from torch.utils.flop_counter import FlopCounterMode
 
     from pytest_distperf.rank.probes.recorder import _all_threads
 
@@ -168,23 +171,8 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
         finally:
             counter.close()
 
-    ops, flops = _op_counter(), FlopCounterMode(display=False)
-    op_counts: list[int] = []
-    flop_counts: list[int] = []
-    with ops, flops:
-        for i in range(steps):
-            sync()
-            o0, f0 = ops.calls, flops.get_total_flops()
-            step(i)
-            sync()
-            op_counts.append(ops.calls - o0)
-            flop_counts.append(int(flops.get_total_flops() - f0))
-    if not any(op_counts):
-        why = ("the step runs on another thread than the measurement (the library's own loop): operator dispatch "
-               "modes are per thread")
-        result.not_measured["aten_ops"] = result.not_measured["flops"] = why
-    else:
-        result.aten_ops, result.flops = op_counts, flop_counts
+    if counts:
+        _count(result, step, steps, sync)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     fd, path = tempfile.mkstemp(prefix="distperf-work-", suffix=".json")
@@ -212,6 +200,29 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
                                              [e for e in events if e.get("name") == "[memory]"], steps)
         result.state_bytes = state_bytes(model, optimizer)
     return result
+
+
+def _count(result: WorkResult, step: Callable[[int], Any], steps: int, sync: Callable[[], None]) -> None:
+    """The counting pass: operators dispatched and FLOPs per step."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ops, flops = _op_counter(), FlopCounterMode(display=False)
+    op_counts: list[int] = []
+    flop_counts: list[int] = []
+    with ops, flops:
+        for i in range(steps):
+            sync()
+            o0, f0 = ops.calls, flops.get_total_flops()
+            step(i)
+            sync()
+            op_counts.append(ops.calls - o0)
+            flop_counts.append(int(flops.get_total_flops() - f0))
+    if not any(op_counts):
+        why = ("the step runs on another thread than the measurement (the library's own loop): operator dispatch "
+               "modes are per thread")
+        result.not_measured["aten_ops"] = result.not_measured["flops"] = why
+    else:
+        result.aten_ops, result.flops = op_counts, flop_counts
 
 
 def _gpu_figures(result: WorkResult, events: list[dict[str, Any]], steps: int) -> None:

@@ -203,7 +203,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
         if progress:
             progress.update("work figures")
         work = work_phase.measure(lambda i: trainer.step(*timed[i % len(timed)]), job.work_steps, timer.sync,
-                                  device, model=prepared.model, optimizer=optimizer)
+                                  device, model=prepared.model, optimizer=optimizer, counts=job.measure_once)
     probe_result = None
     if job.probes:  # after timing and the memory reads, so probes never change what they report
         from pytest_distperf.rank.probes.runner import run_probe_phase
@@ -213,10 +213,13 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
             sync=timer.sync, device=device, optimizer=optimizer, group_size=job.world_size,
             rank=rank, job_dir=job_dir, progress=progress.update if progress else None)
 
-    # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step.
-    if progress:
-        progress.update("step breakdown")
-    step_breakdown = breakdown.collect(trainer, batches[job.warmup_steps:])
+    # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step;
+    # in a job's first run of the session only (reports and checks read one run's breakdown).
+    step_breakdown: dict[str, float] = {}
+    if job.measure_once:
+        if progress:
+            progress.update("step breakdown")
+        step_breakdown = breakdown.collect(trainer, batches[job.warmup_steps:])
 
     result = RankResult(
         rank=rank,

@@ -44,6 +44,9 @@ class JobSpec:
     probe_steps: int = 3
     # Work phase after timing (rank/work.py): steps per pass; 0 runs none.
     work_steps: int = 2
+    # This run also measures what one run of a job suffices for (the step breakdown; the exact counts of the work
+    # phase): the fixture sets it for a job's first run in a session only. Not part of the configuration.
+    measure_once: bool = True
     # A user's workload factory (pytest_distperf.spec.workloads) instead of the built-in GPT, and its arguments.
     workload: FunctionRef | None = None
     workload_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +88,7 @@ class JobSpec:
         a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
         """
         d = asdict(self)
-        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps"):
+        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once"):
             d.pop(k)
         if not self.probes:  # jobs without probes keep the hash they had before probes existed
             d.pop("probes")
