@@ -42,6 +42,11 @@ HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.mult
 # work phase's profiler stop ("malloc(): unsorted double linked list corrupted"; 0 in 60 without it, 0 in 15 with
 # fresh agents, 2-core box). Lightning's jobs import it in their ranks, as with a fresh agent.
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
+# What the libraries import on first use rather than at import, each only where its library is installed:
+# DeepSpeed's engine and ZeRO optimizers (every ZeRO optimizer imports its Muon module, which calls torch.compile
+# at import time and so pulls in torch._dynamo and inductor: ~3,000 modules, seconds of every DeepSpeed build).
+LAZY_IMPORTS = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
+                "deepspeed.runtime.zero.muon.muon_optimizer")
 
 
 def cuda_forks_cleanly() -> str | None:
@@ -79,6 +84,15 @@ def preload(device: str = "cpu") -> tuple[list[str], str | None]:
         try:
             importlib.import_module(name)
         except Exception as e:  # a broken optional library: its jobs import (and fail on) it in the ranks
+            print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        loaded.append(name)
+    for name in LAZY_IMPORTS:
+        if name.split(".")[0] not in loaded:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # another version's layout: the ranks import what they need themselves
             print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         loaded.append(name)
