@@ -20,9 +20,18 @@
    the default) and without it (work_steps=0): the seconds it adds per job, and the timed steps' median on both
    sides (they run before it, so they must not differ beyond the runs' own spread).
 
+5. Fixed cost per job across the tests of one pytest session (`--session-tests N`): a session of N tests of each
+   kind, interleaved (run_function of an empty function; distperf.run of a job(): ddp tiny, 1+5 steps; distperf.run
+   of a step_job(): a tiny Linear's step, 1+5 steps), each test timing its own job; printed: each kind's wall per job
+   (median over its N tests, and without the session's first job, which starts the warm agent), the start-up of
+   job() and step_job() runs (launch to the build), and the session's "N warm agent(s) served M job(s)" (issue #45:
+   a warm agent keyed on PYTEST_CURRENT_TEST served one test each). `--session-fresh-agent` runs the session with
+   --distperf-fresh-agent. `--session-tests` alone runs only this part.
+
     python benchmarks/overhead.py [--device cpu|cuda] [--world-size 2] [--launches 5] [--rounds 8]
     python benchmarks/overhead.py --device cuda --world-size 1 --launches 0 --shape 1b   # loops only
     python benchmarks/overhead.py --agents 8 --launches 0 --work-jobs 0 --rounds 0 --json out.json  # agents only
+    python benchmarks/overhead.py --session-tests 6 --json out.json  # one session's tests only
 """
 
 from __future__ import annotations
@@ -200,6 +209,106 @@ def agent_cost(a: argparse.Namespace) -> dict:
     return out
 
 
+SESSION_TESTS = textwrap.dedent("""
+    import json, os, time
+    import pytest
+
+    def empty():
+        return None
+
+    def make_step():
+        import torch
+
+        model = torch.nn.Linear(64, 64)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.ones(8, 64)
+
+        def step():
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+
+    def record(kind, i, wall, run=None):
+        from pytest_distperf.measure.figures import run_time_split
+
+        split = run_time_split(run) if run is not None else None
+        with open(os.environ["DISTPERF_SESSION_FIGURES"], "a") as f:
+            f.write(json.dumps({{"kind": kind, "test": i, "wall": wall,
+                                "startup": split["startup"] if split else None}}) + "\\n")
+
+    @pytest.mark.parametrize("kind", ["run_function", "job", "step_job"])
+    @pytest.mark.parametrize("i", range({n}))
+    def test_one_job(distperf, kind, i):
+        start = time.perf_counter()
+        if kind == "run_function":
+            distperf.run_function(empty)
+            run = None
+        elif kind == "job":
+            run = distperf.run(distperf.job("ddp", shape="tiny", steps=5, warmup=1))
+        else:
+            run = distperf.run(distperf.step_job(make_step, steps=5, warmup=1))
+        wall = run.wall_seconds - run.slot_wait_seconds if run is not None else time.perf_counter() - start
+        record(kind, i, wall, run)
+""")
+
+
+def session_cost(a: argparse.Namespace) -> dict:
+    """One pytest session of N tests of each kind (run_function, job(), step_job()), interleaved; each test's job
+    timed in the test; the session's warm-agent count from its summary."""
+    import json
+    import os
+    import re
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="distperf-session-bench-"))
+    # parametrize's order: test 0 of each kind, then test 1 of each... -- the kinds interleave over the session
+    (folder / "test_session_jobs.py").write_text(SESSION_TESTS.format(n=a.session_tests))
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    figures_file = folder / "figures.jsonl"
+    env = {**os.environ, "DISTPERF_SESSION_FIGURES": str(figures_file), "DISTPERF_LOCK_DIR": str(folder / "locks"),
+           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    args = [sys.executable, "-m", "pytest", "--distperf", "-p", "no:cacheprovider", "-q", "-s",
+            "--distperf-device", a.device, "--distperf-world-size", str(a.world_size), "test_session_jobs.py"]
+    if a.session_fresh_agent:
+        args.append("--distperf-fresh-agent")
+    started = time.perf_counter()
+    proc = subprocess.run(args, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    session_wall = time.perf_counter() - started
+    agents = re.search(r"(\d+) warm agent\(s\) served (\d+) job\(s\)", proc.stdout)
+    if proc.returncode != 0:
+        print(proc.stdout[-4000:])
+        raise SystemExit(f"the session failed (exit {proc.returncode}); its folder: {folder}")
+    rows = [json.loads(line) for line in figures_file.read_text().splitlines()]
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    first = 0  # the session's first job started the warm agent
+    out: dict = {"session_wall_seconds": session_wall, "tests": len(rows),
+                 "warm_agents": int(agents.group(1)) if agents else 0,
+                 "warm_agent_jobs": int(agents.group(2)) if agents else 0,
+                 "fresh_agent": a.session_fresh_agent, "jobs": {}}
+    mode = "fresh agents" if a.session_fresh_agent else "warm agent"
+    print(f"fixed cost per job across one session's tests ({a.session_tests} tests of each kind, interleaved; "
+          f"{a.world_size} ranks, {a.device}, {mode}): session {session_wall:.1f} s")
+    for kind in ("run_function", "job", "step_job"):
+        mine = [(k, r) for k, r in enumerate(rows) if r["kind"] == kind]
+        walls = [r["wall"] for _, r in mine]
+        later = [r["wall"] for k, r in mine if k != first]
+        startups = [r["startup"] for _, r in mine if r["startup"] is not None]
+        out["jobs"][kind] = {"wall": walls, "startup": startups, "wall_without_first_job": later}
+        text = (f"  {kind:12s}: wall {statistics.median(walls):5.2f} s a job (runs {min(walls):.2f}-{max(walls):.2f})"
+                f", without the session's first job {statistics.median(later):5.2f} s")
+        if startups:
+            text += f", start-up {statistics.median(startups):.2f} s (launch to build)"
+        print(text)
+    print(f"  agent: {agents.group(0) if agents else 'no warm agent'}")
+    return out
+
+
 def work_phase_cost(a: argparse.Namespace) -> None:
     from pytest_distperf.measure.figures import run_step_time
     from pytest_distperf.rank.results import RunResult
@@ -235,8 +344,26 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--work-jobs", type=int, default=4, help="job pairs with and without the work phase; 0 skips")
     p.add_argument("--agents", type=int, default=6, help="launches a side, fresh vs warm agent; 0 skips")
-    p.add_argument("--json", default=None, help="write the fresh-vs-warm figures here")
+    p.add_argument("--session-tests", type=int, default=0,
+                   help="N tests of each job kind in one pytest session (run_function, job(), step_job()); "
+                        "given alone, only this part runs")
+    p.add_argument("--session-fresh-agent", action="store_true", help="that session with --distperf-fresh-agent")
+    p.add_argument("--json", default=None, help="write the fresh-vs-warm (or the session's) figures here")
     a = p.parse_args()
+
+    if a.session_tests > 0:
+        figures = session_cost(a)
+        if a.json:
+            import json
+            import os
+
+            figures["args"] = vars(a)
+            figures["cores"] = len(os.sched_getaffinity(0))
+            Path(a.json).write_text(json.dumps(figures, indent=1))
+        given = {x.split("=")[0] for x in sys.argv[1:] if x.startswith("--")}
+        if not given & {"--agents", "--launches", "--work-jobs", "--rounds"}:
+            return
+        a.json = None  # the session's figures are written; the fresh-vs-warm part prints only
 
     if a.agents > 0:
         figures = agent_cost(a)

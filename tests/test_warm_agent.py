@@ -189,6 +189,49 @@ def test_fresh_agent_ini_option(pytester, monkeypatch):
     assert pids["agents"] == []
 
 
+SEVERAL_TESTS = """
+import json, os
+import pytest
+from pytest_distperf.launch import warm_pool
+
+def facts():
+    return {"test": os.environ.get("PYTEST_CURRENT_TEST"), "agent": os.getppid()}
+
+@pytest.mark.parametrize("i", range(3))
+def test_job(distperf, i):
+    values = distperf.run_function(facts)
+    with open(os.environ["PIDS_FILE"] + str(i), "w") as f:
+        json.dump({"agents": warm_pool.agent_pids(), "seen": [v["test"] for v in values]}, f)
+"""
+
+
+def test_jobs_of_several_tests_share_one_warm_agent(pytester, monkeypatch):
+    """PYTEST_CURRENT_TEST differs per test: it is a job's variable, not part of the warm agent's key (it was, and
+    every test's run_function paid a new agent's imports); each job's ranks still see their own test's name."""
+    import json
+
+    pytester.makepyfile(test_several=SEVERAL_TESTS)
+    monkeypatch.setenv("PIDS_FILE", str(pytester.path / "pids"))
+    monkeypatch.setenv("DISTPERF_LOCK_DIR", str(pytester.path / "locks"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess("--distperf", "-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["distperf: agent: 1 warm agent(s) served 3 job(s)*"])
+    runs = [json.loads((pytester.path / f"pids{i}").read_text()) for i in range(3)]
+    assert len({tuple(r["agents"]) for r in runs}) == 1 and len(runs[0]["agents"]) == 1
+    for i, r in enumerate(runs):
+        assert r["seen"] == [f"test_several.py::test_job[{i}] (call)"] * 2
+
+
+def test_the_warm_agent_key_leaves_out_only_the_per_job_variables():
+    env = {"PYTHONPATH": "/a", "OMP_NUM_THREADS": "1", "PYTEST_CURRENT_TEST": "t.py::a (call)"}
+    key = warm_pool.agent_key("cpu", env)
+    assert warm_pool.agent_key("cpu", {**env, "PYTEST_CURRENT_TEST": "t.py::b (call)", "OMP_NUM_THREADS": "2"}) == key
+    assert warm_pool.agent_key("cpu", {**env, "PYTHONPATH": "/b"}) != key  # one agent per environment
+    assert warm_pool.agent_key("cuda", env) != key  # and per device kind
+
+
 def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
     from pytest_distperf.measure.figures import job_time_split, run_time_split, time_split_text
     from pytest_distperf.rank.results import RankResult, RunResult

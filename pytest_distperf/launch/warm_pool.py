@@ -23,10 +23,15 @@ from typing import Any
 from pytest_distperf.launch.devices import NVML_CHECK
 
 # Variables that differ between jobs an agent serves, set in each job agent's environment before it imports
-# anything that reads them: the GPUs a job got (read when a rank initialises CUDA) and the threads (a forked
-# rank sets them: agent.warm_rank_setup). Every other variable is read when torch and the strategy libraries load
-# (e.g. DS_ACCELERATOR, PYTHONPATH), so it is part of the agent's key.
-PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+# anything that reads them: the GPUs a job got (read when a rank initialises CUDA), the threads (a forked
+# rank sets them: agent.warm_rank_setup) and the test that launched the job (pytest sets PYTEST_CURRENT_TEST per
+# test and phase; nothing the agent preloads reads it, and as part of the key it gave every test its own agent).
+# Every other variable is read when torch and the strategy libraries load (e.g. DS_ACCELERATOR, PYTHONPATH), so
+# it is part of the agent's key.
+PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST")
+# Not in the warm agent's own environment: the first job's values would be stale for the next job (each job agent
+# gets its job's own, run_job in rank/warm_agent.py, and its ranks inherit them).
+NOT_IN_AGENT_ENVIRONMENT = ("OMP_NUM_THREADS", "PYTEST_CURRENT_TEST")
 READY_TIMEOUT_SECONDS = 300.0  # imports of torch and the strategy libraries on a very busy host
 STOP_GRACE_SECONDS = 3.0
 
@@ -117,7 +122,8 @@ class WarmAgent:
     """A running warm agent and its pipes."""
 
     def __init__(self, device: str, env: dict[str, str], log_path: str):
-        env = {k: v for k, v in env.items() if k != "OMP_NUM_THREADS"}  # libgomp's default, as a fresh agent's
+        # OMP_NUM_THREADS: libgomp's default, as a fresh agent's; PYTEST_CURRENT_TEST: the first job's test
+        env = {k: v for k, v in env.items() if k not in NOT_IN_AGENT_ENVIRONMENT}
         env[NVML_CHECK] = "1"  # a library's torch.cuda.is_available() at import must not initialise CUDA
         self.device, self.log_path = device, log_path
         self.lock = threading.Lock()  # one job at a time; a concurrent job gets a fresh agent
