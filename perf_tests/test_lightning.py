@@ -57,3 +57,21 @@ def test_step_time_within_1_1x(distperf, a, b):
 @pytest.mark.parametrize("a, b", PARAMS)
 def test_trains_alike(distperf, a, b):
     pair(distperf, a, b).assert_losses_match(LOSS_RTOL[distperf.device])
+
+
+# Lightning's own parity check (tests/parity_fabric in Lightning's repository): Fabric's DDP against torch's
+# DistributedDataParallel on the same model trains alike and holds the same memory. On CPU host RSS growth read
+# Fabric 31.3 MiB against DDP 112.2 MiB while both trained bit-identically (what each rank imports and allocates
+# once); the memory check decides on the training state there (measure/figures.memory_metric), RSS shown beside it.
+FABRIC_VS_DDP = [pytest.param(("lightning_fabric", dict(engine="ddp")), ("ddp", {}), id="fabric_vs_raw-ddp",
+                              marks=pytest.mark.ddp)]
+
+
+@pytest.mark.parametrize("a, b", FABRIC_VS_DDP)
+def test_parity_trains_alike(distperf, a, b):
+    pair(distperf, a, b).assert_losses_match(LOSS_RTOL[distperf.device])
+
+
+@pytest.mark.parametrize("a, b", FABRIC_VS_DDP)
+def test_parity_memory_within_1_1x(distperf, a, b):
+    pair(distperf, a, b).assert_memory_within(1.1)
