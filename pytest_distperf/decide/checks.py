@@ -265,10 +265,10 @@ class Comparison:
         metric = memory_metric(self.a.device)
         self.a.run_memories(metric), self.b.run_memories(metric)  # skip before any pair is added
         other = secondary_memory_metric(self.a.device)
-        return self._ratio_check(
-            metric, k, lambda s: s.run_memories(metric), lambda s: s.memory(metric), "bytes",
-            lambda s: s.memory_line(metric), "peak memory" if metric == "peak_memory" else "training-state memory (train_memory)",
-            (lambda: self._secondary_memory(other)) if other else None)
+        what = "peak memory" if metric == "peak_memory" else f"training-state memory ({metric})"
+        return self._ratio_check(metric, k, lambda s: s.run_memories(metric), lambda s: s.memory(metric), "bytes",
+                                 lambda s: s.memory_line(metric), what,
+                                 (lambda: self._secondary_memory(other)) if other else None)
 
     def _secondary_memory(self, metric: str) -> str:
         """The secondary memory figure of both sides, in words: shown beside the one that decided, never decided."""
