@@ -24,9 +24,11 @@ GAP_OFFLOAD_TIME_CPU = ("deepspeedai/DeepSpeed#3901 on CPU: ZeRO-3 with DeepSpee
                         "(4 pairs) FSDP2's step time, tiny on 2 CPU ranks of the 2-core box, DeepSpeed 0.19.8")
 # The memory gaps are CUDA's only. On CPU a memory check decides on the training state (train_memory: parameters,
 # gradients, optimizer state + a step's allocation peak), where ZeRO-3 holds what FSDP2 holds: measured 1.015x
-# [1.015, 1.015] (31.24 vs 30.77 MiB, 3 pairs, 0.0 % pair-to-pair) and the same with offload, tiny on 2 CPU ranks,
+# [1.015, 1.015] (31.24 vs 30.77 MiB, 3 pairs) and 1.027x [0.973, 1.085] (vs 30.41 MiB, 6 pairs: FSDP2's step peak
+# varies a little run to run) in two sessions, 1.015x [1.015, 1.015] in both with offload, tiny on 2 CPU ranks,
 # DeepSpeed 0.19.8, torch 2.13 -- a plain check there. The CPU gaps declared before (1.78x and 1.75x) were host RSS
-# growth (now shown beside it, 1.68x and 1.74x in that run): mostly DeepSpeed's one-time engine allocations.
+# growth (shown beside it now: 1.68-1.72x and 1.67-1.74x in those sessions): mostly DeepSpeed's one-time engine
+# allocations.
 GAP_MEMORY = {
     "cuda": "deepspeedai/DeepSpeed#3901 (ZeRO-3 uses more GPU memory than FSDP): measured 1.26x "
             "(28.82 vs 22.93 GiB peak allocated), 1b on 2xH200, DeepSpeed 0.19.8, torch 2.11",
