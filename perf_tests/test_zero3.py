@@ -22,18 +22,20 @@ GAP_TIME_CPU = ("deepspeedai/DeepSpeed#3901 and #5047 on CPU (ZeRO-3 all-gathers
 GAP_OFFLOAD_TIME_CPU = ("deepspeedai/DeepSpeed#3901 on CPU: ZeRO-3 with DeepSpeedCPUAdam against FSDP2 with "
                         "CPUOffloadPolicy, measured 1.191x [1.119, 1.267] (12 pairs) and 1.240x [1.149, 1.339] "
                         "(4 pairs) FSDP2's step time, tiny on 2 CPU ranks of the 2-core box, DeepSpeed 0.19.8")
+# The memory gaps are CUDA's only. On CPU a memory check decides on the training state (train_memory: parameters,
+# gradients, optimizer state + a step's allocation peak), where ZeRO-3 holds what FSDP2 holds: measured 1.015x
+# [1.015, 1.015] (31.24 vs 30.77 MiB, 3 pairs) and 1.027x [0.973, 1.085] (vs 30.41 MiB, 6 pairs: FSDP2's step peak
+# varies a little run to run) in two sessions, 1.015x [1.015, 1.015] in both with offload, tiny on 2 CPU ranks,
+# DeepSpeed 0.19.8, torch 2.13 -- a plain check there. The CPU gaps declared before (1.78x and 1.75x) were host RSS
+# growth (shown beside it now: 1.68-1.72x and 1.67-1.74x in those sessions): mostly DeepSpeed's one-time engine
+# allocations.
 GAP_MEMORY = {
     "cuda": "deepspeedai/DeepSpeed#3901 (ZeRO-3 uses more GPU memory than FSDP): measured 1.26x "
             "(28.82 vs 22.93 GiB peak allocated), 1b on 2xH200, DeepSpeed 0.19.8, torch 2.11",
-    "cpu": "ZeRO-3 grows host RSS more than FSDP2 on the tiny CPU job (measured 1.78x [1.66, 1.90], 237 vs 131 MiB, "
-           "DeepSpeed 0.19.8, torch 2.13; mostly DeepSpeed's one-time engine allocations at this size); "
-           "the GPU form of the gap is deepspeedai/DeepSpeed#3901",
 }
 GAP_OFFLOAD_MEMORY = {
     "cuda": "deepspeedai/DeepSpeed#3901: with the optimizer offloaded, measured 1.30x (20.06 vs 15.42 GiB peak "
             "allocated), 1b on 2xH200, DeepSpeed 0.19.8, torch 2.11",
-    "cpu": "ZeRO-3 with DeepSpeedCPUAdam grows host RSS more than FSDP2 with CPUOffloadPolicy on the tiny CPU job "
-           "(measured 1.75x [1.22, 2.49], 216 vs 128 MiB); the GPU form of the gap is deepspeedai/DeepSpeed#3901",
 }
 
 # Same seed and batches: fp32 on CPU agrees to rounding; bf16 compute on CUDA to bf16 noise.

@@ -426,6 +426,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             f = r.figures
             rep.user_properties += [(f"distperf.step_time[{f.label}]", f"{f.step_time:.6g}"),
                                     (f"distperf.peak_memory[{f.label}]", f"{f.peak_memory:.0f}")]
+            if "train_memory" in f.work:  # the memory figure a CPU job is decided on (measure/figures.py)
+                rep.user_properties.append((f"distperf.train_memory[{f.label}]", f"{f.work['train_memory']:.0f}"))
     # The report holds a copy of item.user_properties, and junitxml writes <property> from the teardown report
     # (built from the item, like record_property does): put them on the item too.
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]

@@ -24,8 +24,15 @@ from pytest_distperf.launch.devices import visible_gpu_count
 import torch.distributed as dist
 
 
+def fault_now():
+    # The moment of the fault (run_fault's DISTPERF_FAULT_AT): a test bounds the time from here to its failure,
+    # which the job's launch (seconds, and the part a busy box stretches most) is no part of.
+    with open(os.environ["DISTPERF_FAULT_AT"], "w") as f:
+        f.write(repr(time.time()))
+
 def raise_in_rank_one():
     if dist.get_rank() == 1:
+        fault_now()
         raise ValueError("injected failure")
     dist.barrier()
 
@@ -36,11 +43,13 @@ def hang_in_rank_one():
 
 def sigkill_rank_one():
     if dist.get_rank() == 1:
+        fault_now()
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
 
 def abort_rank_one():
     if dist.get_rank() == 1:
+        fault_now()
         os.abort()
     dist.barrier()
 
@@ -48,6 +57,7 @@ def segfault_rank_one():
     if dist.get_rank() == 1:
         import ctypes
 
+        fault_now()
         ctypes.string_at(0)
     dist.barrier()
 
@@ -64,12 +74,14 @@ def abort_slowly_in_rank_one():
         faulthandler.disable()  # (closes the worker's file) re-enabled below over Python's handler, which it chains to
         signal.signal(signal.SIGABRT, lambda *_: time.sleep(3600))
         faulthandler.enable(report, all_threads=True)
+        fault_now()
         os.kill(os.getpid(), signal.SIGABRT)
         time.sleep(3600)
     dist.barrier()
 
 def skip_in_rank_one():
     if dist.get_rank() == 1:
+        fault_now()
         pytest.skip("no widget on rank 1")
     dist.barrier()
 
@@ -80,6 +92,7 @@ def xfail_in_rank_zero():
 
 def exit_quietly_in_rank_one():
     if dist.get_rank() == 1:
+        fault_now()
         os._exit(0)  # leaves without running the body: must not pass
     return dist.get_rank()
 """
@@ -98,7 +111,7 @@ def test_fault(distperf):
         distperf.run_function(faults.{fn})
     finally:
         with open("fault-seconds.txt", "w") as f:
-            f.write(f"{{time.monotonic() - start:.2f}}")
+            f.write(f"{{time.monotonic() - start:.2f}} {{time.time()!r}}")
 """
 
 
@@ -139,11 +152,16 @@ INNER_PYTEST = [sys.executable, "-X", "faulthandler", "-c",
 
 
 def run_fault(pytester, fn, timeout=120):
+    """The inner test's result, its seconds from start to end (launch included) and from the fault to its end (None
+    where no fault ran: a hang, an xfail)."""
     pytester.makepyfile(faults=FAULTS)
     pytester.makepyfile(TEST_FILE.format(fn=fn, timeout=timeout))
-    result = pytester.runpytest("--distperf", "-rsx", "-p", "no:cacheprovider")
-    seconds = float((pytester.path / "fault-seconds.txt").read_text())
-    return result, seconds
+    fault_at = pytester.path / "fault-at.txt"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DISTPERF_FAULT_AT", str(fault_at))  # inherited by the ranks
+        result = pytester.runpytest("--distperf", "-rsx", "-p", "no:cacheprovider")
+    seconds, ended_at = map(float, (pytester.path / "fault-seconds.txt").read_text().split())
+    return result, seconds, (ended_at - float(fault_at.read_text())) if fault_at.exists() else None
 
 
 @pytest.mark.parametrize("fn,lines", [
@@ -159,43 +177,52 @@ def run_fault(pytester, fn, timeout=120):
                                   "*in abort_slowly_in_rank_one*"]),
 ])
 def test_a_dying_rank_fails_the_test_within_seconds(pytester, tag, fn, lines):
-    result, seconds = run_fault(pytester, fn, timeout=300)
+    result, _, seconds = run_fault(pytester, fn, timeout=300)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(lines + ["*--- rank 0 stderr*", "*job folder (logs of every rank)*"])
     out = result.stdout.str()
     assert "During handling of the above exception" not in out  # one report per failure
     assert out.count("(root cause)") == 1, out
+    # From the fault to the failed test (the launch left out). Measured on the shared 2-core box, 3 rounds quiet,
+    # 3 with two busy loops, 1 with four (load 5.7): raise, SIGKILL, SIGABRT, SIGSEGV 0.59-1.56 s; the slow abort
+    # 10.8-11.4 s (FATAL_REPORT_GRACE_SECONDS, 10 s, is in it). 30 s is 2.6x the slowest, 19x the others', and a
+    # tenth of the job timeout a missed fault would run into.
     assert seconds < 30, f"fault took {seconds:.1f} s to surface"
 
 
 def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):
-    result, seconds = run_fault(pytester, "hang_in_rank_one", timeout=12)
+    result, seconds, _ = run_fault(pytester, "hang_in_rank_one", timeout=12)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*timed out after 12 s*every rank was ended*",
         "*--- rank 1 stderr*",
         "*in hang_in_rank_one*",
     ])
+    # From the inner test's start: the job timeout (12 s) is the floor; measured 13.7-14.8 s (8 rounds quiet, 6 with
+    # two busy loops, 1 with four), the stack dump and the ends of the ranks included: 12 s of headroom above it.
     assert 12 <= seconds < 12 + 15
 
 
 def test_pytest_skip_in_a_rank_skips_the_test(pytester, tag):
-    result, seconds = run_fault(pytester, "skip_in_rank_one")
+    result, _, seconds = run_fault(pytester, "skip_in_rank_one")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*rank 1: no widget on rank 1*"])
-    assert seconds < 30
+    assert seconds < 30  # from the skip: measured 0.09-0.27 s (7 rounds, quiet and loaded, as above)
 
 
 def test_pytest_xfail_in_a_rank_xfails_the_test(pytester, tag):
-    result, _ = run_fault(pytester, "xfail_in_rank_zero")
+    result, _, _ = run_fault(pytester, "xfail_in_rank_zero")
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines(["*rank 0: known broken widget*"])
 
 
 def test_a_rank_that_leaves_without_a_value_is_a_failure(pytester, tag):
-    result, seconds = run_fault(pytester, "exit_quietly_in_rank_one")
+    result, _, seconds = run_fault(pytester, "exit_quietly_in_rank_one")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*rank 1 (pid *) exited without returning a value and without an error*"])
+    # From the quiet exit: VANISHED_GRACE_SECONDS (8 s) and the rest, measured 8.7-9.2 s (7 rounds, quiet and loaded,
+    # as above); 40 s is 4.3x that. (Counted from the inner test's start it read 10.6-15.3 s, and once 30.2 s on a
+    # box loaded by two busy loops and another session: the launch is what a busy box stretches, so it is left out.)
     assert seconds < 40
 
 
@@ -222,6 +249,9 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
         time.sleep(0.2)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode(errors="replace")[-2000:]
     assert not tagged_processes(tag)
+    # Ctrl-C to no process left: the launcher's end_tree gives SIGTERM, then SIGKILL, TERM_GRACE_SECONDS (3 s) each,
+    # and the inner pytest unwinds. Measured 1.6-4.4 s quiet (8 rounds), 3.0-6.0 s with two busy loops (6), 8.6 s
+    # with four (load 5.7 on 2 cores): 15 s is 1.75x the worst of those, 2.5x the two-loop worst.
     assert time.monotonic() - interrupted < 15
 
 

@@ -219,6 +219,8 @@ def test_a_killed_torchrun_agent_fails_the_test_naming_it(pytester, tag):
     result.stdout.fnmatch_lines(["*node agent 1 (host *, ranks 1) died of SIGKILL (root cause)*",
                                  "*job folder (logs of every rank and agent)*"])
     to_failure = ended_at - float(open(stamp).read())
+    # From the kill: measured 0.65-1.80 s (5 rounds quiet), 1.06-1.23 s (3 with two busy loops) on the 2-core box;
+    # 30 s is 17x the slowest and far below the job timeout a missed death would run into.
     assert to_failure < 30, f"the dead agent took {to_failure:.1f} s to fail the test"
 
 
@@ -250,6 +252,8 @@ def test_a_killed_agent_in_a_slurm_job_fails_the_test_and_ends_the_job(pytester,
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SLURM job *node agent 1 (host *, ranks *) died of SIGKILL (root cause)*"])
     to_failure = ended_at - float(open(stamp).read())
+    # The torchrun case above, measured; here PEER_GRACE_SECONDS (10 s) may come first. Not measured on this box
+    # (no SLURM cluster here: the test skips); the same 30 s as for torchrun.
     assert to_failure < 30, f"the dead agent took {to_failure:.1f} s to fail the test"
     assert squeue_jobs() == []
 

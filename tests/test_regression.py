@@ -18,7 +18,7 @@ from pytest_distperf.store.baselines import JobEntry, MetricSeries
 from pytest_distperf.spec.settings import SettingsError
 from pytest_distperf.decide.policy import Policy, policy_for
 from pytest_distperf.decide.regression import decide_job
-from pytest_distperf.decide.verdicts import Resolution, decide_metric, is_failing
+from pytest_distperf.decide.verdicts import Resolution, decide_metric, describe_verdict, is_failing
 from pytest_distperf.report.terminal import render
 from pytest_distperf.report.document import TestDocument
 
@@ -134,6 +134,46 @@ def test_memory_is_decided_on_its_interval_against_max_of_2_percent_and_64_mib()
     noisy = [100 * MiB, 180 * MiB, 140 * MiB]
     assert decide_metric("t", "j", "m", mem(noisy), mem([210 * MiB, 150 * MiB, 180 * MiB]),
                          Policy()).status == "inconclusive"
+
+
+def test_on_cpu_the_gate_decides_memory_on_the_training_state_and_shows_host_rss_beside_it():
+    """Host RSS growth (peak_memory on CPU) grew +80 % while the training state stayed put: the memory verdict is
+    train_memory's and passes; RSS is on it in words, never a verdict of its own. On CUDA peak_memory decides."""
+    entry = JobEntry("job", "h", {}, {"peak_memory": mem([100 * MiB] * 3), "train_memory": mem([30 * MiB] * 3)})
+    current = {"step_time": time_series([100, 101]), "peak_memory": mem([180 * MiB] * 2),
+               "train_memory": mem([30 * MiB] * 2)}
+    by = {v.metric: v for v in decide_job("t", "job", entry, "h", current, Policy(), "", device="cpu")}
+    assert set(by) == {"step_time", "train_memory"} and by["train_memory"].status == "pass"
+    assert by["train_memory"].secondary == ("host RSS growth during training (peak_memory; shown, not decided on: it "
+                                            "counts imports and one-time allocations): baseline 100.00 MiB, current "
+                                            "180.00 MiB (+80.0%)")
+    assert by["train_memory"].secondary in "\n".join(describe_verdict(by["train_memory"], Policy()))
+    # the training state moved: that fails, whatever RSS did
+    grown = {**current, "train_memory": mem([130 * MiB] * 2), "peak_memory": mem([100 * MiB] * 2)}
+    by = {v.metric: v for v in decide_job("t", "job", entry, "h", grown, Policy(), "", device="cpu")}
+    assert by["train_memory"].status == "fail" and "+0.0%" in by["train_memory"].secondary
+    # no baseline: the current RSS alone
+    [v] = [v for v in decide_job("t", "job", None, "h", current, Policy(), "new", device="cpu")
+           if v.metric == "train_memory"]
+    assert v.status == "new" and v.secondary.endswith("): current 180.00 MiB")
+    # named in baseline_metrics, peak_memory stands for the memory verdict: on CPU the training state's
+    p = Policy(metrics=("peak_memory",))
+    assert [v.metric for v in decide_job("t", "job", entry, "h", current, p, "", device="cpu")] == ["train_memory"]
+    # CUDA: the peak allocated decides, nothing beside it
+    cuda = {v.metric: v for v in decide_job("t", "job", entry, "h", current, Policy(), "", device="cuda")}
+    assert cuda["peak_memory"].status == "fail" and not any(v.secondary for v in cuda.values())
+
+
+def test_head_vs_base_decides_cpu_memory_on_the_training_state():
+    from pytest_distperf.decide.against import decide_pairs
+    from pytest_distperf.decide.decision import Design
+    from pytest_distperf.spec.job import JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
+    pairs = [(fake_run(job, 100, rss_growth=200 * MiB), fake_run(job, 100)) for _ in range(3)]
+    by = {v.metric: v for v in decide_pairs("t", "job", pairs, Policy(), Design())}
+    assert "peak_memory" not in by and by["train_memory"].status == "pass"
+    assert by["train_memory"].secondary.endswith("base 100.00 MiB, head 200.00 MiB (+100.0%)")
 
 
 def test_counts_are_exact():
@@ -290,13 +330,14 @@ def test_a_changed_job_config_reads_not_comparable(pytester: pytest.Pytester, sa
 
 
 # -- the per-test gate (plain RunResult data: what ranks send back, no jobs) ---------------------------------------
-def fake_run(job, ms: float, opt_bytes: int = 1000):
-    from pytest_distperf.rank.results import RankResult, RunResult
+def fake_run(job, ms: float, opt_bytes: int = 1000, rss_growth: int = 100 * MiB, state: int = 30 * MiB):
+    from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
 
     ranks = [RankResult(rank=r, step_times=[ms / 1e3] * 4, losses=[1.0] * 4, cuda_peak_allocated=None,
-                        cuda_peak_reserved=None, host_peak_rss=200 * MiB, host_rss_before_build=100 * MiB,
+                        cuda_peak_reserved=None, host_peak_rss=100 * MiB + rss_growth, host_rss_before_build=100 * MiB,
                         optimizer_state_bytes=opt_bytes, num_params=10, tokens_per_step=64, build_seconds=0.1,
-                        warmup_seconds=0.1) for r in range(2)]
+                        warmup_seconds=0.1, work=WorkResult(steps=2, state_bytes=state, step_peak_bytes=[MiB] * 2))
+             for r in range(2)]
     return RunResult(spec=job, ranks=ranks, wall_seconds=1.0)
 
 
@@ -378,7 +419,11 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
         warnings.simplefilter("error", BaselineNoisyWarning)
         landing = gate.finish(test_passed=True)
     saved = {r.metric: r for r in landing.records if isinstance(r, Resolution)}
-    assert set(saved) == {"step_time", "peak_memory"}  # counts are exact: nothing to resolve
+    # counts are exact: nothing to resolve; on CPU memory is decided on the training state, and host RSS growth,
+    # stored beside it, is never decided on: nothing said of it either
+    assert set(saved) == {"step_time", "train_memory"}
+    stored = json.loads((tmp_path / "baselines" / gate.machine.name / "t--test_x.json").read_text())
+    assert {"peak_memory", "train_memory"} <= set(stored["jobs"]["ddp tiny x2 cpu"]["metrics"])
     quiet = saved["step_time"]
     assert quiet.can_pass and 0.05 < quiet.fails_above < 0.08 and quiet.candidate_runs == 12
     assert quiet.file == os.path.relpath(gate.path, tmp_path) and quiet.test == "t.py::test_x"

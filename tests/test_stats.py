@@ -22,12 +22,19 @@ def test_max_relative_difference():
     assert max_relative_difference([1.0, 2.0], [1.0, 2.02]) == pytest.approx(0.02 / 2.02)
 
 
-def _run(label_steps, memory, losses=(1.0, 0.9)):
-    spec = JobSpec(world_size=2, device="cpu", strategy="ddp")
-    ranks = [RankResult(rank=r, step_times=list(label_steps), losses=list(losses), cuda_peak_allocated=None,
-                        cuda_peak_reserved=None, host_peak_rss=memory + 100, host_rss_before_build=100,
+def _run(label_steps, memory, losses=(1.0, 0.9), device="cpu", state=None):
+    """A 2-rank run: `memory` is the host RSS growth (CPU) or the CUDA peak allocated; `state`, the training
+    state's bytes of the work phase (CPU; a step's allocation peak of 1 MiB on top), None: no work phase."""
+    from pytest_distperf.rank.results import WorkResult
+
+    spec = JobSpec(world_size=2, device=device, strategy="ddp")
+    work = None if state is None else WorkResult(steps=2, state_bytes=state - (1 << 20), step_peak_bytes=[1 << 20] * 2)
+    cuda = device == "cuda"
+    ranks = [RankResult(rank=r, step_times=list(label_steps), losses=list(losses),
+                        cuda_peak_allocated=memory if cuda else None, cuda_peak_reserved=None,
+                        host_peak_rss=(0 if cuda else memory) + 100, host_rss_before_build=100,
                         optimizer_state_bytes=1200, num_params=100, tokens_per_step=512, build_seconds=0.0,
-                        warmup_seconds=0.0) for r in range(2)]
+                        warmup_seconds=0.0, work=work) for r in range(2)]
     return RunResult(spec=spec, ranks=ranks, wall_seconds=1.0)
 
 
@@ -74,15 +81,51 @@ def test_an_inconclusive_check_runs_more_pairs_until_decided():
 
 
 def test_memory_and_loss_checks():
-    a = SideSummary("A", [_run([0.1], 3 << 20, losses=(1.0, 0.9)), _run([0.1], 3 << 20, losses=(1.0, 0.9))])
-    b = SideSummary("B", [_run([0.1], 2 << 20, losses=(1.0, 0.9001)), _run([0.1], 2 << 20, losses=(1.0, 0.9))])
+    # CUDA: the memory check decides on the CUDA peak allocated, and is named after it
+    a = SideSummary("A", [_run([0.1], 3 << 20, losses=(1.0, 0.9), device="cuda")] * 2)
+    b = SideSummary("B", [_run([0.1], 2 << 20, losses=(1.0, 0.9001), device="cuda"),
+                          _run([0.1], 2 << 20, losses=(1.0, 0.9), device="cuda")])
     cmp = Comparison(a, b)
-    with pytest.raises(DistPerfCheckFailed, match="peak memory of A is 1.500x B's"):
+    with pytest.raises(DistPerfCheckFailed, match="peak memory of A is 1.500x B's") as e:
         cmp.assert_memory_within(1.1)
+    assert "CUDA peak allocated 3.00 MiB" in str(e.value) and "host RSS" not in str(e.value)
+    assert cmp.checks[-1].name == "peak_memory" and cmp.checks[-1].secondary == ""
     assert cmp.assert_losses_match(1e-3).passed
     # every run of A against every run of B: B's first run is the one that differs
     with pytest.raises(DistPerfCheckFailed, match=r"losses of A and B differ .* A run 1, B run 1"):
         cmp.assert_losses_match(1e-6)
+
+
+def test_on_cpu_the_memory_check_decides_on_the_training_state_and_shows_host_rss_beside_it():
+    """Host RSS growth counts what a rank imports and a library's one-time allocations: A's RSS grows 3x B's while
+    both hold the same training state. The check passes on the training state, is named after it, and says the RSS
+    figures beside it; where the training state differs, it fails on that, with RSS still shown, not deciding."""
+    from pytest_distperf.decide.checks import Check
+
+    def side(label, rss, state):
+        return SideSummary(label, [_run([0.1], rss, state=state), _run([0.1], rss, state=state)])
+
+    cmp = Comparison(side("A", 90 << 20, 30 << 20), side("B", 30 << 20, 30 << 20))
+    check = cmp.assert_memory_within(1.1)
+    assert check.passed and check.name == "train_memory" and check.ratio == pytest.approx(1.0)
+    assert (check.a_value, check.b_value) == pytest.approx((30 << 20, 30 << 20))
+    assert check.secondary.startswith("host RSS growth during training (peak_memory; shown, not decided on")
+    assert "A 90.00 MiB, B 30.00 MiB, 3.000x" in check.secondary
+    assert Check.from_json(check.to_json()) == check  # the reports carry it
+
+    cmp = Comparison(side("A", 30 << 20, 45 << 20), side("B", 30 << 20, 30 << 20))
+    with pytest.raises(DistPerfCheckFailed) as e:
+        cmp.assert_memory_within(1.1)
+    msg = str(e.value)
+    assert msg.startswith("training-state memory (train_memory) of A is 1.500x B's, above the 1.10x limit")
+    assert "A A: training state (parameters, gradients, optimizer state + a step's allocation peak) 45.00 MiB" in msg
+    assert "host RSS growth during training (peak_memory; shown, not decided on" in msg and "1.000x" in msg
+
+    # no training state measured (a CPU job without a work phase): skipped with the reason, never decided on RSS
+    from _pytest.outcomes import Skipped
+
+    with pytest.raises(Skipped, match="train_memory of A: the job ran no work phase"):
+        Comparison(side("A", 90 << 20, None), side("B", 30 << 20, None)).assert_memory_within(1.1)
 
 
 def test_slowest_rank_sets_each_step_time():

@@ -109,6 +109,8 @@ def test_cpu_window_is_wall_time_and_touches_no_gpu(monkeypatch):
     out = [window.time(lambda: time.sleep(0.02) or "loss") for _ in range(2)]
     assert out == ["loss", "loss"]
     times = window.finish()
+    # a 20 ms sleep timed: measured 20.1-20.2 ms (8 runs, quiet and with two busy loops); the floor is the sleep's
+    # own (less 1 ms of clock rounding), the 0.5 s ceiling 25x it, for a scheduler that leaves the process waiting
     assert len(times) == 2 and all(0.019 < t < 0.5 for t in times)
 
 

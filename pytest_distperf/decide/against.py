@@ -29,11 +29,11 @@ from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.decide.regression import GateContext, Landing, note_deciding_figure, until_job_decided
 from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
-                                             is_failing)
+                                             is_failing, job_metrics, secondary_text)
 from pytest_distperf.store.baselines import job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import job_figures
+from pytest_distperf.measure.figures import job_figures, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 
@@ -191,8 +191,16 @@ def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], 
     on the paired interval: the gate's limits, counts exactly."""
     head = metrics_from_runs([h for h, _ in pairs])
     base = metrics_from_runs([b for _, b in pairs])
-    return [decide_metric(test, job, name, base[name], current, policy, design, paired=True)
-            for name, current in head.items() if policy.gates(name) and name in base]
+    device = pairs[0][0].spec.device if pairs else None
+    out = []
+    for name in job_metrics(head, policy, device):  # memory on the device's memory figure, as the gate decides it
+        if name not in base:
+            continue
+        v = decide_metric(test, job, name, base[name], head[name], policy, design, paired=True)
+        other = secondary_memory_metric(device) if device else None
+        v.secondary = secondary_text(name, device, base.get(other) if other else None, head, ("base", "head"))
+        out.append(v)
+    return out
 
 
 class AgainstGate:

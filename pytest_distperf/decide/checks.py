@@ -21,8 +21,9 @@ from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, breakdown_lines, job_figures, memory_kind,
-                                             run_peak_memory, run_step_time, run_work, work_not_measured)
+from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, breakdown_lines, geometric_mean, job_figures,
+                                             memory_metric, memory_words, run_peak_memory,
+                                             run_step_time, run_work, secondary_memory_metric, work_not_measured)
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.measure.wording import bound_text, is_words
@@ -33,7 +34,7 @@ from pytest_distperf.rank.results import RunResult
 class Check:
     """One decided check. ratio/low/high: A/B and its interval (None: unbounded; exact checks have none)."""
 
-    name: str  # "step_time", "peak_memory", "loss_match", probe checks' names
+    name: str  # "step_time", "peak_memory" / "train_memory" (the memory figure that decided), "loss_match", ...
     a: str
     b: str
     a_value: float
@@ -53,6 +54,8 @@ class Check:
     stopped: str = ""  # why no more pairs were run
     reason: str = ""
     next_look: int | None = None  # the design's next planned look (0: the last was reached; None: not said)
+    # A figure shown beside the one that decided, never decided on (a CPU memory check: host RSS growth), in words
+    secondary: str = ""
 
     @property
     def passed(self) -> bool:
@@ -137,7 +140,8 @@ class SideSummary:
         """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
         values = [run_work(r).get(metric) for r in self.runs]
         if any(v is None for v in values):
-            why = work_not_measured(self.runs).get(WORK_METRICS[metric][0], "the job ran no work phase")
+            field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
+            why = work_not_measured(self.runs).get(field_name, "the job ran no work phase (JobSpec.work_steps 0)")
             import pytest
 
             pytest.skip(f"{metric} of {self.label}: {why}")
@@ -151,9 +155,22 @@ class SideSummary:
         return (f"{self.label}: GPU kernel time {fmt_seconds(f.work['gpu_time'])}{spread} a step{share}, "
                 f"wall step time {fmt_seconds(f.step_time)}, over {f.runs} run(s)")
 
-    def memory_line(self) -> str:
-        mems = self.run_peak_memories
-        return (f"{self.label}: {memory_kind(self.runs[0].spec.device)} {fmt_bytes(self.figures.peak_memory)} "
+    @property
+    def device(self) -> str:
+        return self.runs[0].spec.device
+
+    def run_memories(self, metric: str) -> list[float]:
+        """One value per run of a memory figure: `peak_memory` (run_peak_memory) or `train_memory` (the work
+        phase's; skips the test where a run has none)."""
+        return self.run_peak_memories if metric == "peak_memory" else self.run_work(metric)
+
+    def memory(self, metric: str) -> float:
+        """The job's memory figure: the geometric mean of its runs (measure/figures.py)."""
+        return self.figures.peak_memory if metric == "peak_memory" else geometric_mean(self.run_work(metric))
+
+    def memory_line(self, metric: str = "peak_memory") -> str:
+        mems = self.run_memories(metric)
+        return (f"{self.label}: {memory_words(metric, self.device)} {fmt_bytes(self.memory(metric))} "
                 f"(runs {fmt_bytes(min(mems))} - {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
 
 
@@ -200,10 +217,11 @@ class Comparison:
 
     def _ratio_check(self, name: str, k: float, values: Callable[[SideSummary], list[float]],
                      value: Callable[[SideSummary], float], unit: str, line: Callable[[SideSummary], str],
-                     what: str) -> Check:
+                     what: str, secondary: Callable[[], str] | None = None) -> Check:
         __tracebackhide__ = True  # pytest shows the message, not this frame
         v = self._decide(values, k, what)
-        check = Check.from_verdict(name, self.a.label, self.b.label, value(self.a), value(self.b), unit, v)
+        check = Check.from_verdict(name, self.a.label, self.b.label, value(self.a), value(self.b), unit, v,
+                                   secondary=secondary() if secondary else "")
         self._add(check)
         noise = (f"  pair-to-pair variation {check.pair_cv:.1%}" if check.pair_cv is not None else "  ") + (
             f", run-to-run {check.run_cv_a:.1%} (A) / {check.run_cv_b:.1%} (B)"
@@ -216,6 +234,7 @@ class Comparison:
                 f"(the whole interval is)",
                 f"  A {line(self.a)}", f"  B {line(self.b)}", interval, noise.rstrip(), f"  {self._config_notes()}",
                 *(breakdown_lines(self.a, self.b) if name == "step_time" else []),  # where the time goes
+                *([f"  {check.secondary}"] if check.secondary else []),
             ]), check)
         if v.outcome == INCONCLUSIVE:
             text = check.interval_text()
@@ -224,7 +243,8 @@ class Comparison:
             message = "\n".join([
                 f"{what} of {self.a.label} vs {self.b.label}: inconclusive, {check.ratio:.3f}x {held} after "
                 f"{check.pairs} interleaved pair(s) ({v.stopped})",
-                f"  A {line(self.a)}", f"  B {line(self.b)}", noise.rstrip()])
+                f"  A {line(self.a)}", f"  B {line(self.b)}", noise.rstrip(),
+                *([f"  {check.secondary}"] if check.secondary else [])])
             (self.adaptive.on_inconclusive or warn_inconclusive)(check, message)
         return check
 
@@ -235,10 +255,27 @@ class Comparison:
                                  SideSummary.step_line, "step time")
 
     def assert_memory_within(self, k: float) -> Check:
-        """Fail unless A's peak memory is at most k x B's (CUDA peak allocated; host RSS growth on CPU)."""
+        """Fail unless A's memory is at most k x B's, on the device's memory figure (measure/figures.memory_metric):
+        CUDA peak allocated on CUDA; on CPU the training state (`train_memory`: parameters, gradients, optimizer
+        state + a step's allocation peak), with host RSS growth beside it as a secondary figure, never decided on
+        (it counts imports and one-time engine allocations). The check is named after the figure that decided it
+        ("peak_memory" or "train_memory"). Skips where the figure was not measured (a CPU job without a work
+        phase)."""
         __tracebackhide__ = True
-        return self._ratio_check("peak_memory", k, lambda s: s.run_peak_memories, lambda s: s.figures.peak_memory,
-                                 "bytes", SideSummary.memory_line, "peak memory")
+        metric = memory_metric(self.a.device)
+        self.a.run_memories(metric), self.b.run_memories(metric)  # skip before any pair is added
+        other = secondary_memory_metric(self.a.device)
+        what = "peak memory" if metric == "peak_memory" else f"training-state memory ({metric})"
+        return self._ratio_check(metric, k, lambda s: s.run_memories(metric), lambda s: s.memory(metric), "bytes",
+                                 lambda s: s.memory_line(metric), what,
+                                 (lambda: self._secondary_memory(other)) if other else None)
+
+    def _secondary_memory(self, metric: str) -> str:
+        """The secondary memory figure of both sides, in words: shown beside the one that decided, never decided."""
+        a, b = self.a.memory(metric), self.b.memory(metric)
+        ratio = f", {a / b:.3f}x" if b > 0 else ""
+        return (f"{memory_words(metric, self.a.device)} ({metric}; shown, not decided on: it counts imports and "
+                f"one-time allocations): A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}")
 
     def assert_gpu_time_within(self, k: float) -> Check:
         """Fail unless A's GPU kernel time per step (compute + memcpy/memset, measure/figures.py) is at most k x

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.measure.figures import KNOWN_METRICS
+from pytest_distperf.measure.figures import KNOWN_METRICS, memory_metric
 
 
 # Marker keys of earlier versions and what replaced them.
@@ -28,8 +28,12 @@ class Policy:
     strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     metrics: tuple[str, ...] | None = None  # gated metrics; None: all
 
-    def gates(self, metric: str) -> bool:
-        return self.metrics is None or metric in self.metrics
+    def gates(self, metric: str, device: str | None = None) -> bool:
+        """Whether the gate decides this metric. Named in `metrics`, "peak_memory" stands for the memory verdict,
+        which on CPU the training state decides (measure/figures.memory_metric): there it gates `train_memory`."""
+        if self.metrics is None or metric in self.metrics:
+            return True
+        return device is not None and metric == memory_metric(device) and "peak_memory" in self.metrics
 
 
 def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Policy:

@@ -27,8 +27,8 @@ from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (MetricVerdict, Resolution, decide_metric, describe_verdict, is_failing,
-                                             is_pending, property_text, resolutions)
-from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures
+                                             is_pending, job_metrics, property_text, resolutions, secondary_text)
+from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
@@ -36,11 +36,14 @@ from pytest_distperf.measure.units import fmt_pct
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
-               policy: Policy, missing_reason: str, design: Design = Design()) -> list[MetricVerdict]:
+               policy: Policy, missing_reason: str, design: Design = Design(),
+               device: str | None = None) -> list[MetricVerdict]:
+    """The verdicts of one job's metrics against its stored entry. With the job's `device`, memory is decided on
+    the device's memory figure and the secondary one (host RSS growth on CPU) rides on its verdict
+    (verdicts.job_metrics, verdicts.secondary_text)."""
     out = []
-    for name, series in current.items():
-        if not policy.gates(name):
-            continue
+    for name in job_metrics(current, policy, device):
+        series = current[name]
         if entry is None:
             v = decide_metric(test, label, name, None, series, policy, design)
             v.note = missing_reason
@@ -50,6 +53,11 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
             v.note = f"the job's configuration changed (hash {entry.config_hash} -> {config_hash})"
         else:
             v = decide_metric(test, label, name, entry.metrics.get(name), series, policy, design)
+        other = secondary_memory_metric(device) if device else None
+        reference = None
+        if other is not None and entry is not None and entry.config_hash == config_hash:
+            reference = entry.metrics.get(other)
+        v.secondary = secondary_text(name, device, reference, current)
         out.append(v)
     return out
 
@@ -199,7 +207,7 @@ class BaselineGate:
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
                  nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
-        self.session, self.nodeid, self.policy = session, nodeid, policy
+        self.session, self.nodeid, self.policy, self.device = session, nodeid, policy, device
         self.machine = session.machine(device, world_size, nodes, inter_node)
         self.environment = session.environment(device)
         # The file's key does not move with the rootdir (store.Store): the test file from the project root.
@@ -265,7 +273,7 @@ class BaselineGate:
                 self.unmatched_said = True
                 warnings.warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"), stacklevel=2)
         out = decide_job(self.nodeid, m.key, self._entry(m), m.config_hash, metrics_from_runs(m.runs), self.policy,
-                         reason, self.design)
+                         reason, self.design, self.device)
         for v in out:
             v.stopped = self.stopped.get(m.key, "")
         if m.runs:
@@ -314,7 +322,8 @@ class BaselineGate:
     def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[Resolution]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
         rel = os.path.relpath(path, self.session.rootdir)
-        found = [r for key, entry in jobs.items() for r in resolutions(key, entry.metrics, self.policy, self.design)]
+        found = [r for key, entry in jobs.items()
+                 for r in resolutions(key, entry.metrics, self.policy, self.design, self.device)]
         for r in found:
             if not r.can_pass:
                 warnings.warn(BaselineNoisyWarning(

@@ -6,7 +6,10 @@ against the stored runs, unpaired (the stored runs are fixed; only the candidate
 - time: FAIL when the whole interval lies beyond 1 + T, T the smallest slowdown worth failing for
   (`time_threshold`, default 5 %, per test through the marker): T is a floor the interval must clear,
   not a multiple of the noise. PASS when the interval lies within 1 + T; INCONCLUSIVE while it holds it.
-- memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline).
+- memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline), on the device's
+  memory figure (measure/figures.memory_metric): CUDA peak allocated on CUDA, the training state (`train_memory`)
+  on CPU; there host RSS growth (`peak_memory`) is stored and shown on the memory verdict (`secondary`), never
+  decided on (`job_metrics`).
 - counts (collectives, optimizer state bytes): exact.
 - an improvement (the whole interval beyond 1 / (1 + T) on the better side) reads "improved -- refresh the
   baseline" and fails only with --distperf-fail-on-improvement.
@@ -27,7 +30,7 @@ from typing import Any, Mapping
 from pytest_distperf.store.baselines import MetricSeries
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
-from pytest_distperf.measure.figures import WORK_METRICS
+from pytest_distperf.measure.figures import WORK_METRICS, memory_metric, memory_words, secondary_memory_metric
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
 from pytest_distperf.measure.wording import bound_text, is_words
@@ -68,6 +71,8 @@ class MetricVerdict:
     base_commit: str | None = None
     baseline_values: tuple[float, ...] = ()  # the stored runs' values it was decided against (MetricSeries.runs)
     baseline_samples: tuple[tuple[float, ...], ...] = ()  # a time metric's: each stored run's per-step values
+    # A figure shown beside this one, never decided on (on CPU, the memory verdict's host RSS growth), in words
+    secondary: str = ""
 
     def landed(self, policy: Policy, enforced: bool = True) -> "MetricVerdict":
         """The verdict as its test lands it: `fails` says whether it fails the test (never while saving)."""
@@ -122,6 +127,30 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
         t, v.threshold_text = limit_of(baseline, policy, metric)
         _decide_interval(v, baseline, current, t, design, paired)
     return v
+
+
+def job_metrics(current: dict[str, MetricSeries], policy: Policy, device: str | None) -> list[str]:
+    """The metrics of a job the gate decides, in order: those the policy gates (Policy.gates), less the device's
+    secondary memory figure (measure/figures.secondary_memory_metric: host RSS growth on CPU), which is shown on
+    the memory verdict instead (secondary_text). `device` None: every gated metric (no device rule)."""
+    secondary = secondary_memory_metric(device) if device else None
+    return [name for name in current if name != secondary and policy.gates(name, device)]
+
+
+def secondary_text(metric: str, device: str | None, reference: MetricSeries | None, current: dict[str, MetricSeries],
+                   sides: tuple[str, str] = ("baseline", "current")) -> str:
+    """For the verdict of the device's memory figure: its secondary figure (host RSS growth on CPU), reference and
+    current, in words ('' when there is none)."""
+    secondary = secondary_memory_metric(device) if device else None
+    if secondary is None or metric != memory_metric(device or "") or secondary not in current:  # type: ignore[arg-type]
+        return ""
+    cur = current[secondary].center
+    values = f"{sides[1]} {fmt_bytes(cur)}"
+    if reference is not None and reference.runs:
+        values = (f"{sides[0]} {fmt_bytes(reference.center)}, {values}"
+                  + (f" ({fmt_pct(cur / reference.center - 1)})" if reference.center else ""))
+    return (f"{memory_words(secondary, device or 'cpu')} ({secondary}; shown, not decided on: it counts imports and "
+            f"one-time allocations): {values}")
 
 
 def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:
@@ -204,11 +233,14 @@ def fmt_factor(factor: float | None) -> str:
     return "-" if factor is None else (">1000" if factor > 1000 else f"{factor:.2f}")
 
 
-def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design) -> list[Resolution]:
-    """The time and memory metrics of a job about to be saved, each with what it will let the gate decide."""
+def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design,
+                device: str | None = None) -> list[Resolution]:
+    """The time and memory metrics of a job about to be saved that the gate decides (job_metrics), each with what
+    it will let the gate decide."""
     out = []
-    for name, series in metrics.items():
-        if series.kind == "count" or not series.runs or not policy.gates(name):
+    for name in job_metrics(metrics, policy, device):
+        series = metrics[name]
+        if series.kind == "count" or not series.runs:
             continue
         limit, _ = limit_of(series, policy, name)
         out.append(Resolution(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
@@ -317,6 +349,8 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
              f"  {sides[1]:<{width}} {current}"]
     if v.note:
         lines.append(f"  {v.note}" + (f"; {v.stopped}" if v.stopped and v.stopped != "decided" else ""))
+    if v.secondary:
+        lines.append(f"  {v.secondary}")
     if v.status == "inconclusive" and policy.strict:
         lines.append("  (an inconclusive verdict fails because of --distperf-strict)")
     if v.status == "improved":

@@ -11,6 +11,10 @@
 - within-run spread: p10 and p90 over every timed step of every run (slowest rank per step).
 - peak memory of a run (`run_peak_memory`): the highest rank's CUDA peak allocated on CUDA, its host RSS
   growth during training on CPU; of a job: the geometric mean over its runs, like step time.
+- the memory figure (`memory_metric`): the one a memory check and the baseline gate decide on. On CUDA
+  `peak_memory` (CUDA peak allocated); on CPU `train_memory` (below), since host RSS growth also counts what the
+  rank imports and a library's one-time allocations. On CPU `peak_memory` (host RSS growth) stays a secondary
+  figure (`secondary_memory_metric`): stored, shown beside the memory figure and labelled, never decided on.
 - collectives per step (`comms.<kind>.calls_per_step` / `.bytes_per_step`): per rank, the rank with the most
   (the probes' per-step medians); never summed over ranks.
 - optimizer state: bytes summed over ranks (the whole model's state), and per parameter.
@@ -52,7 +56,8 @@ SCOPES: dict[str, tuple[str, str]] = {
     "step_time": ("s", "slowest rank per step; median of a run's steps; geometric mean of the runs"),
     "run_cv": ("log sd", "run-to-run: sd of the log run step times"),
     "pair_cv": ("log sd", "pair-to-pair: sd of the log ratios of interleaved pairs"),
-    "peak_memory": ("bytes", "highest rank (CUDA peak allocated; CPU: host RSS growth); geometric mean of the runs"),
+    "peak_memory": ("bytes", "highest rank (CUDA peak allocated; CPU: host RSS growth, secondary: train_memory "
+                             "decides memory on CPU); geometric mean of the runs"),
     "comms": ("calls, bytes", "per step, per rank (the rank with the most)"),
     "optimizer_state_bytes": ("bytes", "summed over ranks"),
     "gpu_time": ("s", "compute kernels + memcpy/memset per step, the busiest rank; geometric mean of the runs"),
@@ -269,7 +274,29 @@ def work_not_measured(runs: Sequence["RunResult"]) -> dict[str, str]:
 
 
 def memory_kind(device: str) -> str:
+    """What `peak_memory` is on this device."""
     return "CUDA peak allocated" if device == "cuda" else "host RSS growth during training"
+
+
+# The memory figures in words, for messages: what each is.
+MEMORY_WORDS = {"train_memory": "training state (parameters, gradients, optimizer state + a step's allocation peak)"}
+
+
+def memory_metric(device: str) -> str:
+    """The memory figure a memory check and the baseline gate decide on (module docstring): `peak_memory` (CUDA
+    peak allocated) on CUDA, `train_memory` (the training state) on CPU."""
+    return "peak_memory" if device == "cuda" else "train_memory"
+
+
+def secondary_memory_metric(device: str) -> str | None:
+    """The memory figure shown beside the deciding one and never decided on: host RSS growth (`peak_memory`) on
+    CPU; None on CUDA, where `peak_memory` decides."""
+    return None if device == "cuda" else "peak_memory"
+
+
+def memory_words(metric: str, device: str) -> str:
+    """'training state (parameters, ...)', 'host RSS growth during training', 'CUDA peak allocated'."""
+    return MEMORY_WORDS.get(metric) or memory_kind(device)
 
 
 TIME_PARTS = ("startup", "build", "warmup", "timed", "other")

@@ -95,6 +95,8 @@ def check_row(test: TestDocument, c: Check) -> VerdictRow:
     if c.method == "paired":  # the noise the interval is made of, shown next to it
         noise = f"{c.pairs} pairs, pair-to-pair {pair_to_pair(c.method, c.pair_cv)}"
         note = f"{note}; {noise}" if note else noise
+    if getattr(c, "secondary", ""):  # a figure shown beside the one that decided (CPU memory: host RSS growth)
+        note = f"{note}; {c.secondary}" if note else c.secondary
     subject = f"{c.name}: {c.a}" + ("" if absolute else f" vs {c.b}")
     return VerdictRow(test.nodeid, "probe" if probe else "ratio", subject, value, interval_cell(c), limit,
                       outcome, note)
@@ -108,7 +110,8 @@ def verdict_row(test: TestDocument, v: MetricVerdict) -> VerdictRow:
     arrow = " base → head " if v.reference else " → "  # head vs base (decide/against.py): both commits
     value = f"{delta} ({fmt_unit(v.baseline, v.unit)}{arrow}{fmt_unit(v.current, v.unit)})"
     subject = f"{v.metric} of {v.job}" + (f", {v.reference}" if v.reference else "")
-    return VerdictRow(test.nodeid, "baseline", subject, value, interval_cell(v), limit, outcome, v.note, fails)
+    note = "; ".join(x for x in (v.note, v.secondary) if x)  # the secondary figure beside the one that decided
+    return VerdictRow(test.nodeid, "baseline", subject, value, interval_cell(v), limit, outcome, note, fails)
 
 
 def verdict_rows(tests: Iterable[TestDocument]) -> list[VerdictRow]:

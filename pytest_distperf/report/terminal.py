@@ -28,8 +28,9 @@ def _fmt_value(value: float, unit: str) -> str:
 
 # What the job table's figures are (measure/figures.py), said once under it.
 LEGEND = ("step time: slowest rank per step, median of a run's steps, geometric mean of the runs; run-to-run: sd of "
-          "log run step times; peak mem: highest rank (CUDA peak allocated, CPU host RSS growth), geometric mean of "
-          "the runs; collectives: per step, per rank (the rank with the most)")
+          "log run step times; peak mem: highest rank (CUDA peak allocated, CPU host RSS growth: a secondary figure, "
+          "memory on CPU is decided on train mem), geometric mean of the runs; collectives: per step, per rank (the "
+          "rank with the most)")
 _KIND_ABBREV = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR", "broadcast": "BC"}
 _LIMIT_SYMBOL = {"at_most": "<= ", "at_least": ">= ", "above": "> "}  # probe checks (probe_checks.ProbeCheck)
 
@@ -60,7 +61,7 @@ def _probe_row(r: ProbeSummary) -> list[str]:
 WORK_LEGEND = ("work figures: measured in steps of their own after timing (rank/work.py); GPU time: compute "
                "kernels + memcpy/memset, busiest rank; GPU busy: share of the step time the GPU was busy; counts: "
                "the rank with the most; train mem (CPU): parameters, gradients, optimizer state + a step's "
-               "allocation peak")
+               "allocation peak, the figure CPU memory checks and the gate decide on")
 
 
 def _work_row(r: JobFigures) -> list[str]:
@@ -131,6 +132,10 @@ def render(tests: Iterable[TestDocument]) -> list[str]:
     against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
     saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (decide/verdicts.Resolution)
     saved_jobs: set[tuple[str, str]] = set()
+    # a figure shown beside the one that decided, never decided on (CPU memory: host RSS growth), said under the table
+    secondaries: dict[str, str] = {}
+    check_secondaries: dict[str, str] = {}
+    against_secondaries: dict[str, dict[str, str]] = {}
     for t in tests:
         nodeid = t.nodeid
         for j in t.jobs:
@@ -144,10 +149,17 @@ def render(tests: Iterable[TestDocument]) -> list[str]:
         for v in t.verdicts:
             if v.reference:  # head vs base (decide/against.py)
                 against.setdefault(v.reference, []).append(_baseline_row(nodeid, v) + [v.note])
+                if v.secondary:
+                    against_secondaries.setdefault(v.reference, {}).setdefault(f"{v.job} {v.metric}", v.secondary)
             elif v.status == "new":
                 unrecorded.setdefault((nodeid, v.job), []).append(v.metric)
             else:
                 baselines.append(_baseline_row(nodeid, v))
+                if v.secondary:
+                    secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
+        for c in t.checks:
+            if getattr(c, "secondary", ""):
+                check_secondaries.setdefault(f"{short_test(nodeid)} {c.name}", c.secondary)
     lines: list[str] = []
     jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
     if jobs:
@@ -168,17 +180,20 @@ def render(tests: Iterable[TestDocument]) -> list[str]:
     if checks:
         lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit",
                                 "verdict"], checks)
+        lines += [f"  {where}: {text}" for where, text in check_secondaries.items()]
     if probes:
         lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step/rank", "AG median", "overlap", "exposed/step",
                                 "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
     if baselines:
         lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
                                _merge_shared(baselines))
+        lines += [f"  {where}: {text}" for where, text in secondaries.items()]
     for reference, rows in against.items():
         lines += ["", f"{reference}:"] + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval",
                                                  "status"], _merge_shared([row[:-1] for row in rows]))
         lines += [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark(
             "pass")]  # why each undecided, failed or incomparable verdict is so
+        lines += [f"  {where}: {text}" for where, text in against_secondaries.get(reference, {}).items()]
     unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
     if unrecorded:
         lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]

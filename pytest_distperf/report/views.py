@@ -196,10 +196,21 @@ def _comparison_runs(c: Check, a: JobRecord, b: JobRecord) -> Markup:
         key = legend([("circle", SIDE_COLOURS[0], f"A = {c.a}"), ("square", SIDE_COLOURS[1], f"B = {c.b}"),
                       ("bar", "#24292f", "median of the run")])
         return Markup(key) + strip_chart(rows, "s", f"step times of each run of {c.a} and {c.b}", "strip runs")
-    bars = [(f"{tag[0]} run {i + 1}", float(run["peak_memory"]), colour, f"{tag}: run {i + 1}")
-            for tag, job, colour, _ in sides for i, run in enumerate(job.runs) if run.get("peak_memory") is not None]
+    bars = [(f"{tag[0]} run {i + 1}", value, colour, f"{tag}: run {i + 1}")
+            for tag, job, colour, _ in sides for i, run in enumerate(job.runs)
+            if (value := _run_memory(run, c.name)) is not None]
     key = legend([("bar", SIDE_COLOURS[0], f"A = {c.a}"), ("bar", SIDE_COLOURS[1], f"B = {c.b}")])
-    return Markup(key) + bar_chart(bars, "bytes", "peak memory of each run", "bars runs-memory")
+    what = "training state" if c.name == "train_memory" else "peak memory"
+    return Markup(key) + bar_chart(bars, "bytes", f"{what} of each run", "bars runs-memory")
+
+
+def _run_memory(run: Mapping[str, Any], metric: str) -> float | None:
+    """A report run's memory figure: `train_memory` from its work figures, else its peak memory."""
+    if metric == "train_memory":
+        value = (run.get("work") or {}).get("train_memory")
+    else:
+        value = run.get("peak_memory")
+    return None if value is None else float(value)
 
 
 def _verdict_key(v: MetricVerdict) -> tuple[Any, ...]:
@@ -253,8 +264,8 @@ def _baseline_distribution(test: TestDocument, v: MetricVerdict) -> Markup | Non
                 for i, s in enumerate(v.baseline_samples)]
         rows += [(f"current run {i + 1}", run_steps(r), SIDE_COLOURS[0], "circle") for i, r in enumerate(runs)]
         return strip_chart(rows, "s", f"baseline vs current step times of {v.job}", "strip baseline")
-    current = ([float(r["peak_memory"]) for r in runs if r.get("peak_memory") is not None]
-               if v.metric == "peak_memory" else [])
+    current = ([x for r in runs if (x := _run_memory(r, v.metric)) is not None]
+               if v.metric in ("peak_memory", "train_memory") else [])
     bars = [(f"baseline run {i + 1}", float(x), BASELINE_GREY, "") for i, x in enumerate(v.baseline_values)]
     bars += [(f"current run {i + 1}", x, SIDE_COLOURS[0], "") for i, x in enumerate(current)]
     if not current and v.current is not None:
