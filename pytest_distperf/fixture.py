@@ -43,34 +43,6 @@ if TYPE_CHECKING:
     from pytest_distperf.decide.regression import BaselineGate
 
 
-def _drop_scratch(values: dict[int, Any]) -> None:
-    """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
-    in its scratch folder (worker.py: <job folder>/scratch)."""
-    import os
-    import shutil
-
-    for v in values.values():
-        trace = getattr(getattr(v, "probes", None), "trace_path", None)
-        if trace:
-            shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)
-
-
-def _strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dict[str, Any]) -> dict[str, Any]:
-    """Strategy options come in `options={...}`; as keyword arguments they still work, with a warning."""
-    if options is not None and not isinstance(options, dict):
-        raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
-    if legacy:
-        if options:
-            raise UsageError(f"distperf.job({strategy!r}): strategy options given both in options={{...}} and as "
-                             f"keyword arguments ({', '.join(sorted(legacy))}); put them all in options")
-        names = ", ".join(f"{k}=..." for k in sorted(legacy))
-        warnings.warn(DeprecationWarning(
-            f"distperf.job({strategy!r}, {names}): pass strategy options as options={{...}}; keyword strategy "
-            f"options will be removed in the next release"), stacklevel=3)
-        return dict(legacy)
-    return dict(options or {})
-
-
 def _label(job: JobSpec) -> str:
     """A job's name in every report: its description, and its injected work when it carries any (store/baselines.py)."""
     from pytest_distperf.store.baselines import injection_suffix
@@ -151,7 +123,7 @@ class DistPerf:
         after the timing phase (pytest_distperf.rank.probes)."""
         from pytest_distperf.spec import probes as probe_names
 
-        options = _strategy_options(strategy, options, legacy_options)
+        options = userjobs.strategy_options(strategy, options, legacy_options)
 
         probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
         if probe_steps < 1:
@@ -249,7 +221,9 @@ class DistPerf:
                     self.cache.failed_jobs[key] = (self.nodeid, str(e))
                 raise
         if job.probes and not self.settings.keep_jobs:
-            _drop_scratch(values)
+            from pytest_distperf.launch.jobfiles import drop_scratch
+
+            drop_scratch(values)
         return values
 
     def _prepare_ops(self, job: JobSpec) -> None:
