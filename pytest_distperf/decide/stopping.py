@@ -128,8 +128,8 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
     """The one stopping rule of adaptive repeats: look; while `pending` holds of the look and the budget allows,
     add pairs (or runs) up to the next planned look and look again. Returns the last look and why it stopped:
     "decided", "fixed runs" (no `add_pair`), or stop_reason's words (the deadline's also when a job of the step
-    could not start: SessionBudgetSpent, the session budget's hard stop; the last planned look stands). `seen`: the pairs (runs) the look was over;
-    `progress(look, next planned look)` before pairs are added."""
+    could not start: SessionBudgetSpent, the session budget's hard stop; the last planned look stands). `seen`: the
+    pairs (runs) the look was over; `progress(look, next planned look)` before pairs are added."""
     while True:
         current = look()
         if not pending(current):
