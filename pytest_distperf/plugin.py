@@ -410,10 +410,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     dp = item.stash.get(fixture_key, None)
     if rep.when == "setup" and rep.failed and _is_distperf(item):
         rep.distperf_context = {}  # failed before running (e.g. a bad baseline file): still in the reports
+    if dp is not None and dp.out_of_budget and rep.when in ("setup", "call") and not rep.passed:
+        rep.distperf_out_of_budget = dp.out_of_budget  # the session budget stopped it (fixture._within_budget),
+        # in the test or in a fixture of its (a shared probe run in setup)
     if dp is None or rep.when != "call":
         return
-    if dp.out_of_budget:  # the session budget stopped it before its first look was done (fixture._within_budget)
-        rep.distperf_out_of_budget = dp.out_of_budget
     records = dp.test_records()  # its jobs as they ended, checks, probes
     if dp.gate is not None:
         landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with

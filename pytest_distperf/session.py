@@ -157,12 +157,13 @@ class DistPerfSession:
         late = getattr(report, "distperf_out_of_budget", None)  # SessionBudgetSpent's words (plugin.py)
         if not self.is_controller or (context is None and not records and not late):
             return
-        if not (report.when == "call" or (report.failed and report.nodeid not in self.entries)):
+        if not (report.when == "call" or late or (report.failed and report.nodeid not in self.entries)):
             return
         from pytest_distperf.decide.regression import GateContext
         from pytest_distperf.report.document import TestDocument
 
-        outcome = report.outcome if report.when == "call" else "error"
+        # a setup that failed is pytest's error; one the session budget skipped (a fixture's job) a skip
+        outcome = report.outcome if report.when == "call" else "skipped" if report.skipped else "error"
         doc = TestDocument.from_records(
             report.nodeid, outcome, report.duration, records, GateContext.from_json(context or {}),
             str(report.longrepr) if report.failed else None,
@@ -174,7 +175,7 @@ class DistPerfSession:
         if report.when == "call" and records:
             self.summary.append(doc)
             self._count_undecided(report, doc)
-        if report.when == "call" and late:
+        if late:
             from pytest_distperf.report.out_of_budget import STAT
 
             self._add_stat(STAT, report)  # '2 skipped, 2 out of budget': never read as a pass

@@ -170,6 +170,16 @@ def test_late(distperf):
 @pytest.mark.distperf(world_size=2)
 def test_late_measure(distperf):
     distperf.measure_function("steps:make_step", steps=2, warmup=1)
+
+
+@pytest.fixture
+def measured(distperf):
+    return distperf.run(distperf.step_job("steps:make_step", steps=2, warmup=1))
+
+
+@pytest.mark.distperf(world_size=2)
+def test_late_fixture(distperf, measured):  # its job is in its setup (as perf_tests/test_offload.py's shared probe)
+    pass
 """
 
 
@@ -183,31 +193,32 @@ def test_a_session_ends_at_its_budget_and_every_report_names_the_tests_left_out(
     report, comment = pytester.path / "report.json", pytester.path / "comment.md"
     result = pytester.runpytest(*INNER, f"--distperf-session-budget={budget}", f"--distperf-json={report}",
                                 f"--distperf-pr-comment={comment}")
-    result.assert_outcomes(passed=2, skipped=2)
+    result.assert_outcomes(passed=2, skipped=3)
     not_started = (f"session budget {budget} s spent (* s run, waits for the measurement slot left out): job "
                    f"step:steps:make_step x2 cpu not started")
     result.stdout.fnmatch_lines([
         f"*no job starts past it (waits for the measurement slot not counted, each xdist worker its own): a test "
         f"whose first look cannot start is skipped, out of budget",  # the header
-        "distperf: 2 out of budget: not measured: the session budget ran out before their first look "
+        "distperf: 3 out of budget: not measured: the session budget ran out before their first look "
         "(--distperf-session-budget); skipped, no verdict",
         f"  test_late: {not_started}",
         f"  test_late_measure: {not_started}",
+        f"  test_late_fixture: {not_started}",
         f"SKIPPED [[]1[]] test_mine.py:*: {not_started}",  # at the test, not in the plugin
-        "*= 2 passed, 2 skipped, *2 out of budget in *",
+        "*= 2 passed, 3 skipped, *3 out of budget in *",
     ])
     doc = json.loads(report.read_text())
-    assert doc["report_version"] == 4 and doc["summary"]["out_of_budget"] == 2
+    assert doc["report_version"] == 4 and doc["summary"]["out_of_budget"] == 3
     tests = {t["nodeid"].split("::")[1]: t for t in doc["tests"]}
     assert tests["test_first"]["out_of_budget"] is None and len(tests["test_first"]["jobs"]) == 1
-    for name in ("test_late", "test_late_measure"):
+    for name in ("test_late", "test_late_measure", "test_late_fixture"):
         assert tests[name]["outcome"] == "skipped" and not tests[name]["jobs"]  # no job started past the deadline
         assert tests[name]["out_of_budget"].startswith(f"session budget {budget} s spent")
     markdown = summary.read_text()
-    assert "**2 test(s)**: 0 passed, 0 failed, 2 out of budget" in markdown or "2 out of budget" in markdown
-    assert "**⏱ 2 out of budget**" in markdown and "- `test_late`: session budget" in markdown
+    assert "**4 test(s)**: 1 passed, 0 failed, 3 out of budget" in markdown  # the distperf tests
+    assert "**⏱ 3 out of budget**" in markdown and "- `test_late`: session budget" in markdown
     text = comment.read_text()
-    assert "### distperf: ⏱ not all measured" in text and "2 out of budget)" in text
+    assert "### distperf: ⏱ not all measured" in text and "3 out of budget)" in text
     assert "- `test_late_measure`: session budget" in text
 
 
@@ -216,12 +227,12 @@ def test_strict_fails_a_test_the_budget_left_unstarted(pytester: pytest.Pytester
     pytester.makepyfile(test_mine=SESSION.replace("{budget}", "1"))
     result = pytester.runpytest(*INNER, "--distperf-session-budget=1", "--distperf-strict", "-k",
                                 "spends or late")
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(passed=1, failed=2, errors=1)  # test_late_fixture's setup fails: pytest's error
     result.stdout.fnmatch_lines([
         "*session budget 1 s spent (* s run, waits for the measurement slot left out): job step:steps:make_step x2 "
         "cpu not started",
         "*(--distperf-strict: a test the session budget left unstarted fails)",
-        "distperf: 2 out of budget: *; they fail (--distperf-strict)",
+        "distperf: 3 out of budget: *; they fail (--distperf-strict)",
         "FAILED test_mine.py::test_late - *session budget 1 s spent*",
-        "*= 2 failed, 1 passed, *2 out of budget in *",
+        "*= 2 failed, 1 passed, *1 error, 3 out of budget in *",
     ])

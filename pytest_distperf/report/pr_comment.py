@@ -7,6 +7,7 @@ verdicts as report/rows.py's rows (nothing is decided here). What it holds, in o
 - the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
 - every failing, inconclusive (or warning) and improved metric with its change, interval and limit —
   never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
+- the tests the session budget left unmeasured (`N out of budget`, report/out_of_budget.py), each with its reason;
 - the runs used, the measured noise and the machine class;
 - the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
   In GitHub Actions the run's page lists the uploaded artifacts, and its URL is known before the upload:
