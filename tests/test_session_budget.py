@@ -236,3 +236,22 @@ def test_strict_fails_a_test_the_budget_left_unstarted(pytester: pytest.Pytester
         "FAILED test_mine.py::test_late - *session budget 1 s spent*",
         "*= 2 failed, 1 passed, *1 error, 3 out of budget in *",
     ])
+
+
+def test_the_json_report_reads_back_out_of_budget_and_older_versions_have_none():
+    from pytest_distperf.report.document import SessionDocument, TestDocument
+    from pytest_distperf.report.files import json_report, markdown_summary
+    from pytest_distperf.report.pr_comment import render_pr_comment
+
+    late = TestDocument("t.py::test_late", "skipped", 0.0, out_of_budget="session budget 9 s spent (9 s run, waits "
+                                                                           "for the measurement slot left out): job "
+                                                                           "ddp tiny x2 cpu not started")
+    doc = json_report([TestDocument("t.py::test_first", "passed", 1.0), late], {}, {})
+    assert doc["summary"]["out_of_budget"] == 1 and doc["tests"][0]["out_of_budget"] is None
+    again = SessionDocument.from_json(json.loads(json.dumps(doc)))
+    assert [t.out_of_budget for t in again.tests] == [None, late.out_of_budget]
+    older = {**doc, "report_version": 3, "tests": [{k: v for k, v in t.items() if k != "out_of_budget"}
+                                                   for t in doc["tests"]]}
+    assert [t.out_of_budget for t in SessionDocument.from_json(older).tests] == [None, None]
+    assert "**2 test(s)**: 1 passed, 0 failed, 1 out of budget" in markdown_summary(again.tests)
+    assert "(2 tests: 1 pass, 1 skipped, 1 out of budget)" in render_pr_comment(doc)
