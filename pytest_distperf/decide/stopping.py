@@ -32,8 +32,9 @@ from pytest_distperf.spec.settings import MAX_LOOKS
 @dataclass(frozen=True)
 class Budget:
     """How far adaptive repeats may go: pairs (or candidate runs) in all, wall-clock seconds from the clock's
-    start (the test's), a deadline on the monotonic clock shared by every test (the session's), and this test's
-    share of the session (`session_share`), which only looks past the second planned one must keep to.
+    start (the test's), a deadline on the clock's time shared by every test (the session's: session.deadline, also
+    the hard stop of every job launch), and this test's share of the session (`session_share`), which only looks
+    past the second planned one must keep to.
     first_look: the test's repeats, the first planned look."""
 
     max_pairs: int = DEFAULT_MAX_PAIRS
