@@ -53,6 +53,12 @@ class LockWaitTimeout(DistPerfError):
     """A wait for a device lock ran past its limit; the message names the lock's holder (pid and command)."""
 
 
+class SessionBudgetSpent(DistPerfError):
+    """--distperf-session-budget ran out before a job (or a DeepSpeed op build) could start; the message names the
+    budget and what was not started. A test whose first look it stops is skipped (fails with --distperf-strict);
+    adaptive repeats it stops leave their verdict as the last planned look had it."""
+
+
 class JobError(DistPerfError):
     """A job did not produce a value for every rank."""
 

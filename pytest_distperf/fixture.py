@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import sys
 import time
@@ -29,7 +30,7 @@ from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSumma
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
-from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, UsageError
+from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError
 from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 from pytest_distperf.rank.results import RunResult
@@ -44,34 +45,6 @@ if TYPE_CHECKING:
     from pytest_distperf.decide.regression import BaselineGate
 
 
-def _drop_scratch(values: dict[int, Any]) -> None:
-    """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
-    in its scratch folder (worker.py: <job folder>/scratch)."""
-    import os
-    import shutil
-
-    for v in values.values():
-        trace = getattr(getattr(v, "probes", None), "trace_path", None)
-        if trace:
-            shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)
-
-
-def _strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dict[str, Any]) -> dict[str, Any]:
-    """Strategy options come in `options={...}`; as keyword arguments they still work, with a warning."""
-    if options is not None and not isinstance(options, dict):
-        raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
-    if legacy:
-        if options:
-            raise UsageError(f"distperf.job({strategy!r}): strategy options given both in options={{...}} and as "
-                             f"keyword arguments ({', '.join(sorted(legacy))}); put them all in options")
-        names = ", ".join(f"{k}=..." for k in sorted(legacy))
-        warnings.warn(DeprecationWarning(
-            f"distperf.job({strategy!r}, {names}): pass strategy options as options={{...}}; keyword strategy "
-            f"options will be removed in the next release"), stacklevel=3)
-        return dict(legacy)
-    return dict(options or {})
-
-
 def _label(job: JobSpec) -> str:
     """A job's name in every report: its description, and its injected work when it carries any (store/baselines.py)."""
     from pytest_distperf.store.baselines import injection_suffix
@@ -79,10 +52,27 @@ def _label(job: JobSpec) -> str:
     return job.describe() + injection_suffix(job)
 
 
+def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A test's call that launches its jobs: where the session budget stopped one before it started (SessionBudgetSpent,
+    from check_budget), the test is skipped with the budget's words (fails with --distperf-strict) and noted out of
+    budget for the reports. Adaptive repeats catch it first (stopping.look_until): their verdict stands."""
+    @functools.wraps(method)
+    def call(self: "DistPerf", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SessionBudgetSpent as e:
+            from pytest_distperf.launch import outcomes
+
+            self.out_of_budget = str(e)
+            outcomes.out_of_budget(e, self.settings.strict)
+    return call
+
+
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
                  progress: ProgressSink | None = None, gate: "BaselineGate | None" = None,
-                 pairs_deadline: float | None = None, pairs_share: tuple[Any, str] | None = None):
+                 deadline: float | None = None, pairs_share: tuple[Any, str] | None = None,
+                 check_budget: Callable[[str], None] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
         self.base_dir = base_dir
@@ -90,11 +80,15 @@ class DistPerf:
         self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
         self.gate = gate  # this test's baseline (regression.py); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
+        # --distperf-session-budget: no job or op build starts past the session's deadline (session.check_budget);
+        # a test it stops before its first look is done is out of budget (_within_budget).
+        self._check_budget = check_budget or (lambda what: None)
+        self.out_of_budget: str | None = None
         # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
         # wall clock runs from here, and the session's deadline (--distperf-session-budget).
         # Pairs step from planned look to planned look (sequential.planned_looks: the first at the test's repeats);
         # a third or later look also keeps to the test's share of the session budget (stopping.session_share).
-        self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=pairs_deadline,
+        self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
                              if settings.session_budget else "", first_look=plan.repeats,
                              share_deadline=pairs_share[0] if pairs_share else None,
@@ -107,9 +101,10 @@ class DistPerf:
         self._jobs: dict[int, tuple[str, list[RunResult]]] = {}  # id of a job's run list -> (label, the list)
 
     def _budget_now(self) -> float:
-        """The budgets' clock: monotonic time less what this process's jobs spent waiting for a measurement slot
-        (another session's job held it), so a test's and the session's budget count only their own time."""
-        return time.monotonic() - getattr(self.cache, "slot_wait_seconds", 0.0)
+        """The budgets' clock (session.RunCache.budget_now): monotonic time less what this process's jobs spent
+        waiting for a measurement slot (another session's job held it), so a test's and the session's budget count
+        only their own time."""
+        return self.cache.budget_now()
 
     @contextlib.contextmanager
     def _timed_slot(self, slot: Any, what: str, owner: str) -> Any:
@@ -152,7 +147,7 @@ class DistPerf:
         after the timing phase (pytest_distperf.rank.probes)."""
         from pytest_distperf.spec import probes as probe_names
 
-        options = _strategy_options(strategy, options, legacy_options)
+        options = userjobs.strategy_options(strategy, options, legacy_options)
 
         probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
         if probe_steps < 1:
@@ -233,6 +228,7 @@ class DistPerf:
         # without a relaunch. User functions (run_function) are always run.
         key = job.config_hash() if job.function is None and remember_failure else None
         self._prepare_ops(job)
+        self._check_budget(f"job {job.describe()}")  # before its slot: a wait for it is off the budget's clock
         with outcomes.as_pytest_outcome():
             if key in self.cache.failed_jobs:
                 nodeid, error = self.cache.failed_jobs[key]
@@ -250,7 +246,9 @@ class DistPerf:
                     self.cache.failed_jobs[key] = (self.nodeid, str(e))
                 raise
         if job.probes and not self.settings.keep_jobs:
-            _drop_scratch(values)
+            from pytest_distperf.launch.jobfiles import drop_scratch
+
+            drop_scratch(values)
         return values
 
     def _prepare_ops(self, job: JobSpec) -> None:
@@ -266,7 +264,7 @@ class DistPerf:
         say = getattr(self, "notice", None) or self._progress
         owner = f"{self.nodeid} [DeepSpeed op build]"
         with userjobs.naming(self.nodeid):
-            ds_ops.ensure(ops, job.device, say,
+            ds_ops.ensure(ops, job.device, say, may_start=self._check_budget,
                           slot=self._timed_slot(allocator.cpu(owner, say), "the CPU measurement slot", owner))
 
     def _devices(self, job: JobSpec, local_ranks: int):
@@ -284,6 +282,7 @@ class DistPerf:
             return self._timed_slot(allocator.cpu(owner, self._progress), "the CPU measurement slot", owner)
         return contextlib.nullcontext({})
 
+    @_within_budget
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
         """One run of a job. Gated against its baseline on that run alone (one run has no run-to-run variation:
         a time verdict needs measure() or compare())."""
@@ -293,6 +292,7 @@ class DistPerf:
         self._gate(job, runs)
         return runs[0]
 
+    @_within_budget
     def measure(self, strategy: str | JobSpec, *, repeats: int | None = None, **kwargs: Any) -> list[RunResult]:
         """Run one job `repeats` times (the test's repeats by default): the run-level repeats a baseline
         verdict needs to tell a regression from run-to-run drift. While its baseline verdict is INCONCLUSIVE
@@ -324,6 +324,8 @@ class DistPerf:
             head_run = self._run_once(job)
         try:
             base_run = self._run_once(base, remember_failure=False, side="base")
+        except SessionBudgetSpent:
+            raise  # not the base side's failure: the pair is not run
         except (Exception, *PYTEST_OUTCOMES) as e:  # the base side's failure is not HEAD's
             self.gate.base_failed(job, str(getattr(e, "msg", None) or e))  # type: ignore[union-attr]
         if not head_first:
@@ -349,6 +351,7 @@ class DistPerf:
             warnings.warn(GpuClockWarning(clocks), stacklevel=3)
         return result
 
+    @_within_budget
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
                      **kwargs: Any) -> list[Any]:
         """Call `fn(*args, **kwargs)` in every rank; return the values ordered by rank."""
@@ -361,6 +364,7 @@ class DistPerf:
         values = self._launch(job)
         return [values[r] for r in sorted(values)]
 
+    @_within_budget
     def compare(self, a: JobSpec, b: JobSpec, *, repeats: int | None = None, shared: bool = False) -> Comparison:
         """Run A and B in `repeats` interleaved pairs (A B, then B A, ...) and return their Comparison. A check
         that is INCONCLUSIVE on them runs more pairs, up to the test's budget (max_repeats, test_budget).
@@ -381,12 +385,14 @@ class DistPerf:
             i = len(runs_a)
             if self._progress:
                 self._progress(f"pair {i + 1}: {label_a} vs {label_b}")
-            if i % 2 == 0:  # A B, then B A: what drifts within a pair hits both orders alike
-                runs_a.append(self._run(a))
-                runs_b.append(self._run(b))
-            else:
-                runs_b.append(self._run(b))
-                runs_a.append(self._run(a))
+            # A B, then B A: what drifts within a pair hits both orders alike
+            (first, first_runs), (second, second_runs) = ((a, runs_a), (b, runs_b))[::1 if i % 2 == 0 else -1]
+            first_runs.append(self._run(first))
+            try:
+                second_runs.append(self._run(second))
+            except SessionBudgetSpent:
+                first_runs.pop()  # no half pair: the sides (also of tests sharing them) stay paired
+                raise
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
@@ -402,6 +408,7 @@ class DistPerf:
         return Comparison(SideSummary(label_a, runs_a), SideSummary(label_b, runs_b), on_check=self._record_check,
                           adaptive=adaptive)
 
+    @_within_budget
     def probe(self, job: JobSpec, *, shared: bool = False) -> RunResult:
         """Run a job that has probes. `shared=True`: once per session, tests checking different probes of one
         job share its run (and its skip, e.g. no async I/O for NVMe)."""

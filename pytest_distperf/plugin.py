@@ -44,8 +44,10 @@ SETTING_HELP = {
     "shape_cuda": "built-in workload shape for CUDA jobs",
     "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
     "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
-    "session_budget": "adaptive repeats: wall-clock seconds per pytest process after which no test starts a further "
-                      "pair (default: no limit); bounds a CI gate's time, undecided verdicts stay inconclusive",
+    "session_budget": "wall-clock seconds per pytest process (each xdist worker) after which no job starts "
+                      "(default: no limit; waits for the measurement slot not counted): bounds a CI gate's time; "
+                      "a test whose first look cannot start is skipped, out of budget (fails with --distperf-strict), "
+                      "undecided verdicts stay inconclusive",
     # where ranks run (docs/cluster.md)
     "launcher": "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in SLURM jobs",
     "nodes": "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all nodes",
@@ -323,13 +325,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _tests_left(request: pytest.FixtureRequest) -> int:
-    """This test and the session's later ones that may run adaptive pairs (distperf tests their plan does not
-    skip), in run order: what the session budget is shared between (session.pairs_share)."""
+    """This test and the later ones of this process that may run adaptive pairs (distperf tests their plan does not
+    skip), in run order: what the session budget is shared between (session.pairs_share). Each pytest-xdist worker
+    has its own budget and deadline but the whole collection in `session.items`, of which it runs about one in
+    `workercount` (the schedulers deal the tests out as workers free up, so which ones is not known in advance):
+    the later tests are divided between the workers."""
     items = request.session.items
     if request.node not in items:
         return 1
-    later = items[items.index(request.node):]
-    return sum(1 for i in later if _is_distperf(i) and getattr(i.stash.get(plan_key, None), "device", "") is not None)
+    later = items[items.index(request.node) + 1:]
+    count = sum(1 for i in later if _is_distperf(i) and getattr(i.stash.get(plan_key, None), "device", "") is not None)
+    workers = max(1, int(getattr(request.config, "workerinput", {}).get("workercount", 1)))
+    return 1 + -(-count // workers)  # this test, and its worker's share of the later ones (rounded up)
 
 
 @pytest.fixture
@@ -370,8 +377,8 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         if problem:
             pytest.fail(f"distperf baseline: {problem}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
-                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, pairs_deadline=session.pairs_deadline,
-                  pairs_share=session.pairs_share(_tests_left(request)))
+                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, deadline=session.deadline,
+                  pairs_share=session.pairs_share(_tests_left(request)), check_budget=session.check_budget)
     request.node.stash[fixture_key] = dp
     dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp
@@ -403,6 +410,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     dp = item.stash.get(fixture_key, None)
     if rep.when == "setup" and rep.failed and _is_distperf(item):
         rep.distperf_context = {}  # failed before running (e.g. a bad baseline file): still in the reports
+    if dp is not None and dp.out_of_budget and rep.when in ("setup", "call") and not rep.passed:
+        rep.distperf_out_of_budget = dp.out_of_budget  # the session budget stopped it (fixture._within_budget),
+        # in the test or in a fixture of its (a shared probe run in setup)
     if dp is None or rep.when != "call":
         return
     records = dp.test_records()  # its jobs as they ended, checks, probes

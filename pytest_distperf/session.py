@@ -41,8 +41,13 @@ class RunCache:
     # run suffices for (JobSpec.measure_once). Head and base of one job count apart (their code differs).
     measured_once: set[tuple[str, str]] = field(default_factory=set)
     # seconds this process's jobs waited for the CPU measurement slot or their GPUs (another job held them):
-    # not the tests' own time, so the test and session budgets do not count it (fixture.DistPerf._budget_now)
+    # not the tests' own time, so the test and session budgets do not count it (budget_now)
     slot_wait_seconds: float = 0.0
+
+    def budget_now(self) -> float:
+        """The budgets' clock (the test's and the session's): the monotonic wall clock less what this process's
+        jobs spent waiting for the CPU measurement slot or their GPUs while another process's job held them."""
+        return time.monotonic() - self.slot_wait_seconds
 
 
 def failure_text(report: pytest.TestReport, max_lines: int = 3, max_chars: int = 600) -> str:
@@ -70,10 +75,26 @@ class DistPerfSession:
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
-        # --distperf-session-budget: after this moment (monotonic clock) no test starts a further pair
-        self.pairs_deadline = (time.monotonic() + settings.session_budget) if settings.session_budget else None
+        # --distperf-session-budget: the session's one deadline. Measured on the session's wall clock from here
+        # (pytest_configure), less the seconds this process's jobs waited for the CPU measurement slot or their
+        # GPUs while another process held them (RunCache.budget_now): a wait is not this session's own time.
+        # No job, and no DeepSpeed op build, starts after it (check_budget); no adaptive step is planned past it.
+        self.deadline = (self.cache.budget_now() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
         self.against: Any = None  # --distperf-against: REF's checkout (gate/against.BaseCheckout)
+
+    def check_budget(self, what: str) -> None:
+        """Before a job or a DeepSpeed op build starts: SessionBudgetSpent, naming the budget and `what`, once the
+        session's deadline has passed (on the budget's clock: waits for the measurement slot left out)."""
+        if self.deadline is None:
+            return
+        now = self.cache.budget_now()
+        if now >= self.deadline:
+            from pytest_distperf.errors import SessionBudgetSpent
+
+            budget = self.settings.session_budget
+            raise SessionBudgetSpent(f"session budget {budget:g} s spent ({now - self.deadline + budget:.0f} s "
+                                     f"run, waits for the measurement slot left out): {what} not started")
 
     def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
         """A starting test's share of --distperf-session-budget (stopping.session_share), decided when its third
@@ -82,11 +103,11 @@ class DistPerfSession:
         shares another's runs does not starve, and an expensive first test does not spend later tests' looks).
         Its first two planned looks are held only to the session's deadline. (share, how a stop names it); None
         without a session budget."""
-        if self.pairs_deadline is None:
+        if self.deadline is None:
             return None
         from pytest_distperf.decide.stopping import session_share
 
-        deadline, tests_left, finished = self.pairs_deadline, max(1, tests_left), list(self.test_seconds)
+        deadline, tests_left, finished = self.deadline, max(1, tests_left), list(self.test_seconds)
         later = tests_left - 1
 
         def share(now: float, elapsed: float) -> float:  # on the test's clock, as its deadline is compared
@@ -136,24 +157,31 @@ class DistPerfSession:
         """The test's document (report/document.py), made once from the records its report carried."""
         records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
         context = getattr(report, "distperf_context", None)  # decide/regression.GateContext's JSON; {}: none
-        if not self.is_controller or (context is None and not records):
+        late = getattr(report, "distperf_out_of_budget", None)  # SessionBudgetSpent's words (plugin.py)
+        if not self.is_controller or (context is None and not records and not late):
             return
-        if not (report.when == "call" or (report.failed and report.nodeid not in self.entries)):
+        if not (report.when == "call" or late or (report.failed and report.nodeid not in self.entries)):
             return
         from pytest_distperf.decide.regression import GateContext
         from pytest_distperf.report.document import TestDocument
 
-        outcome = report.outcome if report.when == "call" else "error"
+        # a setup that failed is pytest's error; one the session budget skipped (a fixture's job) a skip
+        outcome = report.outcome if report.when == "call" else "skipped" if report.skipped else "error"
         doc = TestDocument.from_records(
             report.nodeid, outcome, report.duration, records, GateContext.from_json(context or {}),
             str(report.longrepr) if report.failed else None,
             # the reason, not only the traceback's last line ('.../userjobs.py:33: StrategyError')
             failure=failure_text(report) if report.failed else None,
-            xfail_reason=getattr(report, "wasxfail", None))  # else an xfail reads as a skip (or a pass)
+            xfail_reason=getattr(report, "wasxfail", None),  # else an xfail reads as a skip (or a pass)
+            out_of_budget=late)
         self.entries[report.nodeid] = doc
         if report.when == "call" and records:
             self.summary.append(doc)
             self._count_undecided(report, doc)
+        if late:
+            from pytest_distperf.report.out_of_budget import STAT
+
+            self._add_stat(STAT, report)  # '2 skipped, 2 out of budget': never read as a pass
 
     # -- the end of the session ----------------------------------------------------------------------------
     def session_device(self) -> str:
@@ -195,25 +223,34 @@ class DistPerfSession:
         ('4 passed, 1 undecided'), which turns it yellow; its outcome (and the exit status) stay as they are."""
         from pytest_distperf.report.undecided import undecided
 
+        if undecided([doc]):
+            self._add_stat("undecided", report)
+
+    def _add_stat(self, key: str, report: pytest.TestReport) -> None:
+        """One more `key` in pytest's stats line ('4 passed, 1 undecided')."""
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is None or not undecided([doc]):
+        if tr is None:
             return
         add = getattr(tr, "_add_stats", None)  # also resets pytest's colour of the stats line
         if add is not None:
-            add("undecided", [report])
+            add(key, [report])
         else:
-            tr.stats.setdefault("undecided", []).append(report)
+            tr.stats.setdefault(key, []).append(report)
 
     def terminal_summary(self, terminalreporter: Any) -> None:
-        if self.summary:
+        from pytest_distperf.report import out_of_budget
+
+        late = out_of_budget.summary_lines(self.entries.values(), self.settings.strict)
+        if self.summary or late:
             from pytest_distperf.report import terminal
             from pytest_distperf.report.undecided import summary_lines
 
             terminalreporter.write_sep("=", "distperf")
             for line in terminal.render(self.summary):
                 terminalreporter.write_line(line)
-            for i, line in enumerate(summary_lines(self.summary, self.settings.strict)):
-                terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
+            for lines in (summary_lines(self.summary, self.settings.strict), late):
+                for i, line in enumerate(lines):
+                    terminalreporter.write_line(("" if i else "\n") + line, yellow=True, bold=not i)
         from pytest_distperf.launch import warm_pool  # import-light (no torch): the launcher's own module object
 
         agents = warm_pool.describe()

@@ -24,6 +24,7 @@ T = TypeVar("T")  # what a look returns (look_until)
 from pytest_distperf.decide.decision import (DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, INCONCLUSIVE, Design,
                                              Verdict)
 from pytest_distperf.decide.sequential import FIRST_LOOK, planned_looks
+from pytest_distperf.errors import SessionBudgetSpent
 from pytest_distperf.spec.settings import MAX_LOOKS
 
 
@@ -31,8 +32,9 @@ from pytest_distperf.spec.settings import MAX_LOOKS
 @dataclass(frozen=True)
 class Budget:
     """How far adaptive repeats may go: pairs (or candidate runs) in all, wall-clock seconds from the clock's
-    start (the test's), a deadline on the monotonic clock shared by every test (the session's), and this test's
-    share of the session (`session_share`), which only looks past the second planned one must keep to.
+    start (the test's), a deadline on the clock's time shared by every test (the session's: session.deadline, also
+    the hard stop of every job launch), and this test's share of the session (`session_share`), which only looks
+    past the second planned one must keep to.
     first_look: the test's repeats, the first planned look."""
 
     max_pairs: int = DEFAULT_MAX_PAIRS
@@ -126,8 +128,9 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
                progress: Callable[[T, int], None] | None = None) -> tuple[T, str]:
     """The one stopping rule of adaptive repeats: look; while `pending` holds of the look and the budget allows,
     add pairs (or runs) up to the next planned look and look again. Returns the last look and why it stopped:
-    "decided", "fixed runs" (no `add_pair`), or stop_reason's words. `seen`: the pairs (runs) the look was over;
-    `progress(look, next planned look)` before pairs are added."""
+    "decided", "fixed runs" (no `add_pair`), or stop_reason's words (the deadline's also when a job of the step
+    could not start: SessionBudgetSpent, the session budget's hard stop; the last planned look stands). `seen`: the
+    pairs (runs) the look was over; `progress(look, next planned look)` before pairs are added."""
     while True:
         current = look()
         if not pending(current):
@@ -143,7 +146,10 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
             progress(current, target)
         for _ in range(target - n):  # the pairs between planned looks are not looked at
             started = clock.now()
-            add_pair()
+            try:
+                add_pair()
+            except SessionBudgetSpent:  # the session's deadline passed mid-step: no job starts after it
+                return current, budget.deadline_text
             clock.pair_seconds.append(clock.now() - started)
 
 

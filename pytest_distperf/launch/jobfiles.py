@@ -460,3 +460,14 @@ def request_stacks(job_dir: str) -> None:
 
 def stacks_requested(job_dir: str) -> bool:
     return os.path.exists(os.path.join(job_dir, STACKS_REQUEST))
+
+
+def drop_scratch(values: dict[int, Any]) -> None:
+    """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
+    in its scratch folder (worker.py: <job folder>/scratch)."""
+    import shutil
+
+    for v in values.values():
+        trace = getattr(getattr(v, "probes", None), "trace_path", None)
+        if trace:
+            shutil.rmtree(os.path.join(os.path.dirname(trace), "scratch"), ignore_errors=True)

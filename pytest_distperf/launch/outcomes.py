@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 import pytest
 
+from pytest_distperf.errors import SessionBudgetSpent
 from pytest_distperf.launch.launcher import JobError, RankOutcome
 
 # What as_pytest_outcome raises: a caller that runs a job whose failure is not the test's catches these.
@@ -26,3 +27,12 @@ def as_pytest_outcome() -> Iterator[None]:
     except JobError as e:
         outcome = pytest.fail.Exception(str(e), pytrace=False)
     raise outcome from None
+
+
+def out_of_budget(error: SessionBudgetSpent, strict: bool) -> NoReturn:
+    """A test the session budget stopped before its first look: skipped with the budget's words, or with
+    --distperf-strict failed (as an undecided verdict fails under it: an unmeasured test is no pass either)."""
+    if strict:
+        raise pytest.fail.Exception(f"{error}\n  (--distperf-strict: a test the session budget left unstarted "
+                                    f"fails)", pytrace=False) from None
+    raise pytest.skip.Exception(str(error), _use_item_location=True) from None  # shown at the test, not here

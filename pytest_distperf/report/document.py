@@ -106,6 +106,9 @@ class TestDocument:
     message: str | None = None  # the failure text
     failure: str | None = None  # the failure's reason, one line (session.failure_text)
     xfail_reason: str | None = None  # an expected failure's reason (pytest's wasxfail)
+    # why --distperf-session-budget stopped the test before its first look was done (SessionBudgetSpent's words:
+    # skipped, failed with --distperf-strict); None: it was not
+    out_of_budget: str | None = None
 
     __test__ = False  # not a pytest test class
 
@@ -116,9 +119,9 @@ class TestDocument:
     @classmethod
     def from_records(cls, nodeid: str, outcome: str, duration: float, records: Iterable[Record | Mapping[str, Any]],
                      context: GateContext | None = None, message: str | None = None, failure: str | None = None,
-                     xfail_reason: str | None = None) -> "TestDocument":
+                     xfail_reason: str | None = None, out_of_budget: str | None = None) -> "TestDocument":
         doc = cls(nodeid, outcome, duration, context=context, message=message, failure=failure,
-                  xfail_reason=xfail_reason)
+                  xfail_reason=xfail_reason, out_of_budget=out_of_budget)
         for r in records:
             doc.add(r if not isinstance(r, Mapping) else record_from_json(r))
         return doc
@@ -134,7 +137,7 @@ class TestDocument:
         records += [JobRecord.from_json(j) for j in jobs] if version >= 3 else _jobs_before_v3(jobs, t.get("runs"))
         return cls.from_records(str(t["nodeid"]), str(t["outcome"]), float(t.get("duration") or 0.0), records,
                                 GateContext.from_json(dict(t)), t.get("message"), t.get("failure"),
-                                t.get("xfail_reason"))
+                                t.get("xfail_reason"), t.get("out_of_budget"))  # before version 4: none
 
     def add(self, record: Record) -> None:
         if isinstance(record, JobRecord):
@@ -159,6 +162,7 @@ class TestDocument:
             d["failure"] = self.failure
         if self.xfail_reason is not None:
             d["xfail_reason"] = self.xfail_reason
+        d["out_of_budget"] = self.out_of_budget  # version 4: every test says whether the session budget stopped it
         d.update({"jobs": [j.to_json() for j in self.jobs],
                   "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],
                   "probes": [p.to_json() for p in self.probes], "baseline_saved": [s.to_json() for s in self.saved]})
@@ -266,7 +270,8 @@ class SessionDocument:
             "created_at": self.created_at,
             "environment": self.environment,
             "invocation": self.invocation,
-            "summary": {"tests": len(self.tests), "outcomes": outcomes, "verdicts": verdicts},
+            "summary": {"tests": len(self.tests), "outcomes": outcomes, "verdicts": verdicts,
+                        "out_of_budget": sum(1 for t in self.tests if t.out_of_budget)},
             # what each job figure is: unit and scope (per rank, slowest rank, summed), as measure/figures defines it
             "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
             "tests": [t.to_json() for t in self.tests],

@@ -38,9 +38,15 @@ def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
     failed = [e for e in entries if e.outcome in ("failed", "error")]
     classes = sorted({e.machine_class for e in entries if e.machine_class})
+    from pytest_distperf.report import out_of_budget
+
+    late = out_of_budget.markdown_lines(entries)
+    unmeasured = len(out_of_budget.out_of_budget(entries))
     lines = ["## distperf", "",
              f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
+             + (f", {out_of_budget.count_text(unmeasured)}" if unmeasured else "")
              + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+    lines += late + ([""] if late else [])  # not measured: as visible as a failure
     from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
 
     found = undecided(entries)

@@ -37,7 +37,8 @@ def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
 
 
 def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
-    """The design's planned looks (decide/sequential.planned_looks) and, with a session budget, how it is shared."""
+    """The design's planned looks (decide/sequential.planned_looks) and, with a session budget, how it is shared
+    and that it bounds the session."""
     from pytest_distperf.decide.decision import Design
     from pytest_distperf.decide.sequential import planned_looks
 
@@ -51,7 +52,9 @@ def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
         tests = sum(1 for p in plans if p.device is not None)
         line += (f"; the {settings.session_budget:g} s session budget is shared: every test gets its first two looks "
                  f"within it, a third or later look only within the time left less a reserve for each later test "
-                 f"(the median of what the tests' looks have taken so far{f'; {tests} tests collected' if tests else ''})")
+                 f"(the median of what the tests' looks have taken so far{f'; {tests} tests collected' if tests else ''})"
+                 f"; no job starts past it (waits for the measurement slot not counted, each xdist worker its own): "
+                 f"a test whose first look cannot start is skipped, out of budget")
     return line
 
 

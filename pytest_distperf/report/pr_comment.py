@@ -7,6 +7,7 @@ verdicts as report/rows.py's rows (nothing is decided here). What it holds, in o
 - the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
 - every failing, inconclusive (or warning) and improved metric with its change, interval and limit —
   never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
+- the tests the session budget left unmeasured (`N out of budget`, report/out_of_budget.py), each with its reason;
 - the runs used, the measured noise and the machine class;
 - the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
   In GitHub Actions the run's page lists the uploaded artifacts, and its URL is known before the upload:
@@ -23,6 +24,7 @@ from pytest_distperf.fs.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import mark, rank, test_outcome
 from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.document import SessionDocument, unique_jobs
+from pytest_distperf.report.out_of_budget import count_text, markdown_lines, out_of_budget
 from pytest_distperf.report.rows import SharedRow, shared_rows, verdict_rows
 
 MARKER = "<!-- distperf-pr-comment -->"
@@ -47,12 +49,17 @@ def _counts_line(rows: Sequence[SharedRow], session: SessionDocument) -> str:
         o = test_outcome(t)
         tests[o] = tests.get(o, 0) + 1
     outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: rank(kv[0])))
+    late = len(out_of_budget(session.tests))
+    if late:  # skipped (or failed, --distperf-strict) unmeasured: counted apart, never read as a pass
+        outcome += f", {count_text(late)}"
     if not session.tests:
         head = "no distperf test ran"
     elif any(s.row.outcome in ("fail", "error", "xpass") or s.row.fails for s in rows):
         head = "✗ failing"
     elif any(s.row.outcome in ("inconclusive", "warn") for s in rows):
         head = "? inconclusive"
+    elif late:
+        head = "⏱ not all measured"
     else:
         head = "✓ no regression"
     return f"### distperf: {head} — {verdicts or 'no verdicts'} ({len(session.tests)} tests: {outcome or '–'})"
@@ -138,6 +145,9 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
         table += [_listed_row(s) for s in listed]
     else:
         table = ["No failing, inconclusive or improved metric."]
+    late = markdown_lines(session.tests)
+    if late:  # the tests the session budget left unmeasured, each with its reason (listed, never cut)
+        table += [""] + late
     found = undecided(session.tests)
     if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
         table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]

@@ -88,7 +88,7 @@ class Settings:
     lock_gpu_clocks: str | int | None = None  # None | "default" | MHz | "external" (launch/gpuclocks.py)
     max_repeats: int = 12  # pairs (or runs) a verdict may grow to while INCONCLUSIVE
     test_budget: float = 600.0  # wall-clock seconds per test after which no further pair is started
-    session_budget: float | None = None  # wall-clock seconds per session after which no test starts a pair
+    session_budget: float | None = None  # wall-clock seconds per session after which no job starts
     strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     # --distperf-world-size given on the command line: it overrides the markers' world_size (ini and default

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import warnings
 from typing import Any, Callable, Iterator
 
 from pytest_distperf.errors import UsageError, WorkloadError
@@ -131,3 +132,19 @@ def check_step_arguments(args: Any, kwargs: Any, where: str) -> tuple[tuple, dic
 def starts_as_script(profile: str) -> bool:
     """Rank 0 runs as the user's script and the framework starts the others (only the local launcher can)."""
     return profiles.PROFILES[profile].starter == "script"
+
+
+def strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dict[str, Any]) -> dict[str, Any]:
+    """Strategy options come in `options={...}`; as keyword arguments they still work, with a warning."""
+    if options is not None and not isinstance(options, dict):
+        raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
+    if legacy:
+        if options:
+            raise UsageError(f"distperf.job({strategy!r}): strategy options given both in options={{...}} and as "
+                             f"keyword arguments ({', '.join(sorted(legacy))}); put them all in options")
+        names = ", ".join(f"{k}=..." for k in sorted(legacy))
+        warnings.warn(DeprecationWarning(
+            f"distperf.job({strategy!r}, {names}): pass strategy options as options={{...}}; keyword strategy "
+            f"options will be removed in the next release"), stacklevel=3)
+        return dict(legacy)
+    return dict(options or {})

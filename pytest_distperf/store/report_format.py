@@ -19,10 +19,12 @@ from pytest_distperf.measure.figures import (RunFigures, comms_counts, node_step
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
 
+# 4: each test's `out_of_budget` (why --distperf-session-budget stopped it before its first look was done, else
+# null) and their count, `summary.out_of_budget`.
 # 3: each job once (`tests[].jobs[]`: figures, runs, slot waits, departures; no `tests[].runs[]`), for every test
 # that ran one, and the test's machine class also head vs base. 2: stable ids of jobs and runs and each run's
 # figures (`tests[].jobs[].runs[].figures`). 1: neither.
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 
 
 class ReportVersionError(ValueError):

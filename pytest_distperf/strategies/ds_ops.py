@@ -67,9 +67,11 @@ def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[s
 
 
 def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None] | None = None,
-           run: Callable[..., Any] = subprocess.run, slot: Any = None) -> list[str]:
+           run: Callable[..., Any] = subprocess.run, slot: Any = None,
+           may_start: Callable[[str], None] | None = None) -> list[str]:
     """Build the ops that are not in the cache yet, in a child process, before a timed job; returns the ops
-    built. `slot`: a context manager held while building (the CPU measurement slot)."""
+    built. `slot`: a context manager held while building (the CPU measurement slot). `may_start(what)`: called
+    before a build starts, raises to refuse it (the session budget: session.check_budget)."""
     import contextlib
 
     builders = tuple(sorted(set(builders)))
@@ -82,6 +84,8 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
         return []
     say = progress or (lambda text: None)
     names = ", ".join(OPS[b] for b in missing)
+    if may_start is not None:
+        may_start(f"the build of DeepSpeed's op(s) {names}")
     say(f"building DeepSpeed's JIT op(s) {names} before the first timed job (once; cached in {folder}; "
         f"`python -m pytest_distperf build-ops` pre-builds them)")
     env = dict(os.environ)

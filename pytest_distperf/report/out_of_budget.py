@@ -1,0 +1,53 @@
+"""Tests the session budget stopped before their first look was done: "N out of budget" in every report.
+
+With --distperf-session-budget no job (and no DeepSpeed op build) starts past the session's deadline
+(session.check_budget); a test whose first look could not start is skipped with the budget's words, e.g.
+
+    session budget 120 s spent (121 s run, waits for the measurement slot left out): job fsdp2 tiny x2 cpu not started
+
+or fails with --distperf-strict (fixture._within_budget). It was not measured, so no report may read it as a pass:
+pytest's stats line counts `N out of budget`, the distperf terminal block, the Markdown job summary and the PR comment
+list each one with its reason, and the JSON report has `tests[].out_of_budget` and `summary.out_of_budget`.
+
+Reads the session document (report/document.py); decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from pytest_distperf.measure.wording import short_test
+from pytest_distperf.report.document import TestDocument
+
+STAT = "out of budget"  # pytest's stats line: '3 passed, 2 skipped, 2 out of budget'
+WHAT = "not measured: the session budget ran out before their first look (--distperf-session-budget)"
+
+
+def out_of_budget(tests: Iterable[TestDocument]) -> list[TestDocument]:
+    """The tests the session budget stopped before their first look was done, in the order they ended."""
+    return [t for t in tests if t.out_of_budget]
+
+
+def count_text(n: int) -> str:
+    return f"{n} {STAT}"
+
+
+def summary_lines(tests: Iterable[TestDocument], strict: bool = False) -> list[str]:
+    """The terminal's lines: a count, then each test with its reason."""
+    found = out_of_budget(tests)
+    if not found:
+        return []
+    policy = "they fail (--distperf-strict)" if strict else "skipped, no verdict"
+    return ([f"distperf: {count_text(len(found))}: {WHAT}; {policy}"]
+            + [f"  {short_test(t.nodeid)}: {t.out_of_budget}" for t in found])
+
+
+def markdown_lines(tests: Iterable[TestDocument]) -> list[str]:
+    """The Markdown job summary's and the PR comment's list (a heading line, then one item a test); [] when none.
+    Table cells are not used: the reasons go as list items, `|` is harmless there."""
+    found = out_of_budget(tests)
+    if not found:
+        return []
+    clean = lambda text: " ".join(str(text).split())  # noqa: E731  one line an item
+    return ([f"**⏱ {count_text(len(found))}** ({WHAT}):"]
+            + [f"- `{clean(short_test(t.nodeid))}`: {clean(t.out_of_budget)}" for t in found])
