@@ -13,8 +13,8 @@ and step rather than tens (the question here is where the work runs, not how fas
 
 Measured on 2xH200 with DeepSpeed 0.19.8 (all three cases): the optimizer step runs in
 DeepSpeedCPUAdam (54-65 ms a step) with no GPU kernels and its state on the CPU, so the seed
-report's "optimizer on the GPU" does not reproduce. Two checks fail and are left failing (no
-upstream issue names them yet): device-to-host bytes are 1.50x the fp32 gradient partition
+report's "optimizer on the GPU" does not reproduce. Two checks fail, declared as known gaps on CUDA
+(GAP_D2H, GAP_PAGEABLE below): device-to-host bytes are 1.50x the fp32 gradient partition
 (1.03 GiB vs 703 MiB, 397 copies a step), and copies go through pageable memory although
 `pin_memory` is on (optimizer-cpu: 4 a step, 3 host-to-device of up to 352 MiB and one 4-byte
 scalar read back; NVMe: 201). Where they come from, read from DeepSpeed's source (not yet confirmed in a
@@ -43,30 +43,45 @@ CASES = {
 }
 
 
+# Seed 002 on CUDA, what DeepSpeed does (strict xfails: a fixed release turns them into XPASS failures). The
+# probe counts only copies inside the profiled steps' ranges; the harness copies nothing there (its batches are on
+# the device before the first step and it reads no loss back until the phase ends).
+GAP_D2H = ("deepspeedai/DeepSpeed#4113 (ZeRO-3 offload copies each gradient across more than once): measured "
+           "1.50x the fp32 gradient partition (1.03 GiB vs 703 MiB, 397 copies a step), 350m on 2xH200, "
+           "DeepSpeed 0.19.8; optimizer-cpu fails the same way on 1xH200")
+GAP_PAGEABLE = ("deepspeedai/DeepSpeed#8207 (ZeRO-3 offload buffers pageable unless pin_memory; the fp32-to-bf16 "
+                "copy back goes through a pageable temporary, the pattern #5301 fixed for stages 1-2): measured 4 "
+                "pageable copies a step with the optimizer on the CPU, 201 with NVMe, 350m on 2xH200, DeepSpeed "
+                "0.19.8; optimizer-cpu fails the same way on 1xH200")
+
+
 @pytest.fixture(params=list(CASES))
-def offloaded(request, distperf):
-    job = distperf.job("deepspeed", options={"stage": 3, **CASES[request.param]}, shape=SHAPE, steps=3,
-                       probes=("comms", "placement"))
-    return distperf.probe(job, shared=True)  # five checks of one probed run
+def offloaded_job(request, distperf):
+    """The case's probed job; each test runs it through distperf.probe(shared=True), so the five checks share one
+    run, and a failing or skipped run is that test's outcome, never a set-up error."""
+    return distperf.job("deepspeed", options={"stage": 3, **CASES[request.param]}, shape=SHAPE, steps=3,
+                        probes=("comms", "placement"))
 
 
-def test_optimizer_step_runs_in_deepspeed_cpu_adam(distperf, offloaded):
-    distperf.probe_checks(offloaded).assert_optimizer_cpu_time("DeepSpeedCPUAdam")
+def test_optimizer_step_runs_in_deepspeed_cpu_adam(distperf, offloaded_job):
+    distperf.probe_checks(distperf.probe(offloaded_job, shared=True)).assert_optimizer_cpu_time("DeepSpeedCPUAdam")
 
 
-def test_no_gpu_kernels_inside_optimizer_step(distperf, offloaded):
-    distperf.probe_checks(offloaded).assert_no_optimizer_gpu_kernels()
+def test_no_gpu_kernels_inside_optimizer_step(distperf, offloaded_job):
+    distperf.probe_checks(distperf.probe(offloaded_job, shared=True)).assert_no_optimizer_gpu_kernels()
 
 
-def test_optimizer_state_on_cpu(distperf, offloaded):
-    distperf.probe_checks(offloaded).assert_optimizer_state_on("cpu")
+def test_optimizer_state_on_cpu(distperf, offloaded_job):
+    distperf.probe_checks(distperf.probe(offloaded_job, shared=True)).assert_optimizer_state_on("cpu")
 
 
-def test_gradient_d2h_close_to_local_partition(distperf, offloaded):
-    world = offloaded.spec.world_size
-    partition = math.ceil(offloaded.ranks[0].num_params / world) * FP32
+@pytest.mark.distperf(known_gap={"cuda": GAP_D2H})
+def test_gradient_d2h_close_to_local_partition(distperf, offloaded_job):
+    offloaded = distperf.probe(offloaded_job, shared=True)
+    partition = math.ceil(offloaded.ranks[0].num_params / offloaded.spec.world_size) * FP32
     distperf.probe_checks(offloaded).assert_copy_bytes_within("DtoH", partition, D2H_LIMIT)
 
 
-def test_no_pageable_copies(distperf, offloaded):
-    distperf.probe_checks(offloaded).assert_no_pageable_copies()
+@pytest.mark.distperf(known_gap={"cuda": GAP_PAGEABLE})
+def test_no_pageable_copies(distperf, offloaded_job):
+    distperf.probe_checks(distperf.probe(offloaded_job, shared=True)).assert_no_pageable_copies()

@@ -256,9 +256,16 @@ class DistPerf:
         timed step; the build holds the CPU measurement slot and says what it builds and where it caches it."""
         from pytest_distperf.strategies import ds_ops
 
-        ops = ds_ops.needed(job.strategy, dict(job.full_options or job.options), job.device)
+        options = dict(job.full_options or job.options)
+        ops = ds_ops.needed(job.strategy, options, job.device)
         if not ops:
             return
+        if "AsyncIOBuilder" in ops:  # NVMe offload: the swap folder must take DeepSpeed's O_DIRECT writes
+            problem = ds_ops.direct_io_problem(options.get("nvme_path") or self.base_dir)
+            if problem:
+                import pytest
+
+                pytest.skip(f"NVMe offload: {problem}; DeepSpeed's async I/O writes its swap files with O_DIRECT")
         from pytest_distperf.launch import allocator
 
         say = getattr(self, "notice", None) or self._progress

@@ -6,7 +6,10 @@ small box. Two of them are on the path of this plugin's jobs:
 
 - `deepspeed_shm_comm` (`ShareMemCommBuilder`): every DeepSpeed job on CPU; DeepSpeed builds it in
   `deepspeed.init_distributed`, so without it prebuilt the first CPU job sat in "warm-up step 1/3" for 178 s;
-- `cpu_adam` (`CPUAdamBuilder`): optimizer offload (`offload_optimizer="cpu"|"nvme"`), on CPU and on CUDA.
+- `cpu_adam` (`CPUAdamBuilder`): optimizer offload (`offload_optimizer="cpu"|"nvme"`), on CPU and on CUDA;
+- `async_io` (`AsyncIOBuilder`): NVMe offload; it needs libaio's library and headers. Where DeepSpeed says it
+  cannot build (`is_compatible()`), the job is skipped with that reason before it starts; where the NVMe folder
+  refuses O_DIRECT writes (tmpfs, some overlay set-ups), likewise (`direct_io_problem`).
 
 The pytest process checks the cache before the first DeepSpeed job of a session (a file test, no DeepSpeed
 import) and builds what is missing in a child process (`python -m pytest_distperf build-ops ...`, this module's
@@ -25,7 +28,9 @@ import time
 from typing import Any, Callable, Iterable
 
 # builder class -> the op's name (its folder and .so in the extension cache)
-OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "CPUAdamBuilder": "cpu_adam"}
+OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "CPUAdamBuilder": "cpu_adam", "AsyncIOBuilder": "async_io"}
+INCOMPATIBLE = 3  # build-ops' exit status when DeepSpeed says an op cannot build on this machine
+_incompatible: dict[str, str] = {}  # op builder -> DeepSpeed's reason, found by this process's build child
 _checked: set[tuple[str, ...]] = set()  # op sets this process found built (or built): not checked again
 
 
@@ -63,7 +68,32 @@ def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[s
     ops = ["ShareMemCommBuilder"] if device == "cpu" else []
     if options.get("offload_optimizer"):
         ops.append("CPUAdamBuilder")
+    if "nvme" in (options.get("offload_optimizer"), options.get("offload_param")):
+        ops.append("AsyncIOBuilder")
     return ops
+
+
+def direct_io_problem(folder: str) -> str | None:
+    """DeepSpeed's async I/O writes the NVMe swap files with O_DIRECT: None where `folder` takes such a write,
+    else why not (e.g. tmpfs refuses O_DIRECT with EINVAL)."""
+    import mmap
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f".distperf-odirect-{os.getpid()}")
+    block = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | getattr(os, "O_DIRECT", 0), 0o600)
+        try:
+            os.write(fd, block)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return f"{folder} does not take O_DIRECT writes ({e.strerror})"
+    finally:
+        block.close()
+        if os.path.exists(path):
+            os.remove(path)
+    return None
 
 
 def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None] | None = None,
@@ -75,6 +105,7 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     import contextlib
 
     builders = tuple(sorted(set(builders)))
+    _skip_incompatible(builders)
     if not builders or builders in _checked:
         return []
     folder = cache_dir()
@@ -95,6 +126,12 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     with slot if slot is not None else contextlib.nullcontext():
         done = run([sys.executable, "-m", "pytest_distperf", "build-ops", *missing], env=env, capture_output=True,
                    text=True)
+    if getattr(done, "returncode", 0) == INCOMPATIBLE:
+        for line in (getattr(done, "stdout", "") or "").splitlines():
+            if line.startswith("incompatible "):
+                builder, _, why = line[len("incompatible "):].partition(": ")
+                _incompatible[builder] = why
+        _skip_incompatible(builders)
     if getattr(done, "returncode", 0) != 0:
         tail = "\n".join(((getattr(done, "stdout", "") or "") + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
         from pytest_distperf.errors import StrategyError
@@ -104,6 +141,15 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     say(f"built DeepSpeed's op(s) {names} in {time.monotonic() - started:.0f} s (cached in {folder})")
     _checked.add(builders)
     return missing
+
+
+def _skip_incompatible(builders: Iterable[str]) -> None:
+    for b in builders:
+        if b in _incompatible:
+            import pytest
+
+            pytest.skip(f"DeepSpeed's {OPS[b]} op cannot build on this machine ({b}().is_compatible() is False: "
+                        f"{_incompatible[b]})")
 
 
 # -- `python -m pytest_distperf build-ops` -------------------------------------------------------------------
@@ -127,13 +173,21 @@ def run(args: argparse.Namespace) -> int:
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
+    incompatible = []
     for b in builders:
         started = time.monotonic()
         builder = accelerator.create_op_builder(b)
         if builder is None:
             print(f"{OPS[b]} ({b}): not used by DeepSpeed's {type(accelerator).__name__}; skipped")
             continue
+        if not builder.is_compatible(verbose=False):
+            why = ("libaio's library and headers not found, e.g. apt install libaio-dev" if b == "AsyncIOBuilder"
+                   else "see DeepSpeed's ds_report")
+            print(f"incompatible {b}: {why}", flush=True)
+            incompatible.append(b)
+            continue
         print(f"{OPS[b]} ({b}): building or loading, cache {folder} ...", flush=True)
         builder.load()
         print(f"{OPS[b]} ({b}): ready in {time.monotonic() - started:.1f} s", flush=True)
-    return 0
+    # Asked for by name (a job needs it): say it cannot build; `build-ops` of every op builds what can.
+    return INCOMPATIBLE if incompatible and args.builders else 0
