@@ -16,12 +16,14 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_distperf import strategies
+from pytest_distperf.strategies import ds_ops
 from pytest_distperf.spec import userjobs
 
 from pytest_distperf.rank import hostload
@@ -237,6 +239,9 @@ class DistPerf:
             try:
                 launcher = make_launcher(self.settings.cluster, self.plan.nodes)  # launch/base.py
                 with self._devices(job, launcher.local_ranks(job)) as env:
+                    if job.device == "cuda" and "deepspeed" in (job.strategy, job.options.get("engine")):
+                        # DeepSpeed's op loads in the ranks read the arch list (ds_ops.deepspeed_arch_list)
+                        env = {**env, **ds_ops.deepspeed_environment({**os.environ, **env})}
                     self._launched_at = time.time()  # the start-up of the run's split begins (figures.run_time_split)
                     values = launcher.launch(job, timeout=self.plan.timeout, base_dir=self.base_dir,
                                              on_progress=on_progress, env=env,
@@ -254,8 +259,6 @@ class DistPerf:
     def _prepare_ops(self, job: JobSpec) -> None:
         """DeepSpeed's JIT ops this job will load, built before it (once; strategies/ds_ops.py), never inside a
         timed step; the build holds the CPU measurement slot and says what it builds and where it caches it."""
-        from pytest_distperf.strategies import ds_ops
-
         options = dict(job.full_options or job.options)
         ops = ds_ops.needed(job.strategy, options, job.device)
         if not ops:

@@ -73,6 +73,22 @@ def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[s
     return ops
 
 
+def deepspeed_arch_list(value: str) -> str:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed 0.19.8 can read it: arch-specific entries ("9.0a", valid for torch) lose
+    their letter suffix, which DeepSpeed's parser refuses (deepspeedai/DeepSpeed#7589) when it JIT-builds a CUDA
+    op such as async_io; its ops use no arch-specific instruction."""
+    import re
+
+    return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
+
+
+def deepspeed_environment(env: dict[str, str]) -> dict[str, str]:
+    """What DeepSpeed's op builds (here and in a DeepSpeed job's ranks) need changed in `env`: {} or the arch list."""
+    value = env.get("TORCH_CUDA_ARCH_LIST", "")
+    fixed = deepspeed_arch_list(value)
+    return {"TORCH_CUDA_ARCH_LIST": fixed} if fixed != value else {}
+
+
 def direct_io_problem(folder: str) -> str | None:
     """DeepSpeed's async I/O writes the NVMe swap files with O_DIRECT: None where `folder` takes such a write,
     else why not (e.g. tmpfs refuses O_DIRECT with EINVAL)."""
@@ -120,6 +136,7 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     say(f"building DeepSpeed's JIT op(s) {names} before the first timed job (once; cached in {folder}; "
         f"`python -m pytest_distperf build-ops` pre-builds them)")
     env = dict(os.environ)
+    env.update(deepspeed_environment(env))
     if device == "cpu":  # the ranks' view: DeepSpeed's CPU accelerator, no GPU
         env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
     started = time.monotonic()
@@ -170,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         for b in builders:
             print(f"{OPS[b]} ({b}): {'built' if is_built(b, folder) else 'not built'} in {folder}")
         return 0
+    os.environ.update(deepspeed_environment(dict(os.environ)))
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
