@@ -446,9 +446,9 @@ def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
     step_time = geometric_mean(step_times)
     reserved = [k.cuda_peak_reserved for r in runs for k in r.ranks if k.cuda_peak_reserved]
     device = runs[0].spec.device
-    names = set(per_run[0].work).intersection(*(f.work for f in per_run[1:]))
-    work = {n: (max(f.work[n] for f in per_run) if WORK_METRICS.get(n, ("", "memory"))[1] == "count"
-                else geometric_mean([f.work[n] for f in per_run])) for n in sorted(names)}
+    series = metric_values(per_run)  # a time measured in every run, an exact count in the runs that measured it
+    work = {n: (max(series[n]) if WORK_METRICS.get(n, ("", "memory"))[1] == "count" else geometric_mean(series[n]))
+            for n in sorted(set().union(*(f.work for f in per_run))) if n in series}
     busy = [f.gpu_busy for f in per_run]
     share = (geometric_mean([b / t for b, t in zip(busy, step_times)])  # type: ignore[operator]
              if all(b is not None for b in busy) else None)
