@@ -134,3 +134,49 @@ def test_cuda_arch_list_deepspeed_cannot_parse_is_named_before_its_jit_build():
                                                 r".*TORCH_CUDA_ARCH_LIST=9.0"):
             check_cuda_arch_list(builder, "8.0 9.0a")
     assert builder.jit_mode is False  # the builder is left as it was
+
+
+def test_deepspeed_op_builds_get_an_arch_list_deepspeed_can_read():
+    pytest.importorskip("deepspeed")
+    from deepspeed.ops.op_builder.async_io import AsyncIOBuilder
+
+    from pytest_distperf.strategies import ds_ops
+    from pytest_distperf.strategies.deepspeed import check_cuda_arch_list
+
+    assert ds_ops.deepspeed_environment({"TORCH_CUDA_ARCH_LIST": "8.0;9.0a+PTX 10.0f"}) == {
+        "TORCH_CUDA_ARCH_LIST": "8.0;9.0+PTX 10.0"}
+    assert ds_ops.deepspeed_environment({"TORCH_CUDA_ARCH_LIST": "9.0"}) == {}
+    assert ds_ops.deepspeed_environment({}) == {}
+    check_cuda_arch_list(AsyncIOBuilder(), ds_ops.deepspeed_arch_list("8.0 9.0a"))  # DeepSpeed's parser takes it
+
+
+def test_nvme_offload_needs_async_io_and_a_folder_that_takes_o_direct(tmp_path):
+    from pytest_distperf.strategies import ds_ops
+
+    assert ds_ops.needed("deepspeed", {"stage": 3, "offload_optimizer": "nvme"}, "cuda") == [
+        "CPUAdamBuilder", "AsyncIOBuilder"]
+    assert ds_ops.needed("deepspeed", {"stage": 3, "offload_param": "nvme"}, "cuda") == ["AsyncIOBuilder"]
+    assert ds_ops.direct_io_problem(str(tmp_path / "nvme")) in (None, f"{tmp_path / 'nvme'} does not take O_DIRECT "
+                                                                      "writes (Invalid argument)")
+    assert not list((tmp_path / "nvme").iterdir())  # the probe file is gone
+
+
+def test_an_op_deepspeed_cannot_build_skips_the_job_with_deepspeeds_reason(monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_distperf.strategies import ds_ops
+
+    monkeypatch.setattr(ds_ops, "_incompatible", {})
+    monkeypatch.setattr(ds_ops, "_checked", set())
+    monkeypatch.setattr(ds_ops, "is_built", lambda builder, folder=None: False)
+    calls = []
+
+    def build_child(cmd, **kwargs):
+        calls.append(cmd)
+        return SimpleNamespace(returncode=ds_ops.INCOMPATIBLE, stdout="incompatible AsyncIOBuilder: no libaio\n",
+                               stderr="")
+
+    for _ in range(2):  # the second job skips without another build child
+        with pytest.raises(pytest.skip.Exception, match="async_io op cannot build on this machine.*no libaio"):
+            ds_ops.ensure(["AsyncIOBuilder"], "cuda", run=build_child)
+    assert len(calls) == 1
