@@ -331,7 +331,7 @@ def test_deepspeed_ops_needed_by_a_job():
     assert needed("deepspeed", {"stage": 3, "offload_optimizer": None}, "cpu") == ["ShareMemCommBuilder"]
     assert needed("deepspeed", {"stage": 3, "offload_optimizer": "cpu"}, "cpu") == ["ShareMemCommBuilder",
                                                                                     "CPUAdamBuilder"]
-    assert needed("deepspeed", {"offload_optimizer": "nvme"}, "cuda") == ["CPUAdamBuilder"]
+    assert needed("deepspeed", {"offload_optimizer": "nvme"}, "cuda") == ["CPUAdamBuilder", "AsyncIOBuilder"]
     assert needed("deepspeed", {"offload_optimizer": None}, "cuda") == []
     assert needed("accelerate", {"engine": "deepspeed", "offload_optimizer": None}, "cpu") == ["ShareMemCommBuilder"]
     assert needed("fsdp2", {"offload": True}, "cpu") == []
