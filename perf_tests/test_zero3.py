@@ -51,11 +51,17 @@ LOSS_RTOL = {"cpu": 1e-4, "cuda": 0.0446}
 OFFLOAD_SHAPE = {"cpu": "tiny", "cuda": "350m"}
 
 
+# Timed steps a run. On CUDA a 1b ZeRO-3 step varies by a quarter from step to step (p10-p90 235-302 ms on 1xH200),
+# and a run's start-up, build, warm-up and work phase cost 4-11 s whatever the steps: 20 steps halve the median's
+# sampling variance for 1.6-2.7 s more a run, and timed steps become 40 % (FSDP2) and a third (ZeRO-3) of a run.
+STEPS = {"cpu": 10, "cuda": 20}
+
+
 def zero3_vs_fsdp2(distperf, offload: bool):
-    shape = OFFLOAD_SHAPE if offload else None
+    shape, steps = (OFFLOAD_SHAPE, 10) if offload else (None, STEPS[distperf.device])
     zero3 = distperf.job("deepspeed", options={"stage": 3, "offload_optimizer": "cpu" if offload else None},
-                         shape=shape)
-    fsdp2 = distperf.job("fsdp2", options={"offload": offload}, shape=shape)
+                         shape=shape, steps=steps)
+    fsdp2 = distperf.job("fsdp2", options={"offload": offload}, shape=shape, steps=steps)
     return distperf.compare(zero3, fsdp2, shared=True)  # the four checks share one set of runs
 
 

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
 import os
 import sys
 import time
@@ -29,6 +30,7 @@ from pytest_distperf.spec import userjobs
 from pytest_distperf.rank import hostload
 from pytest_distperf.rank.clocks import ClockWarnings
 from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSummary
+from pytest_distperf.launch import warm_pool
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
@@ -349,10 +351,12 @@ class DistPerf:
         job = dataclasses.replace(job, measure_once=once not in self.cache.measured_once)
         start = time.monotonic()
         self._slot_wait, self._launched_at = 0.0, None
+        agents_before = len(warm_pool.STATE.start_seconds)
         values = self._launch(job, remember_failure)
         self.cache.measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
-                           slot_wait_seconds=self._slot_wait, launched_at=self._launched_at)
+                           slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
+                           agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]))
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)

@@ -230,6 +230,9 @@ def test_the_warm_agent_key_leaves_out_only_the_per_job_variables():
     assert warm_pool.agent_key("cpu", {**env, "PYTEST_CURRENT_TEST": "t.py::b (call)", "OMP_NUM_THREADS": "2"}) == key
     assert warm_pool.agent_key("cpu", {**env, "PYTHONPATH": "/b"}) != key  # one agent per environment
     assert warm_pool.agent_key("cuda", env) != key  # and per device kind
+    # DeepSpeed's CUDA jobs get the arch list without letter suffixes; read only when an op builds, in a rank
+    cuda = {**env, "TORCH_CUDA_ARCH_LIST": "9.0a"}
+    assert warm_pool.agent_key("cuda", {**cuda, "TORCH_CUDA_ARCH_LIST": "9.0"}) == warm_pool.agent_key("cuda", cuda)
 
 
 def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
@@ -250,5 +253,9 @@ def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest(
     split = job_time_split([run, run])
     assert split["wall"] == 20.0 and split["startup_share"] == 0.3 and split["timed_share"] == 0.1
     assert time_split_text(split).startswith("20.0 s of runs: start-up (launch to the build) 6.0 s (30%)")
+    # the run that started the session's warm agent: its 4 s of imports are the session's, not the run's
+    first = RunResult(spec=spec, ranks=run.ranks, wall_seconds=16.0, slot_wait_seconds=2.0, launched_at=96.0,
+                      agent_start_seconds=4.0)
+    assert run_time_split(first) == run_time_split(run)
     unrecorded = RunResult(spec=spec, ranks=run.ranks, wall_seconds=12.0)  # no launch time: no split, not a guess
     assert run_time_split(unrecorded) is None and job_time_split([run, unrecorded]) == {}

@@ -26,9 +26,12 @@ from pytest_distperf.launch.devices import NVML_CHECK
 # anything that reads them: the GPUs a job got (read when a rank initialises CUDA), the threads (a forked
 # rank sets them: agent.warm_rank_setup) and the test that launched the job (pytest sets PYTEST_CURRENT_TEST per
 # test and phase; nothing the agent preloads reads it, and as part of the key it gave every test its own agent).
+# TORCH_CUDA_ARCH_LIST is read only when an op or extension builds or loads (DeepSpeed's op builders, torch's
+# cpp_extension), in a rank: DeepSpeed's CUDA jobs get it without letter suffixes (strategies/ds_ops.py), and as
+# part of the key it gave them an agent of their own beside the other CUDA jobs'.
 # Every other variable is read when torch and the strategy libraries load (e.g. DS_ACCELERATOR, PYTHONPATH), so
 # it is part of the agent's key.
-PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST")
+PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", "TORCH_CUDA_ARCH_LIST")
 # Not in the warm agent's own environment: the first job's values would be stale for the next job (each job agent
 # gets its job's own, run_job in rank/warm_agent.py, and its ranks inherit them).
 NOT_IN_AGENT_ENVIRONMENT = ("OMP_NUM_THREADS", "PYTEST_CURRENT_TEST")
@@ -44,6 +47,7 @@ class AgentState:
     jobs: int = 0  # jobs served by a warm agent
     ended_after_failure: int = 0
     preload_seconds: list[float] = field(default_factory=list)
+    start_seconds: list[float] = field(default_factory=list)  # each agent's start, spawn to ready (the session's)
     preloaded: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # device kind -> why its jobs got fresh agents
 
@@ -210,6 +214,7 @@ def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) ->
 
         fd, log_path = tempfile.mkstemp(prefix="warm-agent-", suffix=".log", dir=log_dir)
         os.close(fd)
+        started = time.monotonic()
         agent = WarmAgent(device, env, log_path)
         try:
             why = agent.wait_ready(min(timeout, READY_TIMEOUT_SECONDS))
@@ -220,6 +225,7 @@ def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) ->
             STATE.refused[device] = why
             return None, why
         STATE.started += 1
+        STATE.start_seconds.append(time.monotonic() - started)
         STATE.preload_seconds.append(float(agent.ready.get("seconds", 0.0)) if agent.ready else 0.0)
         STATE.preloaded = list(agent.ready.get("preloaded", [])) if agent.ready else []
         _agents[key] = agent

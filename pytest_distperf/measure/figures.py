@@ -308,8 +308,9 @@ def run_time_split(run: "RunResult") -> dict[str, float] | None:
     launched = getattr(run, "launched_at", None)
     if launched is None or not started or any(t is None for t in started):
         return None
-    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds)
-    split = {"startup": max(0.0, max(started) - launched), "build": max(r.build_seconds for r in run.ranks),
+    agent = getattr(run, "agent_start_seconds", 0.0)  # the session's, not the run's: reported apart
+    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds - agent)
+    split = {"startup": max(0.0, max(started) - launched - agent), "build": max(r.build_seconds for r in run.ranks),
              "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
     split["other"] = max(0.0, wall - math.fsum(split.values()))
     return {"wall": wall, **split}
