@@ -8,8 +8,9 @@ optimizer step, where the optimizer state lives, host/device copies (bytes, page
 pinned). NVMe cases write to the job's scratch folder and skip where DeepSpeed's async I/O
 (libaio) is unavailable. Each case runs once per session; its tests share the run.
 
-Shapes: `tiny` on CPU; `350m` on CUDA, so the NVMe cases move a few GB of swap per rank
-and step rather than tens (the question here is where the work runs, not how fast).
+Shapes: `tiny` on CPU; on CUDA `350m` with the optimizer on the CPU and `small` with NVMe (the
+question here is where the work runs, not how fast: at 350m an NVMe case moves several GB of swap a
+step, 7.5 s a step and over a minute of set-up on 1xH200's disk, at `small` a tenth of that).
 
 Measured on 2xH200 with DeepSpeed 0.19.8 (all three cases): the optimizer step runs in
 DeepSpeedCPUAdam (54-65 ms a step) with no GPU kernels and its state on the CPU, so the seed
@@ -34,6 +35,7 @@ import pytest
 pytestmark = [pytest.mark.distperf(world_size=2), pytest.mark.zero3, pytest.mark.offload, pytest.mark.deepspeed]
 
 SHAPE = {"cpu": "tiny", "cuda": "350m"}
+NVME_SHAPE = {"cpu": "tiny", "cuda": "small"}
 D2H_LIMIT = 1.1  # gradient device-to-host bytes per step at most 1.1x this rank's gradient partition
 FP32 = 4  # the offloaded gradient partition is fp32 (ds_config: communication_data_type fp32)
 CASES = {
@@ -59,7 +61,8 @@ GAP_PAGEABLE = ("deepspeedai/DeepSpeed#8207 (ZeRO-3 offload buffers pageable unl
 def offloaded_job(request, distperf):
     """The case's probed job; each test runs it through distperf.probe(shared=True), so the five checks share one
     run, and a failing or skipped run is that test's outcome, never a set-up error."""
-    return distperf.job("deepspeed", options={"stage": 3, **CASES[request.param]}, shape=SHAPE, steps=3,
+    return distperf.job("deepspeed", options={"stage": 3, **CASES[request.param]}, steps=3,
+                        shape=NVME_SHAPE if "nvme" in request.param else SHAPE,
                         probes=("comms", "placement"))
 
 
