@@ -192,7 +192,7 @@ def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
                 shared.append(found)
                 if job.id:
                     by_id[job.id] = found
-            elif len(job.runs) > len(found.job.runs):
+            elif job.figures.runs > found.job.figures.runs:
                 found.job, found.test = job, t
             if t.nodeid not in found.tests:
                 found.tests.append(t.nodeid)
