@@ -81,8 +81,7 @@ def test_an_older_file_is_brought_up_to_date_when_read_and_the_file_left_alone(t
         return doc
 
     monkeypatch.setattr(FORMAT, "version", 2)
-    monkeypatch.setattr(FORMAT, "updates", {})
-    FORMAT.update_to(2)(update_to_2)
+    monkeypatch.setattr(FORMAT, "updates", {2: update_to_2})
     path = tmp_path / "m" / "t--test_a.json"
     path.parent.mkdir()
     old = sample_file("t.py::test_a").to_dict()
@@ -107,8 +106,8 @@ def test_the_one_format_version_rule():
         with pytest.raises(jsonio.CorruptFileError, match="f.json: not a distperf thing"):
             fmt.load({"format_version": bad}, "f.json")
     fmt.version = 3
-    fmt.update_to(2)(lambda d: {**d, "steps": ["two"]})
-    fmt.update_to(3)(lambda d: {**d, "steps": d["steps"] + ["three"]})
+    fmt.updates[2] = lambda d: {**d, "steps": ["two"]}  # update_to_2
+    fmt.updates[3] = lambda d: {**d, "steps": d["steps"] + ["three"]}  # update_to_3
     assert fmt.load({"format_version": 1}, "f.json") == {"format_version": 3, "steps": ["two", "three"]}
     assert fmt.load({"format_version": 2, "steps": []}, "f.json")["steps"] == ["three"]
 

@@ -53,13 +53,6 @@ class Format:
     version: int = 1
     updates: dict[int, Callable[[Any], Any]] = field(default_factory=dict)
 
-    def update_to(self, n: int) -> Callable[[Callable[[T], T]], Callable[[T], T]]:
-        """Decorator: register update_to_N."""
-        def register(update: Callable[[T], T]) -> Callable[[T], T]:
-            self.updates[n] = update
-            return update
-        return register
-
     def upgrade(self, found: Any, subject: T, source: str) -> T:
         """`subject` (a document, or a database connection) of version `found` brought to `version` by the
         registered updates, in order; CorruptFileError for a version that is not one, FormatVersionError for
