@@ -22,7 +22,7 @@ from pytest_distperf.store.baselines import MAX_BASELINE_BYTES, BaselineReplacea
 def write_baseline(path: str, size_mb: float, key: str) -> None:
     per_run = int(size_mb * 1e6 / 12 / 16)  # about 16 bytes per sample in JSON ("0.100000123, ")
     samples = [[0.1 + i * 1e-9 for i in range(per_run)] for _ in range(12)]
-    doc = {"schema_version": 3, "test": key, "machine_class": "cpu-x", "machine": {}, "environment": {},
+    doc = {"format_version": 1, "test": key, "machine_class": "cpu-x", "machine": {}, "environment": {},
            "saved_at": "2026-01-01T00:00:00+00:00",
            "jobs": {"ddp tiny x2 cpu": {"config_hash": "h", "config": {}, "metrics": {"step_time": {
                "unit": "s", "direction": "lower", "kind": "time", "runs": [0.1] * 12, "samples": samples}}}}}

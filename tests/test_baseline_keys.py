@@ -113,12 +113,12 @@ def _doc(**metric) -> dict:
     series = {"unit": "s", "direction": "lower", "kind": "time", "runs": [0.1, 0.11, 0.12], "samples": None,
               "summary": {"n": 3, "median": 0.11, "min": 0.1, "max": 0.12, "variation": 0.09}}
     series.update(metric)
-    return {"schema_version": 2, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-x",
+    return {"format_version": 1, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-x",
             "machine": {}, "environment": {}, "saved_at": "",
             "jobs": {"ddp tiny x2 cpu": {"config_hash": "abc", "config": {}, "metrics": {"step_time": series}}}}
 
 
-def test_an_older_file_is_read_under_the_key_of_the_usual_layout(tmp_path):
+def test_a_file_is_read_under_the_key_of_the_usual_layout(tmp_path):
     baseline = parse(_doc(), "b.json")
     assert baseline.test == "perf_tests/test_zero3.py::test_x"
     store = Store(str(tmp_path / "baselines"))

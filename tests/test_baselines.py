@@ -1,4 +1,4 @@
-"""The baseline store: files, schema, bad input, concurrent writers, and --distperf-save end to end.
+"""The baseline store: files, format version, bad input, concurrent writers, and --distperf-save end to end.
 
 Store-level tests call baseline.py directly; the end-to-end ones run inner pytest sessions with real
 2-rank CPU jobs (ddp on the tiny shape, few steps).
@@ -14,7 +14,8 @@ import os
 import pytest
 
 from pytest_distperf.launch import fingerprint
-from pytest_distperf.store.baselines import (SCHEMA_VERSION, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
+from pytest_distperf.fs import jsonio
+from pytest_distperf.store.baselines import (FORMAT, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
                                              file_name_for, read_json, write_json_atomic)
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats); 3 keeps these tests quick.
@@ -54,7 +55,7 @@ def test_save_and_load_round_trip_with_sorted_keys_and_schema(tmp_path):
     assert path == os.path.join(str(tmp_path), "cpu-test-2core-1node-ws2", "perf.test_x--test_a.json")
     text = open(path).read()
     raw = json.loads(text)
-    assert raw["schema_version"] == SCHEMA_VERSION
+    assert raw["format_version"] == FORMAT.version == 1
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"  # sorted keys, stable
     m = raw["jobs"]["ddp tiny x2 cpu"]["metrics"]["step_time"]
     assert (m["unit"], m["direction"], m["kind"]) == ("s", "lower", "time")
@@ -72,23 +73,54 @@ def test_file_names_are_readable_and_do_not_collide():
     assert a != b and a.startswith("t--test_p_a_b") and "/" not in a
 
 
-def test_older_schema_is_migrated_when_read_and_the_file_left_alone(tmp_path):
+def test_an_older_file_is_brought_up_to_date_when_read_and_the_file_left_alone(tmp_path, monkeypatch):
+    """The one upgrade mechanism (fs/jsonio.Format): a fake update_to_2 runs on a version-1 file, in memory."""
+    def update_to_2(doc: dict) -> dict:
+        job = doc["jobs"]["ddp tiny x2 cpu"]
+        job["metrics"] = {("step_time" if k == "step" else k): m for k, m in job["metrics"].items()}
+        return doc
+
+    monkeypatch.setattr(FORMAT, "version", 2)
+    monkeypatch.setattr(FORMAT, "updates", {2: update_to_2})
     path = tmp_path / "m" / "t--test_a.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({"schema_version": 1, "test": "t.py::test_a", "machine_class": "m", "saved_at": "x",
-                                "jobs": {"ddp": {"config_hash": "h", "step_time_runs": [0.1, 0.2],
-                                                 "peak_memory_runs": [5.0, 6.0]}}}))
+    old = sample_file("t.py::test_a").to_dict()
+    old["format_version"] = 1
+    metrics = old["jobs"]["ddp tiny x2 cpu"]["metrics"]
+    metrics["step"] = metrics.pop("step_time")
+    path.write_text(json.dumps(old))
     before = digest(str(path))
     doc = Store(str(tmp_path)).load(str(path), "t.py::test_a")
-    assert doc is not None
-    st = doc.jobs["ddp"].metrics["step_time"]
-    assert (st.unit, st.direction, st.kind, st.runs, st.samples) == ("s", "lower", "time", [0.1, 0.2], None)
-    assert doc.jobs["ddp"].metrics["peak_memory"].kind == "memory"
+    assert doc is not None and doc.jobs["ddp tiny x2 cpu"].metrics["step_time"].runs == [0.10, 0.11, 0.105]
     assert digest(str(path)) == before
 
 
+def test_the_one_format_version_rule():
+    """Every file written through jsonio carries format_version; a newer one is refused naming both versions."""
+    fmt = jsonio.Format("thing")
+    assert fmt.load({"format_version": 1, "a": 1}, "f.json") == {"format_version": 1, "a": 1}
+    with pytest.raises(jsonio.FormatVersionError, match=r"f.json: thing format version 2 is newer than the "
+                                                        r"version 1 this pytest-distperf reads"):
+        fmt.load({"format_version": 2}, "f.json")
+    for bad in (None, "1", True, 0):
+        with pytest.raises(jsonio.CorruptFileError, match="f.json: not a distperf thing"):
+            fmt.load({"format_version": bad}, "f.json")
+    fmt.version = 3
+    fmt.updates[2] = lambda d: {**d, "steps": ["two"]}  # update_to_2
+    fmt.updates[3] = lambda d: {**d, "steps": d["steps"] + ["three"]}  # update_to_3
+    assert fmt.load({"format_version": 1}, "f.json") == {"format_version": 3, "steps": ["two", "three"]}
+    assert fmt.load({"format_version": 2, "steps": []}, "f.json")["steps"] == ["three"]
+
+
+def test_every_json_file_written_carries_its_format_version(tmp_path):
+    jsonio.write_json_atomic(str(tmp_path / "a.json"), {"a": 1})
+    jsonio.write_json_atomic(str(tmp_path / "b.json"), {"format_version": 2, "b": 1})
+    assert jsonio.read_json(str(tmp_path / "a.json")) == {"format_version": 1, "a": 1}
+    assert jsonio.read_json(str(tmp_path / "b.json"))["format_version"] == 2
+
+
 BAD_FILES = {
-    "corrupt": (b'{"schema_version": 2, "test": x}', "corrupt (not valid JSON"),
+    "corrupt": (b'{"format_version": 1, "test": x}', "corrupt (not valid JSON"),
     "truncated": (json.dumps(sample_file("t.py::test_a").to_dict(), indent=2).encode()[:-40], "truncated"),
     "empty": (b"", "truncated (the file is empty)"),
     "not_utf8": (b'{"a": "\xff\xfe"}', "corrupt (not UTF-8"),
@@ -96,8 +128,8 @@ BAD_FILES = {
                    "wrong type at jobs: expected an object, got list"),
     "wrong_runs": (json.dumps(sample_file("t.py::test_a").to_dict()).replace("[0.1, 0.11, 0.105]", '"fast"').encode(),
                    "wrong type at jobs['ddp tiny x2 cpu'].metrics['step_time'].runs"),
-    "newer": (json.dumps({**sample_file("t.py::test_a").to_dict(), "schema_version": SCHEMA_VERSION + 1}).encode(),
-              f"newer than the {SCHEMA_VERSION}"),
+    "newer": (json.dumps({**sample_file("t.py::test_a").to_dict(), "format_version": FORMAT.version + 1}).encode(),
+              f"baseline format version {FORMAT.version + 1} is newer than the version {FORMAT.version}"),
     "no_schema": (b'{"jobs": {}}', "not a distperf baseline"),
 }
 

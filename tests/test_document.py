@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pytest_distperf.store.report_format import (REPORT_VERSION, ReportVersionError, check_version, run_figures_in,
-                                      run_to_dict)
-from pytest_distperf.measure.figures import job_figures, job_id, metric_values, node_step_medians, run_figures
+from pytest_distperf.fs.jsonio import FormatVersionError
+from pytest_distperf.store.report_format import REPORT, run_to_dict
+from pytest_distperf.measure.figures import RunFigures, job_figures, job_id, node_step_medians, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument
 from pytest_distperf.spec.job import JobSpec
@@ -39,7 +39,7 @@ def test_a_run_is_serialised_with_the_figures_every_reader_takes():
     d = json.loads(json.dumps(run_to_dict(run)))
     assert d["id"] == run.id
     assert d["figures"]["step_time"] == 0.2  # the median of the steps, each the slowest rank's
-    assert run_figures_in(d) == run_figures(run)
+    assert RunFigures.from_json(d["figures"]) == run_figures(run)
     job = json.loads(json.dumps(JobRecord.from_runs("ddp", [run]).to_json()))
     assert job["id"] == job["figures"]["id"] == job_id([run])
     assert job["figures"]["step_time"] == d["figures"]["step_time"] and job["runs"] == [d]  # the run once
@@ -55,21 +55,12 @@ def test_a_run_of_several_nodes_carries_each_nodes_median_step_time():
     assert node_step_medians(run) == {"node 0 (gpu-01)": 0.2, "node 1 (gpu-07)": 0.45}
     assert json.loads(json.dumps(run_to_dict(run)))["node_step_medians"] == node_step_medians(run)
 
-def test_a_version_1_run_reads_through_the_same_definitions():
-    runs = [_run([[0.1, 0.2, 0.3], [0.2, 0.1, 0.4]], memory=0), _run([[0.3, 0.3, 0.1]], memory=5 << 20)]
-    old = []
-    for r in runs:
-        d = json.loads(json.dumps(run_to_dict(r)))
-        del d["figures"], d["id"]  # what a report of version 1 holds
-        old.append(d)
-    assert metric_values([run_figures_in(d) for d in old]) == metric_values([run_figures(r) for r in runs])
-    assert run_figures_in(old[0]).peak_memory == 1.0  # a zero growth reads as the gate reads it
-
-
 def test_a_report_of_a_newer_version_is_refused_naming_it():
-    assert check_version({}, "r.json") == 1 and check_version({"report_version": REPORT_VERSION}, "r.json") == REPORT_VERSION
-    with pytest.raises(ReportVersionError, match=rf"r.json: written as report version {REPORT_VERSION + 1}, newer"):
-        check_version({"report_version": REPORT_VERSION + 1}, "r.json")
+    report = SessionDocument([], {}, {}).to_json()
+    assert report["format_version"] == REPORT.version == 1
+    with pytest.raises(FormatVersionError, match=rf"r.json: JSON report format version {REPORT.version + 1} is newer "
+                                                 rf"than the version {REPORT.version}"):
+        SessionDocument.from_json({**report, "format_version": REPORT.version + 1}, "r.json")
 
 
 def test_a_shared_job_is_one_row_by_id_with_all_its_runs():
@@ -114,20 +105,3 @@ def test_the_report_holds_each_job_once_with_its_figures_and_runs():
     assert (job["figures"]["step_time"], len(job["runs"]), job["slot_wait_seconds"]) == (0.2, 1, [0.5])
     assert SessionDocument.from_json(report).tests == [doc]
 
-
-def test_a_version_2_report_reads_as_the_same_document():
-    # Version 2 held a job twice: the gate's (figures, runs) under jobs[], the fixture's (figures, slot waits,
-    # departures) under runs[]; a test without a gate had only the latter.
-    doc = _one_job_document()
-    v3 = json.loads(json.dumps(SessionDocument([doc], {}, {}).to_json()))
-    [test] = v3["tests"]
-    [job] = test.pop("jobs")
-    fixture = {"kind": "run", **job["figures"], "slot_wait_seconds": job["slot_wait_seconds"],
-               "departures": job["departures"]}
-    gate = {k: job[k] for k in ("id", "label", "config_hash", "config", "figures", "runs")}
-    v2 = {**v3, "report_version": 2, "tests": [{**test, "runs": [fixture], "jobs": [gate]},
-                                               {**test, "nodeid": "t.py::test_b", "runs": [fixture], "jobs": []}]}
-    gated, ungated = SessionDocument.from_json(v2).tests
-    assert gated == doc
-    assert ungated.jobs[0].figures == doc.jobs[0].figures and ungated.jobs[0].runs == []
-    assert ungated.jobs[0].slot_wait_seconds == (0.5,)

@@ -1,4 +1,4 @@
-"""The history store (SQLite and a real PostgreSQL server), its migrations, concurrent writers, the change-point
+"""The history store (SQLite and a real PostgreSQL server), its format version, concurrent writers, the change-point
 search and the `python -m pytest_distperf history` command.
 
 PostgreSQL: DISTPERF_TEST_POSTGRES_URL (`.ci/services/postgres.sh start` prints it); without it the PostgreSQL
@@ -28,7 +28,7 @@ from pytest_distperf.store.history import (HistoryError, HistoryUrlError, Report
 from pytest_distperf.store.history import schema  # noqa: E402
 from pytest_distperf.store.history.changepoints import find_splits, strongest_split  # noqa: E402
 from pytest_distperf.store.history.ingest import read_report  # noqa: E402
-from pytest_distperf.store.history.store import SUMMED_SUFFIX, HistoryStore  # noqa: E402
+from pytest_distperf.store.history.store import HistoryStore  # noqa: E402
 
 # A real `--distperf-json` document: perf_tests/test_zero3.py (two tests, ZeRO-3 and FSDP2, 3 runs each) on the
 # 2-core CPU box; paths made relative.
@@ -90,6 +90,8 @@ def session_doc(base: dict, when: _dt.datetime, commit: str, step_scale: float =
             for run in job["runs"]:
                 run["step_times"] = [t * step_scale for t in run["step_times"]]
                 run["peak_memory"] = int(run["peak_memory"] * memory_scale)
+                run["figures"]["step_time"] *= step_scale
+                run["figures"]["peak_memory"] *= memory_scale
     return doc
 
 
@@ -152,7 +154,8 @@ def test_comms_rows_from_a_real_probed_report_match_the_gates_values():
     (lambda d: d.pop("tests"), "'tests'"),
     (lambda d: d.update(created_at="yesterday"), "'created_at'"),
     (lambda d: d["tests"][0].pop("machine_class"), "machine_class"),
-    (lambda d: d["tests"][0]["jobs"][0]["runs"][0].update(step_times="fast"), "runs[0]"),
+    (lambda d: d["tests"][0]["jobs"][0]["runs"][0]["figures"].update(step_time="fast"), "runs[0]"),
+    (lambda d: d.update(format_version=2), "JSON report format version 2 is newer than the version 1"),
 ])
 def test_a_bad_report_document_is_an_error_naming_the_field(tmp_path, mutate, needle):
     doc = load()
@@ -224,118 +227,58 @@ def test_reading_a_missing_sqlite_file_is_an_error_and_creates_nothing(tmp_path)
     assert not path.exists()
 
 
-# -- migrations --------------------------------------------------------------------------------------------------
-OLD_SESSION_AT = _dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=_dt.timezone.utc)
-
-
-def _old_database(url: str, version: int, session_id: str, rows: list[dict]) -> tuple[int, set[str]]:
-    """A database at schema `version` holding one session with `rows` (measurement columns of that version, as
-    code of that version wrote them). Returns the session's key and the measurement columns the version had."""
+# -- format version ----------------------------------------------------------------------------------------------
+def _format_rows(url: str) -> list[int]:
     engine = sa.create_engine(_engine_url(url))
-    with engine.begin() as conn:
-        assert schema.migrate(conn, "test", target=version) == (0, version)
-        old = sa.MetaData()
-        sessions = sa.Table("distperf_sessions", old, autoload_with=conn)
-        measurements = sa.Table("distperf_measurements", old, autoload_with=conn)
-        pk = conn.execute(sessions.insert().values(
-            session_id=session_id, report_digest="0" * 64, created_at=OLD_SESSION_AT, recorded_at=OLD_SESSION_AT,
-            git_commit="f" * 40, host="h", environment="{}")).inserted_primary_key[0]
-        conn.execute(measurements.insert(), [{"session_pk": pk, **row} for row in rows])
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(schema.format_version.c.format_version)).scalars().all()
     engine.dispose()
-    return pk, set(measurements.c.keys())
+    return rows
 
 
-def test_a_version_1_database_is_migrated_and_keeps_its_rows(url):
-    _, columns_v1 = _old_database(url, 1, "old", [
-        {"machine_class": "mc", "test": "t.py::x", "job": "ddp tiny x2 cpu", "metric": metric, "run_index": 0,
-         "value": value, "unit": unit, "direction": "lower"}
-        for metric, value, unit in (("step_time", 0.1, "s"), ("peak_memory", 1e8, "bytes"),
-                                    ("comms.all_gather.calls_per_step", 4, "calls"))])
-    assert "kind" not in columns_v1 and "config_hash" not in columns_v1
+def test_an_older_database_is_brought_up_to_date_by_its_update_steps_once(url, monkeypatch):
+    """The one upgrade mechanism (fs/jsonio.Format), here with a fake update_to_2 that adds a column."""
+    recorded = record_session(url, load())
+    ran = []
 
+    def update_to_2(conn):
+        ran.append(1)
+        conn.execute(sa.text("ALTER TABLE distperf_sessions ADD COLUMN note TEXT"))
+        return conn
+
+    monkeypatch.setattr(schema.HISTORY, "version", 2)
+    monkeypatch.setattr(schema.HISTORY, "updates", {2: update_to_2})
     with HistoryStore(url) as store:
-        assert store.migrated == (1, schema.SCHEMA_VERSION)
-        rows = store.series_rows(store.series_keys()[0])
-        with store.engine.connect() as conn:
-            kinds = dict(conn.execute(sa.select(schema.measurements.c.metric, schema.measurements.c.kind)).all())
-            inspector = sa.inspect(conn)
-            columns = {c["name"] for c in inspector.get_columns("distperf_measurements")}
-            indexes = {i["name"] for i in inspector.get_indexes("distperf_measurements")}
-            versions = conn.execute(sa.select(schema.schema_version.c.version)).scalars().all()
-    assert kinds == {"step_time": "time", "peak_memory": "memory", "comms.all_gather.calls_per_step": "count"}
-    assert columns == set(schema.measurements.c.keys())
-    assert "ix_distperf_measurements_series" in indexes
-    assert sorted(versions) == list(range(1, schema.SCHEMA_VERSION + 1))
-    assert rows[0].session_id == "old" and rows[0].created_at == OLD_SESSION_AT and rows[0].git_commit == "f" * 40
-    assert rows[0].host_load is None  # not measured then
-    # ... and it takes new sessions like a fresh one
-    assert record_session(url, load()).rows > 0
-
-
-def test_summed_comms_rows_of_a_version_3_database_are_kept_as_a_series_of_their_own(url):
-    """Before version 4 comms.* values were summed over ranks; since, they are the rank with the most. The old
-    rows stay as they were, in series named for what they hold, and new sessions never join those series."""
-    doc = load(REPORT_COMMS)
-    [test] = doc["tests"]
-    job = test["jobs"][0]["label"]
-    metric = "comms.all_gather.calls_per_step"
-    old = [(metric, 40.0, "calls"), ("comms.all_gather.bytes_per_step", 7481344.0, "bytes"), ("step_time", 0.1, "s")]
-    pk, columns_v3 = _old_database(url, 3, "summed", [
-        {"machine_class": test["machine_class"], "test": test["nodeid"], "job": job, "metric": name, "run_index": 0,
-         "value": value, "unit": unit, "direction": "lower", "kind": "time" if unit == "s" else "count",
-         "config_hash": None, "host_load": None}
-        for name, value, unit in old])
-    assert "comms_scope" not in columns_v3
-
-    new_rows = read_report(doc)[1]
-    assert record_session(url, doc).rows == len(new_rows)
-    with HistoryStore(url) as store:
-        assert store.migrated == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION)
-        assert store.count(schema.measurements) == len(old) + len(new_rows)  # nothing dropped
-        with store.engine.connect() as conn:
-            m = schema.measurements.c
-            stored = conn.execute(sa.select(m.metric, m.value, m.comms_scope).where(m.session_pk == pk)).all()
-    assert sorted(stored) == sorted((name, value, None) for name, value, _unit in old)  # nothing overwritten
-    found = {t.key.metric: t for t in trends(url, test=test["nodeid"], job=job, metric="comms.all_gather.")}
-    summed = metric + SUMMED_SUFFIX
-    assert set(found) == {metric, summed, "comms.all_gather.bytes_per_step",
-                          "comms.all_gather.bytes_per_step" + SUMMED_SUFFIX}
-    assert [(p.session_id, p.runs) for p in found[summed].points] == [("summed", (40.0,))]
-    [point] = found[metric].points
-    assert point.session_id != "summed"
-    assert point.runs == tuple(r.value for r in new_rows if (r.job, r.metric) == (job, metric))
-    assert found[summed].unit == found[metric].unit == "calls"
-    # a metric recorded the same way before and after keeps one series
-    [step] = trends(url, test=test["nodeid"], job=job, metric="step_time")
-    assert [p.session_id for p in step.points][0] == "summed" and len(step.points) == 2
-    # the session's own trends are the per-rank series only
-    from pytest_distperf.store.history import session_trends
-
-    assert {t.key.metric for t in session_trends(url, doc)} == {r.metric for r in new_rows}
+        assert store.found_version == 1
+        assert store.count(schema.measurements) == recorded.rows  # nothing dropped
+    with HistoryStore(url) as store:  # opening again runs no step
+        assert store.found_version == 2
+    assert ran == [1] and _format_rows(url) == [2]
 
 
 def test_a_fresh_database_has_exactly_the_current_schema(url):
     with HistoryStore(url) as store:
-        assert store.migrated == (0, schema.SCHEMA_VERSION)
+        assert store.found_version == 0
         with store.engine.connect() as conn:
             inspector = sa.inspect(conn)
             for table in schema.metadata.sorted_tables:
                 assert {c["name"] for c in inspector.get_columns(table.name)} == set(table.c.keys())
     with HistoryStore(url) as store:  # opening again changes nothing
-        assert store.migrated == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION)
+        assert store.found_version == schema.HISTORY.version == 1
+    assert _format_rows(url) == [1]
 
 
 def test_a_newer_database_is_refused_and_left_untouched(url):
     with HistoryStore(url) as store:
         with store.engine.begin() as conn:
-            conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION + 1,
-                                                               applied_at=_dt.datetime.now(_dt.timezone.utc)))
-    with pytest.raises(SchemaVersionError, match=f"schema version {schema.SCHEMA_VERSION + 1} is newer"):
+            conn.execute(schema.format_version.update().values(format_version=schema.HISTORY.version + 1))
+    with pytest.raises(SchemaVersionError, match=f"history database format version {schema.HISTORY.version + 1} "
+                                                 f"is newer than the version {schema.HISTORY.version}"):
         record_session(url, load())
     engine = sa.create_engine(_engine_url(url))
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(schema.sessions)).scalar() == 0
-        assert schema.current_version(conn) == schema.SCHEMA_VERSION + 1
+        assert schema.current_version(conn) == schema.HISTORY.version + 1
     engine.dispose()
 
 
@@ -381,9 +324,8 @@ def test_concurrent_writer_processes_lose_no_row(url, tmp_path):
         assert store.count(schema.measurements) == writers * per_writer * rows_per_session
         with store.engine.connect() as conn:
             commits = conn.execute(sa.select(schema.sessions.c.git_commit)).scalars().all()
-            versions = conn.execute(sa.select(schema.schema_version.c.version)).scalars().all()
     assert sorted(commits) == sorted(f"{w}-{i}" for w in range(writers) for i in range(per_writer))
-    assert sorted(versions) == list(range(1, schema.SCHEMA_VERSION + 1))  # each migration step ran once
+    assert _format_rows(url) == [schema.HISTORY.version]  # the database was created once
 
 
 # -- change points -----------------------------------------------------------------------------------------------

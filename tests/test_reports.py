@@ -41,7 +41,7 @@ def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, mo
     pytester.runpytest(*INNER_OPTS, "--distperf-save", "-k", "test_ddp").assert_outcomes(passed=1, deselected=1)
     folder = pytester.path / "baselines" / fingerprint.machine_class("cpu", 2).name
     broken = folder / "test_perf--test_broken_baseline.json"
-    broken.write_text('{"schema_version": 2, "test": ')  # truncated: that test errors before running a job
+    broken.write_text('{"format_version": 1, "test": ')  # truncated: that test errors before running a job
 
     summary = pytester.path / "summary.md"
     summary.write_text("earlier step output\n")

@@ -81,7 +81,7 @@ def test_x(distperf):
 """)
     folder = pytester.path / "baselines" / machine_dir()
     folder.mkdir(parents=True)
-    (folder / "test_leak--test_x.json").write_text('{"schema_version": 3, "test": ')  # truncated
+    (folder / "test_leak--test_x.json").write_text('{"format_version": 1, "test": ')  # truncated
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     monkeypatch.setenv("HF_TOKEN", ENV_SECRET)
@@ -269,7 +269,7 @@ def test_slow(distperf):
     folder = pytester.path / "baselines" / machine_dir()
     folder.mkdir(parents=True)
     path = folder / "test_slow--test_slow.json"
-    corrupt = json.dumps({"schema_version": 3, "test": "test_slow.py::test_slow", "machine_class": machine_dir(),
+    corrupt = json.dumps({"format_version": 1, "test": "test_slow.py::test_slow", "machine_class": machine_dir(),
                           "jobs": {"ddp tiny x2 cpu": {"config_hash": "x", "metrics": {"step_time": {
                               "unit": "s", "direction": "lower", "kind": "time", "runs": ["fast"]}}}}}).encode()
     path.write_bytes(corrupt)
@@ -312,7 +312,7 @@ def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path, mo
     path = store.path_for("cpu-x", "t.py::test_a")
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:  # a valid document of 35 MB: one long run list
-        f.write('{"schema_version": 3, "test": "t.py::test_a", "jobs": {}, "pad": [' + "0.1," * (35 << 18) + "0.1]}")
+        f.write('{"format_version": 1, "test": "t.py::test_a", "jobs": {}, "pad": [' + "0.1," * (35 << 18) + "0.1]}")
     assert os.path.getsize(path) > 4 * MAX_BASELINE_BYTES
     # Refused from its size, never parsed: the parser must not run. (How long a refusal takes against a parse is a
     # figure of benchmarks/baseline_size.py, not a bound here: a shared box can stall any process for a second.)

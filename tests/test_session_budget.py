@@ -208,7 +208,7 @@ def test_a_session_ends_at_its_budget_and_every_report_names_the_tests_left_out(
         "*= 2 passed, 3 skipped, *3 out of budget in *",
     ])
     doc = json.loads(report.read_text())
-    assert doc["report_version"] == 4 and doc["summary"]["out_of_budget"] == 3
+    assert doc["format_version"] == 1 and doc["summary"]["out_of_budget"] == 3
     tests = {t["nodeid"].split("::")[1]: t for t in doc["tests"]}
     assert tests["test_first"]["out_of_budget"] is None and len(tests["test_first"]["jobs"]) == 1
     for name in ("test_late", "test_late_measure", "test_late_fixture"):
@@ -238,7 +238,7 @@ def test_strict_fails_a_test_the_budget_left_unstarted(pytester: pytest.Pytester
     ])
 
 
-def test_the_json_report_reads_back_out_of_budget_and_older_versions_have_none():
+def test_the_json_report_reads_back_out_of_budget():
     from pytest_distperf.report.document import SessionDocument, TestDocument
     from pytest_distperf.report.files import json_report, markdown_summary
     from pytest_distperf.report.pr_comment import render_pr_comment
@@ -250,8 +250,5 @@ def test_the_json_report_reads_back_out_of_budget_and_older_versions_have_none()
     assert doc["summary"]["out_of_budget"] == 1 and doc["tests"][0]["out_of_budget"] is None
     again = SessionDocument.from_json(json.loads(json.dumps(doc)))
     assert [t.out_of_budget for t in again.tests] == [None, late.out_of_budget]
-    older = {**doc, "report_version": 3, "tests": [{k: v for k, v in t.items() if k != "out_of_budget"}
-                                                   for t in doc["tests"]]}
-    assert [t.out_of_budget for t in SessionDocument.from_json(older).tests] == [None, None]
     assert "**2 test(s)**: 1 passed, 0 failed, 1 out of budget" in markdown_summary(again.tests)
     assert "(2 tests: 1 pass, 1 skipped, 1 out of budget)" in render_pr_comment(doc)

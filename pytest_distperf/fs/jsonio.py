@@ -1,6 +1,11 @@
 """The project's one atomic file writer and JSON reader: baselines, reports, benchmark checkpoints and the files
 of a job folder all go through it.
 
+Every JSON file it writes carries its format's version, `format_version` (1 unless the document says otherwise).
+`Format` is the one upgrade mechanism (asv's rule): a format's reader registers `update_to_N` for each version N
+after 1; a file older than the code is brought up to date in memory, one step at a time, and a file newer than
+the code is refused with an error that names it and both versions.
+
 Writes are atomic (temporary file in the same folder, fsync, rename, fsync the folder), optionally under the
 folder's lock file so concurrent writers (pytest-xdist workers, two sessions) serialise. The temporary file's
 name carries its writer's pid (`.<name>.<pid>.<random>.tmp`): under the lock, a writer removes the ones a crashed
@@ -16,7 +21,8 @@ import os
 import re
 import tempfile
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, TypeVar
 
 from filelock import FileLock, Timeout
 
@@ -26,10 +32,52 @@ LOCK_NAME = ".distperf.lock"
 LOCK_TIMEOUT_SECONDS = 120.0
 STALE_TMP_SECONDS = 60.0  # a temp file this old is a crash's leftover even when its pid was reused
 _TMP_PID = re.compile(r"\.(\d+)\.[^.]*\.tmp$")
+VERSION_KEY = "format_version"
+T = TypeVar("T")
 
 
 class CorruptFileError(FileError):
     """A file whose contents cannot be used (corrupt, truncated, too large): replaceable, unlike an I/O error."""
+
+
+class FormatVersionError(FileError):
+    """A file written by a newer pytest-distperf than this one reads: left as it is."""
+
+
+@dataclass
+class Format:
+    """One kind of file the plugin writes: its name in messages, its current version and, per version N after 1,
+    `updates[N]` (update_to_N) that turns a version N-1 file into version N."""
+
+    name: str
+    version: int = 1
+    updates: dict[int, Callable[[Any], Any]] = field(default_factory=dict)
+
+    def upgrade(self, found: Any, subject: T, source: str) -> T:
+        """`subject` (a document, or a database connection) of version `found` brought to `version` by the
+        registered updates, in order; CorruptFileError for a version that is not one, FormatVersionError for
+        a newer one. `source` names the file in both."""
+        if isinstance(found, bool) or not isinstance(found, int) or found < 1:
+            raise CorruptFileError(f"{source}: not a distperf {self.name} ({VERSION_KEY} must be a positive "
+                                   f"integer, got {found!r})")
+        if found > self.version:
+            raise FormatVersionError(f"{source}: {self.name} format version {found} is newer than the version "
+                                     f"{self.version} this pytest-distperf reads; upgrade pytest-distperf (the "
+                                     f"file was left as it is)")
+        for n in range(found + 1, self.version + 1):
+            subject = self.updates[n](subject)
+        return subject
+
+    def load(self, doc: Any, source: str) -> dict[str, Any]:
+        """A parsed document of this format at the current version (upgrade)."""
+        if not isinstance(doc, Mapping):
+            raise CorruptFileError(f"{source}: not a distperf {self.name} (expected an object, got "
+                                   f"{type(doc).__name__})")
+        return {**self.upgrade(doc.get(VERSION_KEY), dict(doc), source), VERSION_KEY: self.version}
+
+    def stamp(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """`doc` with this format's current version."""
+        return {VERSION_KEY: self.version, **doc}
 
 
 def dumps(obj: Any) -> str:
@@ -41,8 +89,11 @@ def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
     """Write `obj` to `path` so that a reader sees the old file or the new one, never a torn one.
 
     Temporary file in the same folder (same filesystem), fsync, rename over, fsync the folder;
-    under the folder's lock file when `lock` (so concurrent writers serialise).
+    under the folder's lock file when `lock` (so concurrent writers serialise). An object without its
+    format_version is written at version 1.
     """
+    if isinstance(obj, Mapping):
+        obj = {VERSION_KEY: 1, **obj}
     try:
         text = dumps(obj)
     except ValueError as e:  # NaN/inf: json's message does not say which file

@@ -7,8 +7,8 @@ its probes (`rank.probes.results.ProbeSummary`), what a saved baseline lets the 
 (`decide.verdicts.Resolution`) and the context its verdicts were decided in (`decide.regression.GateContext`).
 They cross the xdist boundary as their JSON (`to_json`, the report attributes `distperf_records` and
 `distperf_context`), and `TestDocument.from_records` makes them typed again, once. The JSON report is
-`SessionDocument.to_json` (each job once, `tests[].jobs[]`); `SessionDocument.from_json` reads a report of any
-version back (the HTML report and the PR comment draw from it). No report derives a figure.
+`SessionDocument.to_json` (each job once, `tests[].jobs[]`); `SessionDocument.from_json` reads one back (the HTML
+report and the PR comment draw from it). No report derives a figure.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pytest_distperf.decide.regression import GateContext
 from pytest_distperf.measure.figures import SCOPES, JobFigures, job_figures
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.store.baselines import job_identity
-from pytest_distperf.store.report_format import REPORT_VERSION, check_version, run_to_dict
+from pytest_distperf.store.report_format import REPORT, run_to_dict
 
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
@@ -68,7 +68,8 @@ class JobRecord:
         """A job of a JSON report; KeyError, TypeError or ValueError where it is not one."""
         figures = JobFigures.from_json({**d["figures"], "label": d["label"], "id": d.get("id") or ""})
         return cls(figures, str(d.get("config_hash") or figures.config_hash), dict(d.get("config") or {}),
-                   [dict(r) for r in d.get("runs") or []], *_fixture_fields(d))
+                   [dict(r) for r in d.get("runs") or []], tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
+                   {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
 
 
 Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, Resolution]
@@ -127,17 +128,16 @@ class TestDocument:
         return doc
 
     @classmethod
-    def from_json(cls, t: Mapping[str, Any], version: int = REPORT_VERSION) -> "TestDocument":
-        """A test of a JSON report (SessionDocument.to_json) typed again, from any report version this one
-        reads; ValueError/KeyError/TypeError where it is not one."""
+    def from_json(cls, t: Mapping[str, Any]) -> "TestDocument":
+        """A test of a JSON report (SessionDocument.to_json) typed again; ValueError/KeyError/TypeError where it
+        is not one."""
         kinds = {"checks": "check", "verdicts": "baseline", "probes": "probe", "baseline_saved": "baseline_saved"}
         records: list[Record | Mapping[str, Any]] = [{**r, "kind": kind} for name, kind in kinds.items()
                                                      for r in t.get(name) or []]
-        jobs = t.get("jobs") or []
-        records += [JobRecord.from_json(j) for j in jobs] if version >= 3 else _jobs_before_v3(jobs, t.get("runs"))
+        records += [JobRecord.from_json(j) for j in t.get("jobs") or []]
         return cls.from_records(str(t["nodeid"]), str(t["outcome"]), float(t.get("duration") or 0.0), records,
                                 GateContext.from_json(dict(t)), t.get("message"), t.get("failure"),
-                                t.get("xfail_reason"), t.get("out_of_budget"))  # before version 4: none
+                                t.get("xfail_reason"), t.get("out_of_budget"))
 
     def add(self, record: Record) -> None:
         if isinstance(record, JobRecord):
@@ -162,34 +162,11 @@ class TestDocument:
             d["failure"] = self.failure
         if self.xfail_reason is not None:
             d["xfail_reason"] = self.xfail_reason
-        d["out_of_budget"] = self.out_of_budget  # version 4: every test says whether the session budget stopped it
+        d["out_of_budget"] = self.out_of_budget  # every test says whether the session budget stopped it
         d.update({"jobs": [j.to_json() for j in self.jobs],
                   "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],
                   "probes": [p.to_json() for p in self.probes], "baseline_saved": [s.to_json() for s in self.saved]})
         return d
-
-
-def _jobs_before_v3(jobs: list[Mapping[str, Any]], figure_records: Any) -> list[JobRecord]:
-    """The jobs of a report of version 1 or 2, which held a job twice: the gate's (`jobs[]`: figures and runs)
-    and the fixture's (`runs[]`: figures, slot waits, departures); a job only the fixture recorded has no runs."""
-    fixture = [dict(r) for r in figure_records or []]
-    out = []
-    for j in jobs:
-        job = JobRecord.from_json(j)
-        mine = next((r for r in fixture if (job.id and r.get("id") == job.id) or r.get("label") == job.label), None)
-        if mine is not None:
-            fixture.remove(mine)
-            job.slot_wait_seconds, job.departures = _fixture_fields(mine)
-        out.append(job)
-    for r in fixture:
-        out.append(JobRecord(JobFigures.from_json(r), str(r.get("config_hash") or ""), {}, [], *_fixture_fields(r)))
-    return out
-
-
-def _fixture_fields(d: Mapping[str, Any]) -> tuple[tuple[float, ...], dict[str, str]]:
-    """A job's slot waits and departures, as its JSON holds them."""
-    return (tuple(float(x) for x in d.get("slot_wait_seconds") or ()),
-            {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
 
 
 @dataclass
@@ -204,40 +181,22 @@ class SharedJob:
 
 def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
     """Each job once, by its id (measure/figures.job_id), in the order the jobs first appeared. Tests that share
-    a job's runs carry it as it stood when each ended; the view with the most runs is kept. Jobs of a version-1
-    report have no id: there a job whose runs begin another's (the same label and configuration) is that job."""
+    a job's runs carry it as it stood when each ended; the view with the most runs is kept."""
     shared: list[SharedJob] = []
     by_id: dict[str, SharedJob] = {}
     for t in tests:
         for job in t.jobs:
-            found = by_id.get(job.id) if job.id else next(
-                (s for s in shared if not s.job.id and _same_job(s.job, job)), None)
+            found = by_id.get(job.id) if job.id else None
             if found is None:
                 found = SharedJob(job, t, [])
                 shared.append(found)
                 if job.id:
                     by_id[job.id] = found
-            elif _runs_seen(job) > _runs_seen(found.job):
+            elif job.figures.runs > found.job.figures.runs:
                 found.job, found.test = job, t
             if t.nodeid not in found.tests:
                 found.tests.append(t.nodeid)
     return shared
-
-
-def _runs_seen(job: JobRecord) -> int:
-    return len(job.runs) or job.figures.runs  # a version-2 fixture record holds its figures only
-
-
-def _same_job(a: JobRecord, b: JobRecord) -> bool:
-    if not (a.runs or b.runs):  # a version-1 fixture record, without its runs: one job by its figures
-        return a.figures == b.figures
-
-    def steps(j: JobRecord) -> list[list[float]]:
-        return [[float(x) for x in r["step_times"]] for r in j.runs]
-
-    sa, sb = steps(a), steps(b)
-    n = min(len(sa), len(sb))
-    return (a.label, a.config_hash) == (b.label, b.config_hash) and sa[:n] == sb[:n]
 
 
 @dataclass
@@ -251,11 +210,10 @@ class SessionDocument:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], source: str = "JSON report") -> "SessionDocument":
-        """A JSON report typed again, from any version this one reads (store/report_format.check_version:
-        ReportVersionError naming `source` for a newer one); KeyError, TypeError or ValueError where it is
-        not a report."""
-        version = check_version(doc, source)
-        return cls([TestDocument.from_json(t, version) for t in doc["tests"]], dict(doc.get("environment") or {}),
+        """A JSON report typed again (REPORT.load: an older one brought up to date, a newer one refused with
+        FormatVersionError naming `source`); KeyError, TypeError or ValueError where it is not a report."""
+        doc = REPORT.load(doc, source)
+        return cls([TestDocument.from_json(t) for t in doc["tests"]], dict(doc.get("environment") or {}),
                    dict(doc.get("invocation") or {}), str(doc.get("created_at") or ""))
 
     def to_json(self) -> dict[str, Any]:
@@ -265,8 +223,7 @@ class SessionDocument:
             outcomes[t.outcome] = outcomes.get(t.outcome, 0) + 1
             for v in t.verdicts:
                 verdicts[v.status] = verdicts.get(v.status, 0) + 1
-        return {
-            "report_version": REPORT_VERSION,
+        return REPORT.stamp({
             "created_at": self.created_at,
             "environment": self.environment,
             "invocation": self.invocation,
@@ -275,4 +232,4 @@ class SessionDocument:
             # what each job figure is: unit and scope (per rank, slowest rank, summed), as measure/figures defines it
             "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
             "tests": [t.to_json() for t in self.tests],
-        }
+        })

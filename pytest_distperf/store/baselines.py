@@ -6,7 +6,7 @@ unit, direction and kind, one value per run (the run-level repeats the regressio
 measure/figures.py defines each) and the raw step samples of each run. Collective counts and bytes
 per step are per rank (the rank with the most).
 
-    {"schema_version": 3, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
+    {"format_version": 1, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
      "machine": {...}, "environment": {...}, "saved_at": "...",
      "jobs": {"deepspeed[stage=3] tiny x2 cpu": {"config_hash": "...", "config": {...},
               "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
@@ -14,8 +14,8 @@ per step are per rank (the rank with the most).
                                         "summary": {...}}, ...}}}}
 
 Reading never writes: a file that cannot be used (corrupt, truncated, wrongly typed, from a newer
-pytest-distperf) raises BaselineError naming it and stays byte-identical. Older schemas are
-migrated in memory when read. Writes are atomic (temporary file in the same folder, fsync,
+pytest-distperf) raises BaselineError naming it and stays byte-identical. An older format is
+brought up to date in memory when read (FORMAT, fs/jsonio.Format). Writes are atomic (temporary file in the same folder, fsync,
 rename) under a lock file of the folder, so concurrent writers (pytest-xdist workers, two
 sessions) never lose or tear an entry.
 """
@@ -30,7 +30,7 @@ import os
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.fs import jsonio
@@ -40,7 +40,7 @@ from pytest_distperf.rank.results import RunResult
 from pytest_distperf.measure.figures import geometric_mean, metric_traits, metric_values, run_figures
 from pytest_distperf.measure.stats import relative_spread
 
-SCHEMA_VERSION = 3
+FORMAT = jsonio.Format("baseline")
 
 DIRECTIONS = ("lower", "higher")
 KINDS = ("time", "memory", "count")
@@ -58,7 +58,7 @@ class BaselineReplaceable(BaselineError):
 
 
 class BaselineTooNew(BaselineError):
-    """A baseline of a newer schema: left alone also by --distperf-save (a newer pytest-distperf reads it)."""
+    """A baseline of a newer format: left alone also by --distperf-save (a newer pytest-distperf reads it)."""
 
 
 def read_json(path: str) -> Any:
@@ -128,9 +128,9 @@ class BaselineFile:
     jobs: dict[str, JobEntry] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "test": self.test, "machine_class": self.machine_class,
+        return FORMAT.stamp({"test": self.test, "machine_class": self.machine_class,
                 "machine": self.machine, "environment": self.environment, "saved_at": self.saved_at,
-                "jobs": {label: j.to_dict() for label, j in self.jobs.items()}}
+                "jobs": {label: j.to_dict() for label, j in self.jobs.items()}})
 
 
 def now_iso() -> str:
@@ -164,7 +164,7 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
     return out
 
 
-# -- reading, with validation and migration ---------------------------------------------------------------------
+# -- reading, with validation ----------------------------------------------------------------------------------
 class _Check:
     """Type checks that name the file and the place inside it."""
 
@@ -237,41 +237,8 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _migrate_v1(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
-    """Schema 1 (the first draft layout): per job, flat `<metric>_runs` lists, no unit/direction/kind/samples."""
-    jobs = {}
-    for label, job in check.obj(doc.get("jobs"), "jobs").items():
-        job = check.obj(job, f"jobs[{label!r}]")
-        metrics = {}
-        for key, runs in job.items():
-            if key.endswith("_runs"):
-                name = key[: -len("_runs")]
-                unit, direction, kind = metric_traits(name)
-                metrics[name] = {"unit": unit, "direction": direction, "kind": kind, "runs": runs, "samples": None}
-        jobs[label] = {"config_hash": job.get("config_hash"), "config": job.get("config", {}), "metrics": metrics}
-    return {**doc, "schema_version": 2, "machine": doc.get("machine", {}), "environment": doc.get("environment", {}),
-            "jobs": jobs}
-
-
-def _migrate_v2(doc: dict[str, Any], check: _Check) -> dict[str, Any]:
-    """Schema 2 held comms.* counts summed over ranks; schema 3 holds them per rank (the rank with the most). A
-    sum cannot be split back into the busiest rank's share, so those metrics are left out (they read "new"
-    until the file is saved again); everything else is unchanged. Schema 2's `test` was the node id at save time:
-    the same as schema 3's key (Store.key_for) in the usual layout, baselines/ at the rootdir; a file saved under
-    another rootdir is not found under its new key and reads as unmatched (Store.unmatched_note)."""
-    jobs = {}
-    for label, job in check.obj(doc.get("jobs"), "jobs").items():
-        job = check.obj(job, f"jobs[{label!r}]")
-        metrics = check.obj(job.get("metrics"), f"jobs[{label!r}].metrics")
-        jobs[label] = {**job, "metrics": {k: m for k, m in metrics.items() if not k.startswith("comms.")}}
-    return {**doc, "schema_version": 3, "jobs": jobs}
-
-
-MIGRATIONS: dict[int, Callable[[dict[str, Any], _Check], dict[str, Any]]] = {1: _migrate_v1, 2: _migrate_v2}
-
-
 def parse(doc: Any, path: str) -> BaselineFile:
-    """Validate (and migrate) a parsed baseline document; BaselineError naming the file on any problem."""
+    """Validate (and bring up to date) a parsed baseline document; BaselineError naming the file on any problem."""
     check = _Check(path)
     doc = check.obj(doc, "the top level")
     where = _non_finite(doc)
@@ -279,19 +246,12 @@ def parse(doc: Any, path: str) -> BaselineFile:
         raise BaselineError(f"{path}: holds a non-finite number (NaN or Infinity) at {where}; distperf never "
                             f"writes one: the file was edited or corrupted -- fix or delete it "
                             f"(--distperf-save writes a new one)")
-    version = doc.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise check.fail("schema_version", "an integer", version) if "schema_version" in doc else BaselineError(
-            f"{path}: not a distperf baseline (no schema_version); fix or delete the file")
-    if version > SCHEMA_VERSION:
-        raise BaselineTooNew(f"{path}: written with baseline schema {version}, newer than the {SCHEMA_VERSION} this "
-                            f"pytest-distperf reads; upgrade pytest-distperf (the file was left as it is)")
-    while version < SCHEMA_VERSION:
-        if version not in MIGRATIONS:
-            raise BaselineError(f"{path}: baseline schema {version} is too old to migrate; re-save it with "
-                                f"--distperf-save")
-        doc = MIGRATIONS[version](doc, check)
-        version = doc["schema_version"]
+    try:
+        doc = FORMAT.load(doc, path)
+    except jsonio.FormatVersionError as e:
+        raise BaselineTooNew(str(e)) from None
+    except FileError as e:
+        raise BaselineError(f"{e}; fix or delete the file") from None
 
     jobs: dict[str, JobEntry] = {}
     for label, job in check.obj(doc.get("jobs"), "jobs").items():
@@ -377,7 +337,7 @@ class Store:
             baseline = parse(read_json(path), path)
         except (BaselineTooNew, BaselineReplaceable):
             raise
-        except BaselineError as e:  # parse's: wrongly typed, non-finite, not a baseline, too old
+        except BaselineError as e:  # parse's: wrongly typed, non-finite, not a baseline
             raise BaselineReplaceable(str(e)) from None
         if baseline.test != key:
             raise BaselineReplaceable(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file "

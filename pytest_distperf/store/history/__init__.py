@@ -25,9 +25,8 @@ Public functions (the only ones other modules should call):
   `commit_range`, `before_mean`, `after_mean`, `change` = after/before - 1, `pvalue`, `tstat`, `verdict`
   = regression | improvement | change, `config_changed`, `environment_changes`); with none, `strongest` is the
   split that was tried first and did not hold (a `ChangePoint` with its p-value), or None. `Trend.to_dict()` is
-  JSON-ready. `comms.*` values are per step, per rank (the rank with the most); rows a database recorded before
-  history schema 4 hold sums over ranks and form series of their own (metric name + `store.SUMMED_SUFFIX`).
-  This is the data the HTML report draws.
+  JSON-ready. `comms.*` values are per step, per rank (the rank with the most). This is the data the HTML report
+  draws.
 
 - `render_text(trends, points=False) -> str`: the CLI's text.
 

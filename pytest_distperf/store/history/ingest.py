@@ -2,8 +2,7 @@
 
 Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
 metric: the metrics the gate keeps (measure/figures.metric_values) over the figures each run carries
-(`runs[].figures`, report_format.run_figures_in; a version-1 report's are derived from its measurements by the same
-definitions). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
+(`runs[].figures`). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
 (failed at set-up, run without a gate) add no rows.
 """
 
@@ -48,19 +47,18 @@ class Measurement:
 
 def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecord, list[Measurement]]:
     """Validate a `json_report` document and flatten it; `source` names it in errors (a file, an option)."""
-    if not isinstance(doc, dict):
-        raise ReportDocumentError(f"{source}: expected a distperf JSON report (an object), got {type(doc).__name__}")
+    from pytest_distperf.errors import FileError
+    from pytest_distperf.store.report_format import REPORT
+
+    try:
+        doc = REPORT.load(doc, source)
+    except FileError as e:  # not an object, no format_version, or a newer one
+        raise ReportDocumentError(str(e)) from None
     for key, kind, what in (("created_at", str, "a string"), ("environment", dict, "an object"),
                             ("tests", list, "an array")):
         if not isinstance(doc.get(key), kind):
             raise ReportDocumentError(f"{source}: '{key}' is missing or not {what} (is this a --distperf-json "
                                       f"report?)")
-    from pytest_distperf.store.report_format import ReportVersionError, check_version
-
-    try:
-        check_version(doc, source)
-    except ReportVersionError as e:
-        raise ReportDocumentError(str(e)) from None
     environment = doc["environment"]
     session = SessionRecord(created_at=_timestamp(doc["created_at"], f"{source}: 'created_at'"),
                             git_commit=_opt_str(environment.get("git_commit")),
@@ -110,8 +108,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
 
 def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     """metric -> one value per run, from the report's run dicts (see the module docstring)."""
-    from pytest_distperf.store.report_format import run_figures_in
-    from pytest_distperf.measure.figures import metric_values
+    from pytest_distperf.measure.figures import RunFigures, metric_values
 
     if not runs:
         return {}
@@ -120,16 +117,10 @@ def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
         run_where = f"{where}: runs[{r}]"
         if not isinstance(run, dict):
             raise ReportDocumentError(f"{run_where}: a run must be an object, got {type(run).__name__}")
-        probes = [k.get("probes") if isinstance(k, dict) else None for k in run.get("ranks") or []]
-        for i, p in enumerate(probes):
-            if p is not None and not isinstance(p, dict):
-                raise ReportDocumentError(f"{run_where}: ranks[{i}].probes must be an object or null, got "
-                                          f"{type(p).__name__}")
         try:
-            figures.append(run_figures_in(run))
+            figures.append(RunFigures.from_json(run["figures"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ReportDocumentError(f"{run_where}: figures, or step_times, peak_memory, ranks[].optimizer_state_bytes"
-                                      f" and ranks[].probes' comms.* values, must be numbers "
+            raise ReportDocumentError(f"{run_where}: its figures must be an object of numbers "
                                       f"({type(e).__name__}: {e})") from None
     return metric_values(figures)
 

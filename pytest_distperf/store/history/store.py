@@ -1,8 +1,8 @@
-"""The history database: open it from a URL, migrate it, append sessions, read series back.
+"""The history database: open it from a URL (schema.open_schema), append sessions, read series back.
 
 Why SQLAlchemy Core (and not sqlite3 + psycopg with a layer of our own): one table definition yields the DDL of
 both SQLite and PostgreSQL (types, auto-increment ids, constraints, indexes), statements are built once and bound
-by each driver's own parameter style, and reflection lets a migration step look at the database it upgrades.
+by each driver's own parameter style, and reflection lets an update step look at the database it upgrades.
 It is a well-kept library (2.x), pure Python at its core, with wheels for every Python the project supports.
 No ORM: the rows are plain dataclasses (ingest.py, trend.py). PostgreSQL is reached through psycopg 3.
 
@@ -15,7 +15,7 @@ Concurrent writers (xdist workers, several CI runners) lose nothing:
   when SQLite still answers 'database is locked'. The default rollback journal is kept (WAL needs shared memory
   that network file systems do not give);
 - PostgreSQL: READ COMMITTED inserts do not conflict; serialization failures and deadlocks (SQLSTATE 40001,
-  40P01) are retried all the same, and migrations hold an advisory lock.
+  40P01) are retried all the same, and schema changes hold an advisory lock.
 """
 
 from __future__ import annotations
@@ -41,9 +41,6 @@ SQLITE_BUSY_TIMEOUT_S = 60.0
 RETRY_ATTEMPTS = 8
 DEFAULT_OPTION = "--distperf-history"
 URL_FORMS = "a file path, sqlite:///path/history.db or postgresql://user:password@host:port/database"
-# The series name of comms.* rows recorded before schema 4 (summed over ranks, schema.comms_scope NULL): a
-# different quantity from the per-rank values recorded since, so a series of its own, named for what it holds.
-SUMMED_SUFFIX = " (summed over ranks, recorded before history schema 4)"
 
 T = TypeVar("T")
 
@@ -112,7 +109,7 @@ def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
 
 
 class HistoryStore:
-    """An open history database (migrated to the current schema on open)."""
+    """An open history database (brought to the current format on open)."""
 
     def __init__(self, url: str, option: str = DEFAULT_OPTION, create: bool = True):
         self.option = option
@@ -130,8 +127,8 @@ class HistoryStore:
                 raise HistoryUrlError(f"{option}: cannot open {self.where}: {_first_line(e.orig)}") from None
             if not create and self._transaction(schema.current_version) == 0:
                 raise HistoryError(f"{option}: {self.where} holds no distperf history (no "
-                                   f"{schema.schema_version.name} table)")
-            self.migrated = self._transaction(lambda conn: schema.migrate(conn, f"{option}: {self.where}"))
+                                   f"{schema.format_version.name} table)")
+            self.found_version = self._transaction(lambda conn: schema.open_schema(conn, f"{option}: {self.where}"))
         except BaseException:
             self.engine.dispose()
             raise
@@ -169,7 +166,7 @@ class HistoryStore:
                     {"session_pk": pk, "machine_class": m.machine_class, "test": m.test, "job": m.job,
                      "metric": m.metric, "run_index": m.run_index, "value": m.value, "unit": m.unit,
                      "direction": m.direction, "kind": m.kind, "config_hash": m.config_hash,
-                     "host_load": m.host_load, "comms_scope": schema.comms_scope(m.metric)} for m in rows])
+                     "host_load": m.host_load} for m in rows])
             return Recorded(sid, len(rows), False, self.where)
 
         try:
@@ -190,19 +187,16 @@ class HistoryStore:
     # -- reading ---------------------------------------------------------------------------------------------
     def series_keys(self) -> list[SeriesKey]:
         m = schema.measurements.c
-        query = sa.select(m.machine_class, m.test, m.job, m.metric, m.comms_scope.is_(None)).distinct()
-        rows = self._transaction(lambda conn: conn.execute(query).all())
-        return sorted({SeriesKey(machine_class, test, job, _series_metric(metric, unscoped))
-                       for machine_class, test, job, metric, unscoped in rows})
+        query = sa.select(m.machine_class, m.test, m.job, m.metric).distinct()
+        return sorted(SeriesKey(*row) for row in self._transaction(lambda conn: conn.execute(query).all()))
 
     def series_rows(self, key: SeriesKey) -> list[SeriesRow]:
         s, m = schema.sessions.c, schema.measurements.c
-        metric, scope = _stored_metric(key.metric)
         query = (sa.select(s.session_id, s.created_at, s.git_commit, s.host, s.torch, s.deepspeed, m.run_index,
                            m.value, m.unit, m.direction, m.kind, m.config_hash, m.host_load)
                  .join_from(schema.measurements, schema.sessions, m.session_pk == s.id)
                  .where(m.machine_class == key.machine_class, m.test == key.test, m.job == key.job,
-                        m.metric == metric, scope)
+                        m.metric == key.metric)
                  .order_by(s.created_at, s.id, m.run_index))
         return [SeriesRow(*row) for row in self._transaction(lambda conn: conn.execute(query).all())]
 
@@ -247,20 +241,6 @@ class HistoryStore:
                     raise
                 raise HistoryError(f"{self.option}: {self.where}: {_first_line(e.orig)}") from e
         raise AssertionError("unreachable")
-
-
-def _series_metric(metric: str, unscoped: bool) -> str:
-    """A stored row's series name: comms.* rows recorded before schema 4 carry SUMMED_SUFFIX."""
-    return metric + SUMMED_SUFFIX if unscoped and metric.startswith("comms.") else metric
-
-
-def _stored_metric(series_metric: str) -> tuple[str, sa.ColumnElement[bool]]:
-    """A series name -> (the stored metric, the condition on comms_scope that selects its rows)."""
-    scope = schema.measurements.c.comms_scope
-    if series_metric.endswith(SUMMED_SUFFIX):
-        return series_metric[: -len(SUMMED_SUFFIX)], scope.is_(None)
-    wanted = schema.comms_scope(series_metric)
-    return series_metric, scope.is_(None) if wanted is None else scope == wanted
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
