@@ -436,6 +436,32 @@ class JobFigures:
         return cls(**fields)
 
 
+@dataclass
+class JobRuns:
+    """One job of a test and its runs so far: each side of a comparison (decide/checks.py) and each job either gate
+    decides (decide/regression.py, decide/against.py). Its run lists may be shared with other tests and grow
+    (adaptive repeats), so `runs` reads them as they stand, each run once. The report's record of the job is made
+    from the runs when the test ends (report/document.JobRecord)."""
+
+    label: str  # as verdicts, checks and reports name the job
+    sources: list[list["RunResult"]] = field(default_factory=list)
+    base_runs: list["RunResult"] = field(default_factory=list)  # head vs base: runs[i]'s twin on the base's code
+    base_error: str = ""  # head vs base: the base side failed (its first lines); no more pairs are run
+
+    @property
+    def runs(self) -> list["RunResult"]:
+        once = {id(r): r for source in self.sources for r in source}  # a run in two lists counts once, first place
+        return list(once.values())
+
+    def add(self, runs: list["RunResult"]) -> None:
+        if not any(source is runs for source in self.sources):
+            self.sources.append(runs)
+
+    @property
+    def figures(self) -> JobFigures:
+        return job_figures(self.label, self.runs)
+
+
 def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
     """A job's figures over its runs, from each run's figures (run_figures)."""
     if not runs:
