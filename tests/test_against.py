@@ -129,3 +129,37 @@ def test_the_progress_line_says_head_vs_base_and_pairs():
                       lines.append, "ddp x1 cpu", against="head vs base", unit="pairs")
     assert lines and lines[0].startswith("head vs base step_time of ddp x1 cpu inconclusive after 3 pairs ("), lines
     assert "running pairs 4-6 for the look at 6" in lines[0] and "baseline" not in lines[0]
+
+
+def test_each_run_pairs_with_its_base_twin_in_turn_and_a_failing_base_is_recorded_not_raised():
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.errors import SessionBudgetSpent
+
+    checkout = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                    repo_root="/repo", worktree="/base", harness_dir="/harness")
+    gate = against.AgainstGate(checkout, "t.py::test_x", Policy(), machine=None, environment={})
+    job = JobSpec(world_size=1, device="cpu", strategy="ddp", sys_path=["/repo"])
+    sides, fail = [], []
+
+    def run_once(spec: JobSpec, side: str) -> object:
+        sides.append(side)
+        if side == "base" and fail:
+            raise fail[0]
+        assert (side == "base") == (spec.sys_path[:2] == ["/harness", "/base"])  # the base side runs REF's code
+        return object()
+
+    heads = [gate.run(job, run_once) for _ in range(2)]
+    assert sides == ["head", "base", "base", "head"]  # head first, then base first: drift hits both orders
+    [paired] = gate.jobs.values()
+    assert paired.runs == heads and len(paired.base_runs) == 2
+    fail.append(SessionBudgetSpent("session budget spent"))
+    with pytest.raises(SessionBudgetSpent):  # not the base side's failure: no pair
+        gate.run(job, run_once)
+    fail[0] = RuntimeError("boom\n\nsecond line\nthird\nfourth")
+    sides.clear()
+    head = gate.run(job, run_once)
+    assert sides == ["head", "base"] and paired.base_error == "boom\nsecond line\nthird"
+    assert head not in paired.runs and len(paired.base_runs) == 2  # a failed pair is not kept
+    sides.clear()
+    gate.run(job, run_once)
+    assert sides == ["head"]  # the base side failed: later runs are head's alone

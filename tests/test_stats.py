@@ -63,13 +63,13 @@ def test_a_check_whose_interval_holds_the_limit_is_inconclusive_not_failed():
 
 
 def test_an_inconclusive_check_runs_more_pairs_until_decided():
-    a = JobRuns("A", [[_run([t], 10) for t in (0.13, 0.10, 0.12)]])
-    b = JobRuns("B", [[_run([0.10], 10) for _ in range(3)]])
+    runs_a, runs_b = [_run([t], 10) for t in (0.13, 0.10, 0.12)], [_run([0.10], 10) for _ in range(3)]
+    a, b = JobRuns("A", [runs_a]), JobRuns("B", [runs_b])  # each side reads its list as it grows
     progress = []
 
     def one_more_pair():
-        a.runs.append(_run([0.30], 10))
-        b.runs.append(_run([0.10], 10))
+        runs_a.append(_run([0.30], 10))
+        runs_b.append(_run([0.10], 10))
 
     from pytest_distperf.decide.checks import Adaptive
 

@@ -211,7 +211,8 @@ class AgainstGate:
         self.stopped: dict[str, str] = {}
 
     def _job(self, job: JobSpec) -> JobRuns:
-        return self.jobs.setdefault(job.describe() + "#" + job.config_hash(), JobRuns(job_identity(job)[0], [[]]))
+        key = job.describe() + "#" + job.config_hash()
+        return self.jobs.setdefault(key, JobRuns(job_identity(job)[0], [[]]))  # one list: head's runs of the pairs
 
     def _paired(self, paired: JobRuns) -> bool:
         """Whether the job's runs get a base side (not when there is nothing to compare, or it failed before)."""

@@ -358,8 +358,8 @@ def _breakdown_line(b: dict[str, float], keys: list[str]) -> str:
     return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
 
 
-def breakdown_lines(a_side: Any, b_side: Any) -> list[str]:
-    """Lines for a failing step-time check (sides have .label and .runs); none when a side has no breakdown."""
+def breakdown_lines(a_side: "JobRuns", b_side: "JobRuns") -> list[str]:
+    """Lines for a failing step-time check; none when a side has no breakdown."""
     a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
     if not a or not b:
         return []
@@ -450,6 +450,7 @@ class JobRuns:
 
     @property
     def runs(self) -> list["RunResult"]:
+        """Every run of the sources, in order (a new list: runs are added to a source)."""
         once = {id(r): r for source in self.sources for r in source}  # a run in two lists counts once, first place
         return list(once.values())
 
