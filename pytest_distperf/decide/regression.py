@@ -203,9 +203,9 @@ class Gate(Protocol):
 
 
 class BaselineGate:
-    """The Gate against one test's stored baseline: read at fixture setup (a bad file fails the test before any job starts), told
-    about each job's runs as they finish (and extending them while a verdict is undecided, up to `budget`),
-    decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
+    """The Gate against one test's stored baseline: read at fixture setup (a bad file fails the test before any
+    job starts), told about each job's runs as they finish (and extending them while a verdict is undecided, up to
+    `budget`), decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
                  nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
