@@ -157,10 +157,6 @@ class Verdict:
     reason: str
     stopped: str = ""  # why no more pairs were run ("decided", "max 12 pairs", "wall-clock budget 300 s")
 
-    def summary(self) -> str:
-        """'inconclusive: 1.060 [0.970, 1.160] vs 1.10 after 3 interleaved pairs'."""
-        return f"{self.outcome}: {self.estimate.text()} vs {self.limit:.2f} after {self.estimate.sample_text()}"
-
     def to_json(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "limit": self.limit, "direction": self.direction,
                 "estimate": self.estimate.to_json(), "reason": self.reason, "stopped": self.stopped}
