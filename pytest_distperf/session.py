@@ -117,7 +117,7 @@ class DistPerfSession:
         return share, (f"its share of the session budget for a third look ({later} later test"
                        f"{'s' if later != 1 else ''} each held what a test's looks have taken so far)")
 
-    def test_gate(self, nodeid: str, test_file: str, plan: TestPlan, policy: "Policy") -> "Gate":
+    def gate_for(self, nodeid: str, test_file: str, plan: TestPlan, policy: "Policy") -> "Gate":
         """The one place a test's gate is chosen: head vs base with --distperf-against, else its stored baseline
         (read now: BaselineError for a bad file fails the test before any job starts)."""
         from pytest_distperf.decide.regression import BaselineGate

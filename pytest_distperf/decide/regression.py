@@ -179,7 +179,7 @@ class Landing:
 
 class Gate(Protocol):
     """One test's gate, as the fixture and the plugin use it: BaselineGate (below) against the stored baselines, or
-    decide/against.AgainstGate head vs base (--distperf-against). session.DistPerfSession.test_gate picks it."""
+    decide/against.AgainstGate head vs base (--distperf-against). session.DistPerfSession.gate_for picks it."""
 
     budget: Budget  # adaptive repeats: the test's (the fixture sets it before its first job)
 
