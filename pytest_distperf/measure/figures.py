@@ -438,10 +438,10 @@ class JobFigures:
 
 @dataclass
 class JobRuns:
-    """One job of a test and its runs so far: each side of a comparison (decide/checks.py) and each job either gate
-    decides (decide/regression.py, decide/against.py). Its run lists may be shared with other tests and grow
-    (adaptive repeats), so `runs` reads them as they stand, each run once. The report's record of the job is made
-    from the runs when the test ends (report/document.JobRecord)."""
+    """One job of a test and its runs so far, as the fixture, each side of a comparison (decide/checks.py) and
+    either gate (decide/regression.py, decide/against.py) hold it. Its run lists may be shared with other tests and
+    grow (adaptive repeats), so `runs` reads them as they stand, each run once. When the test ends the report's
+    record of the job is made from its runs (report/document.JobRecord)."""
 
     label: str  # as verdicts, checks and reports name the job
     sources: list[list["RunResult"]] = field(default_factory=list)
