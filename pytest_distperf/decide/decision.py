@@ -56,7 +56,6 @@ from pytest_distperf.spec.settings import MAX_LOOKS
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
-OUTCOME_MARK = {PASS: "✓ pass", FAIL: "✗ FAIL", INCONCLUSIVE: "~ inconclusive"}  # how every report shows them
 DIRECTIONS = ("at_most", "at_least", "above")  # the good side of the limit: <=, >=, >
 METHODS = ("paired", "unpaired", "exact")
 DEFAULT_CONFIDENCE = 0.98  # simultaneous, two-sided: a wrong FAIL (or a wrong PASS) at most 1 %
