@@ -469,7 +469,7 @@ class DistPerf:
                         f"confirmed nor refuted")
 
     def _gate(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None) -> None:
-        """Tell this test's baseline about a job's runs; while a time or memory verdict is INCONCLUSIVE (or, with
-        --distperf-save, until the budget's runs are recorded) `extend` adds runs. Decided when the test ends."""
+        """Tell this test's gate about a job's runs (Gate.check: `extend` adds runs while a verdict is undecided);
+        decided again when the test ends."""
         if self.gate is not None:
             self.gate.check(job, runs, extend, self.clock, self._progress)
