@@ -163,3 +163,21 @@ def test_each_run_pairs_with_its_base_twin_in_turn_and_a_failing_base_is_recorde
     sides.clear()
     gate.run(job, run_once)
     assert sides == ["head"]  # the base side failed: later runs are head's alone
+
+
+def test_the_session_chooses_each_tests_gate_in_one_place(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from pytest_distperf.decide.policy import GateSettings, Policy
+    from pytest_distperf.decide.regression import BaselineGate, GateSession
+    from pytest_distperf.session import DistPerfSession
+    from pytest_distperf.spec.settings import TestPlan, build_settings
+
+    gates = GateSession(GateSettings(str(tmp_path / "baselines"), False, Policy()), str(tmp_path))
+    session = DistPerfSession(SimpleNamespace(), build_settings(True, {}, {}), gates)
+    plan = TestPlan(device="cpu", world_size=2, timeout=60.0, repeats=3)
+    assert type(session.gate_for("t.py::test_x", str(tmp_path / "t.py"), plan, Policy())) is BaselineGate
+    session.against = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                           repo_root=str(tmp_path), worktree="/base", harness_dir="/harness")
+    gate = session.gate_for("t.py::test_x", str(tmp_path / "t.py"), plan, Policy())
+    assert type(gate) is against.AgainstGate and "does not exist at base 222222222222" in gate.new_reason
