@@ -389,15 +389,13 @@ class DistPerf:
 
         while len(runs_a) < repeats:
             one_more_pair()
-        self._record_run(label_a, runs_a)
-        self._record_run(label_b, runs_b)
+        side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
         # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
         self._gate(a, runs_a, one_more_pair)
         self._gate(b, runs_b, one_more_pair)
         adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock, progress=self._progress,
                             on_inconclusive=self._inconclusive)
-        return Comparison(JobRuns(label_a, [runs_a]), JobRuns(label_b, [runs_b]), on_check=self._record_check,
-                          adaptive=adaptive)
+        return Comparison(side_a, side_b, on_check=self._record_check, adaptive=adaptive)
 
     @_within_budget
     def probe(self, job: JobSpec, *, shared: bool = False) -> RunResult:
@@ -432,14 +430,14 @@ class DistPerf:
         return ProbeAssertions(a, b, on_check=self._record_check)
 
     # -- records for reports -----------------------------------------------------------------------------------
-    def _record_run(self, label: str, runs: list[RunResult]) -> None:
+    def _record_run(self, label: str, runs: list[RunResult]) -> JobRuns:
         """A job of the test: its record is made when the test ends (test_records), from the runs its list holds
         then (a list grows with adaptive repeats)."""
-        if id(runs) in self._jobs:
-            return
-        self._jobs[id(runs)] = JobRuns(label, [runs])
-        if runs[0].spec.probes:
-            self.records.append(probe_summary(label, runs))
+        if id(runs) not in self._jobs:
+            self._jobs[id(runs)] = JobRuns(label, [runs])
+            if runs[0].spec.probes:
+                self.records.append(probe_summary(label, runs))
+        return self._jobs[id(runs)]
 
     def test_records(self) -> list[Record]:
         """The test's records as it ends (report/document.py): each job's figures and runs, then its checks and
