@@ -29,7 +29,7 @@ from pytest_distperf.spec import userjobs
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.rank.clocks import ClockWarnings
-from pytest_distperf.decide.checks import Adaptive, Check, Comparison, SideSummary
+from pytest_distperf.decide.checks import Adaptive, Check, Comparison
 from pytest_distperf.launch import warm_pool
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
@@ -39,6 +39,7 @@ from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
+from pytest_distperf.measure.figures import JobRuns
 from pytest_distperf.report.document import JobRecord, Record
 from pytest_distperf.rank.workload import resolve_shape
 
@@ -46,7 +47,7 @@ ProgressSink = Callable[[str], None]
 
 if TYPE_CHECKING:
     from pytest_distperf.session import RunCache
-    from pytest_distperf.decide.regression import BaselineGate
+    from pytest_distperf.decide.regression import Gate
 
 
 def _label(job: JobSpec) -> str:
@@ -74,7 +75,7 @@ def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
-                 progress: ProgressSink | None = None, gate: "BaselineGate | None" = None,
+                 progress: ProgressSink | None = None, gate: "Gate | None" = None,
                  deadline: float | None = None, pairs_share: tuple[Any, str] | None = None,
                  check_budget: Callable[[str], None] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
@@ -82,7 +83,7 @@ class DistPerf:
         self.base_dir = base_dir
         self._progress = progress
         self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
-        self.gate = gate  # this test's baseline (regression.py); None without --distperf
+        self.gate = gate  # this test's gate (decide/regression.Gate); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
         # --distperf-session-budget: no job or op build starts past the session's deadline (session.check_budget);
         # a test it stops before its first look is done is out of budget (_within_budget).
@@ -102,7 +103,7 @@ class DistPerf:
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         if gate is not None:
             gate.budget = self.budget
-        self._jobs: dict[int, tuple[str, list[RunResult]]] = {}  # id of a job's run list -> (label, the list)
+        self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
 
     def _budget_now(self) -> float:
         """The budgets' clock (session.RunCache.budget_now): monotonic time less what this process's jobs spent
@@ -322,37 +323,17 @@ class DistPerf:
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
-        """One run of the job. Head vs base (--distperf-against): with its twin on the base's code, head first in
-        even pairs, base first in odd ones (decide/against.py); a base that fails is recorded, never raised."""
-        base_side = getattr(self.gate, "base_side", None)  # gate/against.AgainstGate
-        base = base_side(job) if base_side else None
-        if base is None:
-            return self._run_once(job)
-        from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
+        """One run of the job; the gate may pair it with its twin on the base's code (Gate.run)."""
+        return self.gate.run(job, self._run_once) if self.gate is not None else self._run_once(job)
 
-        base_run: RunResult | None = None
-        head_first = self.gate.head_first(job)  # type: ignore[union-attr]
-        if head_first:
-            head_run = self._run_once(job)
-        try:
-            base_run = self._run_once(base, remember_failure=False, side="base")
-        except SessionBudgetSpent:
-            raise  # not the base side's failure: the pair is not run
-        except (Exception, *PYTEST_OUTCOMES) as e:  # the base side's failure is not HEAD's
-            self.gate.base_failed(job, str(getattr(e, "msg", None) or e))  # type: ignore[union-attr]
-        if not head_first:
-            head_run = self._run_once(job)
-        if base_run is not None:
-            self.gate.add(job, head_run, base_run)  # type: ignore[union-attr]
-        return head_run
-
-    def _run_once(self, job: JobSpec, remember_failure: bool = True, side: str = "head") -> RunResult:
+    def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
+        """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
         once = (side, job.config_hash())
         job = dataclasses.replace(job, measure_once=once not in self.cache.measured_once)
         start = time.monotonic()
         self._slot_wait, self._launched_at = 0.0, None
         agents_before = len(warm_pool.STATE.start_seconds)
-        values = self._launch(job, remember_failure)
+        values = self._launch(job, remember_failure=side == "head")
         self.cache.measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
@@ -412,15 +393,13 @@ class DistPerf:
 
         while len(runs_a) < repeats:
             one_more_pair()
-        self._record_run(label_a, runs_a)
-        self._record_run(label_b, runs_b)
+        side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
         # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
         self._gate(a, runs_a, one_more_pair)
         self._gate(b, runs_b, one_more_pair)
         adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock, progress=self._progress,
                             on_inconclusive=self._inconclusive)
-        return Comparison(SideSummary(label_a, runs_a), SideSummary(label_b, runs_b), on_check=self._record_check,
-                          adaptive=adaptive)
+        return Comparison(side_a, side_b, on_check=self._record_check, adaptive=adaptive)
 
     @_within_budget
     def probe(self, job: JobSpec, *, shared: bool = False) -> RunResult:
@@ -455,23 +434,24 @@ class DistPerf:
         return ProbeAssertions(a, b, on_check=self._record_check)
 
     # -- records for reports -----------------------------------------------------------------------------------
-    def _record_run(self, label: str, runs: list[RunResult]) -> None:
+    def _record_run(self, label: str, runs: list[RunResult]) -> JobRuns:
         """A job of the test: its record is made when the test ends (test_records), from the runs its list holds
         then (a list grows with adaptive repeats)."""
-        if id(runs) in self._jobs:
-            return
-        self._jobs[id(runs)] = (label, runs)
-        if runs[0].spec.probes:
-            self.records.append(probe_summary(label, runs))
+        if id(runs) not in self._jobs:
+            self._jobs[id(runs)] = JobRuns(label, [runs])
+            if runs[0].spec.probes:
+                self.records.append(probe_summary(label, runs))
+        return self._jobs[id(runs)]
 
     def test_records(self) -> list[Record]:
         """The test's records as it ends (report/document.py): each job's figures and runs, then its checks and
         probes."""
         jobs: list[Record] = []
-        for label, runs in self._jobs.values():
-            extra = (getattr(runs[0].ranks[0], "extra", None) or {}) if runs[0].ranks else {}
+        for job in self._jobs.values():
+            first = job.runs[0]
+            extra = (getattr(first.ranks[0], "extra", None) or {}) if first.ranks else {}
             departures = extra.get("departures") or (extra.get("launch") or {}).get("departures")  # ctx.extra's
-            jobs.append(JobRecord.from_runs(label, runs, dict(departures or {})))
+            jobs.append(JobRecord.from_runs(job.label, job.runs, dict(departures or {})))
         return jobs + self.records
 
     def _record_check(self, check: Check) -> None:
@@ -491,7 +471,7 @@ class DistPerf:
                         f"confirmed nor refuted")
 
     def _gate(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None) -> None:
-        """Tell this test's baseline about a job's runs; while a time or memory verdict is INCONCLUSIVE (or, with
-        --distperf-save, until the budget's runs are recorded) `extend` adds runs. Decided when the test ends."""
+        """Tell this test's gate about a job's runs (Gate.check: `extend` adds runs while a verdict is undecided);
+        decided again when the test ends."""
         if self.gate is not None:
             self.gate.check(job, runs, extend, self.clock, self._progress)

@@ -20,7 +20,8 @@ import pytest
 from pytest_distperf.spec.settings import Settings, TestPlan
 
 if TYPE_CHECKING:
-    from pytest_distperf.decide.regression import GateSession
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.decide.regression import Gate, GateSession
     from pytest_distperf.launch.gpuclocks import SessionClocks
     from pytest_distperf.report.document import TestDocument
     from pytest_distperf.rank.results import RunResult
@@ -81,7 +82,7 @@ class DistPerfSession:
         # No job, and no DeepSpeed op build, starts after it (check_budget); no adaptive step is planned past it.
         self.deadline = (self.cache.budget_now() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
-        self.against: Any = None  # --distperf-against: REF's checkout (gate/against.BaseCheckout)
+        self.against: Any = None  # --distperf-against: REF's checkout (decide/against.BaseCheckout)
 
     def check_budget(self, what: str) -> None:
         """Before a job or a DeepSpeed op build starts: SessionBudgetSpent, naming the budget and `what`, once the
@@ -115,6 +116,23 @@ class DistPerfSession:
 
         return share, (f"its share of the session budget for a third look ({later} later test"
                        f"{'s' if later != 1 else ''} each held what a test's looks have taken so far)")
+
+    def gate_for(self, nodeid: str, test_file: str, plan: TestPlan, policy: "Policy") -> "Gate":
+        """The one place a test's gate is chosen: head vs base with --distperf-against, else its stored baseline
+        (read now: BaselineError for a bad file fails the test before any job starts)."""
+        from pytest_distperf.decide.regression import BaselineGate
+        from pytest_distperf.launch.base import make_launcher
+
+        assert self.gate is not None and plan.device is not None, "a gate needs --distperf and a planned device"
+        inter_node = make_launcher(self.settings.cluster, plan.nodes).inter_node()
+        if self.against is None:
+            return BaselineGate(self.gate, nodeid, plan.device, plan.world_size, policy, nodes=plan.nodes,
+                                inter_node=inter_node, test_file=test_file)
+        from pytest_distperf.decide.against import AgainstGate
+
+        return AgainstGate(self.against, nodeid, policy,
+                           self.gate.machine(plan.device, plan.world_size, plan.nodes, inter_node),
+                           self.gate.environment(plan.device), test_file=test_file)
 
     # -- what the session prints first ---------------------------------------------------------------------
     def report_header(self) -> list[str]:

@@ -129,3 +129,55 @@ def test_the_progress_line_says_head_vs_base_and_pairs():
                       lines.append, "ddp x1 cpu", against="head vs base", unit="pairs")
     assert lines and lines[0].startswith("head vs base step_time of ddp x1 cpu inconclusive after 3 pairs ("), lines
     assert "running pairs 4-6 for the look at 6" in lines[0] and "baseline" not in lines[0]
+
+
+def test_each_run_pairs_with_its_base_twin_in_turn_and_a_failing_base_is_recorded_not_raised():
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.errors import SessionBudgetSpent
+
+    checkout = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                    repo_root="/repo", worktree="/base", harness_dir="/harness")
+    gate = against.AgainstGate(checkout, "t.py::test_x", Policy(), machine=None, environment={})
+    job = JobSpec(world_size=1, device="cpu", strategy="ddp", sys_path=["/repo"])
+    sides, fail = [], []
+
+    def run_once(spec: JobSpec, side: str) -> object:
+        sides.append(side)
+        if side == "base" and fail:
+            raise fail[0]
+        assert (side == "base") == (spec.sys_path[:2] == ["/harness", "/base"])  # the base side runs REF's code
+        return object()
+
+    heads = [gate.run(job, run_once) for _ in range(2)]
+    assert sides == ["head", "base", "base", "head"]  # head first, then base first: drift hits both orders
+    [paired] = gate.jobs.values()
+    assert paired.runs == heads and len(paired.base_runs) == 2
+    fail.append(SessionBudgetSpent("session budget spent"))
+    with pytest.raises(SessionBudgetSpent):  # not the base side's failure: no pair
+        gate.run(job, run_once)
+    fail[0] = RuntimeError("boom\n\nsecond line\nthird\nfourth")
+    sides.clear()
+    head = gate.run(job, run_once)
+    assert sides == ["head", "base"] and paired.base_error == "boom\nsecond line\nthird"
+    assert head not in paired.runs and len(paired.base_runs) == 2  # a failed pair is not kept
+    sides.clear()
+    gate.run(job, run_once)
+    assert sides == ["head"]  # the base side failed: later runs are head's alone
+
+
+def test_the_session_chooses_each_tests_gate_in_one_place(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from pytest_distperf.decide.policy import GateSettings, Policy
+    from pytest_distperf.decide.regression import BaselineGate, GateSession
+    from pytest_distperf.session import DistPerfSession
+    from pytest_distperf.spec.settings import TestPlan, build_settings
+
+    gates = GateSession(GateSettings(str(tmp_path / "baselines"), False, Policy()), str(tmp_path))
+    session = DistPerfSession(SimpleNamespace(), build_settings(True, {}, {}), gates)
+    plan = TestPlan(device="cpu", world_size=2, timeout=60.0, repeats=3)
+    assert type(session.gate_for("t.py::test_x", str(tmp_path / "t.py"), plan, Policy())) is BaselineGate
+    session.against = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                           repo_root=str(tmp_path), worktree="/base", harness_dir="/harness")
+    gate = session.gate_for("t.py::test_x", str(tmp_path / "t.py"), plan, Policy())
+    assert type(gate) is against.AgainstGate and "does not exist at base 222222222222" in gate.new_reason

@@ -6,6 +6,7 @@ records from a real torch.profiler trace."""
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import re
@@ -30,6 +31,19 @@ from pytest_distperf.decide.verdicts import MetricVerdict
 
 DATA = Path(__file__).parent / "data"
 SECTION_IDS = [sid for sid, _ in SECTIONS]
+
+
+def trend_point(commit: str, value: float, day: int = 1) -> TrendPoint:
+    """A session's point as the history store hands it in (store/history/trend.py)."""
+    return TrendPoint(session_id=commit, created_at=datetime.datetime(2026, 1, day), git_commit=commit, host=None,
+                      torch=None, deepspeed=None, config_hash=None, value=value, runs=(value,))
+
+
+def change_point(points: list[TrendPoint], index: int, *environment_changes: str) -> ChangePoint:
+    before, after = points[index - 1], points[index]
+    return ChangePoint(index=index, before=before, after=after, before_mean=before.value, after_mean=after.value,
+                       change=after.value / before.value - 1, pvalue=1e-4, tstat=9.0, direction="lower",
+                       config_changed=False, environment_changes=environment_changes)
 
 
 @pytest.fixture
@@ -208,9 +222,8 @@ def test_baseline_runs_against_the_current_ones(zero3_doc: dict):
     v.update(baseline_values=[sorted(s)[len(s) // 2] for s in base_steps], baseline_samples=base_steps)
     v.update(status="inconclusive", baseline=v["current"] * 0.9, delta=0.11, low=0.02, high=0.2, threshold=0.15,
              threshold_text="max(5%, 3 x 5.0% run-to-run) = 15.0%")
-    history = [TrendSeries("cpu", test["nodeid"], job["label"], "step_time", "s",
-                           [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 0.1 + 0.01 * (i >= 3)) for i in range(6)],
-                           [ChangePoint(3, f"{2:040x}", f"{3:040x}", 0.1, 0.11)])]
+    trend = [trend_point(f"{i:040x}", 0.1 + 0.01 * (i >= 3)) for i in range(6)]
+    history = [TrendSeries("cpu", test["nodeid"], job["label"], "step_time", "s", trend, [change_point(trend, 3)])]
     page = sections(render_html(doc, history=history))["baselines"]
     strip = re.search(r'<svg class="chart strip baseline".*?</svg>', page, re.S).group(0)
     assert points(strip, "pt-b") == sum(map(len, base_steps))  # the baseline's own step times
@@ -220,10 +233,9 @@ def test_baseline_runs_against_the_current_ones(zero3_doc: dict):
 
 
 def test_history_page_marks_each_change_point_with_its_commits():
-    points = [TrendPoint(f"c{i:02d}" + "0" * 38, f"2026-01-{i + 1:02d}T00:00:00", 0.1 * (1.2 if i >= 12 else 1.0))
-              for i in range(24)]
+    points = [trend_point(f"c{i:02d}" + "0" * 38, 0.1 * (1.2 if i >= 12 else 1.0), i + 1) for i in range(24)]
     series = TrendSeries("cpu-x", "perf_tests/test_zero3.py::test_a", "fsdp2 tiny x2 cpu", "step_time", "s", points,
-                         [ChangePoint(12, points[11].commit, points[12].commit, 0.1, 0.12, "regression")])
+                         [change_point(points, 12)])
     page = render_history([series])
     assert page.count('class="trend-pt"') == 24 and page.count('class="change-point"') == 1
     assert "c110000..c120000 +20.0%" in page
@@ -312,7 +324,7 @@ def test_the_trend_of_a_metric_without_a_baseline(zero3_doc: dict):
     test = zero3_doc["tests"][0]
     verdict = test["verdicts"][0]  # 'new': no baseline on this machine class yet, but a history of sessions
     series = TrendSeries("cpu", test["nodeid"], verdict["job"], verdict["metric"], verdict["unit"],
-                         [TrendPoint(f"{i:040x}", "2026-01-01T00:00:00", 1.0 + i) for i in range(3)])
+                         [trend_point(f"{i:040x}", 1.0 + i) for i in range(3)])
     page = sections(render_html(zero3_doc, history=[series]))["baselines"]
     assert page.count('class="chart trend"') == 1 and 'class="chart strip baseline"' not in page
 
@@ -337,8 +349,9 @@ def test_every_text_from_the_document_is_escaped(zero3_doc: dict, comm_doc: dict
     probe.update(label=evil, traces=[evil], not_measured={evil: evil})
     probe["timelines"][0]["comm"][0][2] = evil
     doc["tests"][0]["probes"] = [probe]
-    history = [TrendSeries(evil, doc["tests"][0]["nodeid"], f"job {evil}", "step_time", "s",
-                           [TrendPoint(evil, evil, 1.0 + i) for i in range(3)], [ChangePoint(1, evil, evil, 1.0, 2.0, evil)])]
+    trend = [trend_point(evil, 1.0 + i) for i in range(3)]
+    history = [TrendSeries(evil, doc["tests"][0]["nodeid"], f"job {evil}", "step_time", "s", trend,
+                           [change_point(trend, 1, evil)])]
     for page in (render_html(doc, history=history), render_history(history)):
         assert "<img" not in page and "<script>alert" not in page and "onerror=alert(1)>" not in page
         assert page.count("<script>") == 1  # the page's own

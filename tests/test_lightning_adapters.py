@@ -14,7 +14,8 @@ import pytest
 from pytest_distperf import strategies
 
 from pytest_distperf.rank import breakdown
-from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed
+from pytest_distperf.measure.figures import JobRuns
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.measure.figures import breakdown_lines
 from pytest_distperf.rank.results import RankResult, RunResult
@@ -214,8 +215,8 @@ def _run(step: float, phases: dict[str, float] | None) -> RunResult:
 def test_failing_step_time_check_says_where_the_time_goes():
     slow = dict(forward=0.1, backward=0.2, optimizer=1.5, other=0.05, total=1.85)
     fast = dict(forward=0.1, backward=0.2, optimizer=0.3, other=0.01, total=0.61)
-    a = SideSummary("lightning_trainer[engine=fsdp]", [_run(2.3, slow), _run(2.3, slow)])
-    b = SideSummary("lightning_fabric[engine=fsdp]", [_run(1.0, fast), _run(1.0, fast)])
+    a = JobRuns("lightning_trainer[engine=fsdp]", [[_run(2.3, slow), _run(2.3, slow)]])
+    b = JobRuns("lightning_fabric[engine=fsdp]", [[_run(1.0, fast), _run(1.0, fast)]])
     with pytest.raises(DistPerfCheckFailed) as info:
         Comparison(a, b).assert_step_time_within(1.1)
     msg = str(info.value)
@@ -227,8 +228,8 @@ def test_failing_step_time_check_says_where_the_time_goes():
 
 def test_no_breakdown_lines_when_a_side_has_none_or_the_check_passes():
     phases = dict(forward=1.0, backward=0.5, optimizer=0.4, other=0.1, total=2.0)
-    with_b = SideSummary("A", [_run(2.0, phases), _run(2.0, phases)])  # two pairs: one has no interval
-    without = SideSummary("B", [_run(1.0, None), _run(1.0, None)])
+    with_b = JobRuns("A", [[_run(2.0, phases), _run(2.0, phases)]])  # two pairs: one has no interval
+    without = JobRuns("B", [[_run(1.0, None), _run(1.0, None)]])
     with pytest.raises(DistPerfCheckFailed) as info:
         Comparison(with_b, without).assert_step_time_within(1.1)
     assert "where the time goes" not in str(info.value)

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from pytest_distperf.errors import DistPerfInconclusive
-from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed, SideSummary
+from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed
+from pytest_distperf.measure.figures import JobRuns
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.measure.stats import max_relative_difference, quantile
@@ -40,8 +41,8 @@ def _run(label_steps, memory, losses=(1.0, 0.9), device="cpu", state=None):
 
 def test_step_time_check_passes_and_fails_at_the_threshold():
     # Identical pair ratios: a pair-to-pair variation of zero, so the interval is the ratio itself.
-    a = SideSummary("A", [_run([0.12, 0.12, 0.12], 10), _run([0.12, 0.12, 0.12], 10)])
-    b = SideSummary("B", [_run([0.10, 0.10, 0.10], 10), _run([0.10, 0.10, 0.10], 10)])
+    a = JobRuns("A", [[_run([0.12, 0.12, 0.12], 10), _run([0.12, 0.12, 0.12], 10)]])
+    b = JobRuns("B", [[_run([0.10, 0.10, 0.10], 10), _run([0.10, 0.10, 0.10], 10)]])
     cmp = Comparison(a, b)
     assert cmp.assert_step_time_within(1.25).passed
     with pytest.raises(DistPerfCheckFailed) as e:
@@ -54,21 +55,21 @@ def test_step_time_check_passes_and_fails_at_the_threshold():
 
 def test_a_check_whose_interval_holds_the_limit_is_inconclusive_not_failed():
     # 1.121 [0.887, 1.418] failed the old point-estimate check at 1.1; its interval holds both 1.0 and 1.1.
-    a = SideSummary("A", [_run([t], 10) for t in (0.13, 0.10, 0.12)])
-    b = SideSummary("B", [_run([0.10], 10) for _ in range(3)])
+    a = JobRuns("A", [[_run([t], 10) for t in (0.13, 0.10, 0.12)]])
+    b = JobRuns("B", [[_run([0.10], 10) for _ in range(3)]])
     with pytest.warns(DistPerfInconclusive, match=r"inconclusive, 1\.\d+x with the 98% interval"):
         check = Comparison(a, b).assert_step_time_within(1.1)
     assert check.outcome == "inconclusive" and check.low < 1.1 < check.high and check.stopped == "fixed runs"
 
 
 def test_an_inconclusive_check_runs_more_pairs_until_decided():
-    a = SideSummary("A", [_run([t], 10) for t in (0.13, 0.10, 0.12)])
-    b = SideSummary("B", [_run([0.10], 10) for _ in range(3)])
+    runs_a, runs_b = [_run([t], 10) for t in (0.13, 0.10, 0.12)], [_run([0.10], 10) for _ in range(3)]
+    a, b = JobRuns("A", [runs_a]), JobRuns("B", [runs_b])  # each side reads its list as it grows
     progress = []
 
     def one_more_pair():
-        a.runs.append(_run([0.30], 10))
-        b.runs.append(_run([0.10], 10))
+        runs_a.append(_run([0.30], 10))
+        runs_b.append(_run([0.10], 10))
 
     from pytest_distperf.decide.checks import Adaptive
 
@@ -82,9 +83,9 @@ def test_an_inconclusive_check_runs_more_pairs_until_decided():
 
 def test_memory_and_loss_checks():
     # CUDA: the memory check decides on the CUDA peak allocated, and is named after it
-    a = SideSummary("A", [_run([0.1], 3 << 20, losses=(1.0, 0.9), device="cuda")] * 2)
-    b = SideSummary("B", [_run([0.1], 2 << 20, losses=(1.0, 0.9001), device="cuda"),
-                          _run([0.1], 2 << 20, losses=(1.0, 0.9), device="cuda")])
+    a = JobRuns("A", [[_run([0.1], 3 << 20, losses=(1.0, 0.9), device="cuda") for _ in range(2)]])
+    b = JobRuns("B", [[_run([0.1], 2 << 20, losses=(1.0, 0.9001), device="cuda"),
+                       _run([0.1], 2 << 20, losses=(1.0, 0.9), device="cuda")]])
     cmp = Comparison(a, b)
     with pytest.raises(DistPerfCheckFailed, match="peak memory of A is 1.500x B's") as e:
         cmp.assert_memory_within(1.1)
@@ -103,7 +104,7 @@ def test_on_cpu_the_memory_check_decides_on_the_training_state_and_shows_host_rs
     from pytest_distperf.decide.checks import Check
 
     def side(label, rss, state):
-        return SideSummary(label, [_run([0.1], rss, state=state), _run([0.1], rss, state=state)])
+        return JobRuns(label, [[_run([0.1], rss, state=state), _run([0.1], rss, state=state)]])
 
     cmp = Comparison(side("A", 90 << 20, 30 << 20), side("B", 30 << 20, 30 << 20))
     check = cmp.assert_memory_within(1.1)
@@ -160,7 +161,7 @@ def test_a_jobs_figures_have_one_definition():
     assert JobFigures.from_json(f.to_json()) == f
     # a comparison's ratio is the ratio of the two jobs' figures
     b = [_run([0.05], 10 << 20), _run([0.10], 10 << 20)]
-    est = Comparison(SideSummary("A", runs), SideSummary("B", b)).step_time_ratio
+    est = Comparison(JobRuns("A", [runs]), JobRuns("B", [b])).step_time_ratio
     assert est.ratio == pytest.approx(f.step_time / job_figures("B", b).step_time)
 
 
@@ -171,8 +172,8 @@ def test_what_an_inconclusive_check_does_in_a_test():
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.session import RunCache
 
-    a = SideSummary("A", [_run([t], 10) for t in (0.13, 0.10, 0.12)])
-    b = SideSummary("B", [_run([0.10], 10) for _ in range(3)])
+    a = JobRuns("A", [[_run([t], 10) for t in (0.13, 0.10, 0.12)]])
+    b = JobRuns("B", [[_run([0.10], 10) for _ in range(3)]])
 
     def fixture(strict: bool, known_gap: str | None) -> DistPerf:
         settings = build_settings(True, {"strict": strict}, {})

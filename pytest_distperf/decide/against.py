@@ -21,10 +21,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from pytest_distperf.errors import SettingsError
+from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.decide.regression import GateContext, Landing, note_deciding_figure, until_job_decided
@@ -33,7 +33,8 @@ from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decid
 from pytest_distperf.store.baselines import job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import job_figures, secondary_memory_metric
+from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
+from pytest_distperf.measure.figures import JobRuns, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 
@@ -176,15 +177,6 @@ def prepare(start: str, ref: str, exact: bool = False, parent: str | None = None
 
 
 # -- the verdicts --------------------------------------------------------------------------------------------
-@dataclass
-class PairedJob:
-    """One job of the test and its interleaved pairs (head run, base run), in run order."""
-
-    key: str
-    pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
-    base_error: str = ""  # the base side failed: its first lines
-
-
 def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], policy: Policy,
                  design: decision.Design) -> list[MetricVerdict]:
     """Each gated metric of head against base on the pairs, as the baseline gate decides it (decide_metric),
@@ -204,9 +196,9 @@ def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], 
 
 
 class AgainstGate:
-    """One test's head-vs-base verdicts, in the baseline gate's place (the fixture calls check and the plugin
-    finish alike): told of each job's runs, it extends them while a time or memory verdict is undecided (each run
-    the fixture adds brings its base twin), and decides every job on its pairs when the test ends."""
+    """The Gate of one test head vs base: each run of a job is paired with its twin on the base's code (head then
+    base, then base then head), a time or memory verdict still undecided gets more pairs, and every job is decided
+    on its pairs when the test ends."""
 
     def __init__(self, checkout: BaseCheckout, nodeid: str, policy: Policy, machine: MachineClass,
                  environment: dict[str, Any], test_file: str | None = None):
@@ -214,59 +206,62 @@ class AgainstGate:
         self.machine, self.environment = machine, environment  # where the head and base jobs ran
         self.new_reason = (f"the test file does not exist at base {checkout.base_commit[:12]}"
                            if checkout.missing_at_base(test_file) else "")
-        self.jobs: dict[str, PairedJob] = {}
+        self.jobs: dict[str, JobRuns] = {}  # head's runs and their base twins
         self.budget = Budget()
         self.stopped: dict[str, str] = {}
 
-    # -- the fixture runs the base side through these ------------------------------------------------------------
-    def _job(self, job: JobSpec) -> PairedJob:
+    def _job(self, job: JobSpec) -> JobRuns:
         key = job.describe() + "#" + job.config_hash()
-        return self.jobs.setdefault(key, PairedJob(key=job_identity(job)[0]))
+        return self.jobs.setdefault(key, JobRuns(job_identity(job)[0], [[]]))  # one list: head's runs of the pairs
 
-    def base_side(self, job: JobSpec) -> JobSpec | None:
-        """The job on REF's code, or None when its side is not run (nothing to compare, or it failed before)."""
-        if self.new_reason or self.checkout.problem or self._job(job).base_error:
-            return None
-        return self.checkout.base_job(job)
+    def _paired(self, paired: JobRuns) -> bool:
+        """Whether the job's runs get a base side (not when there is nothing to compare, or it failed before)."""
+        return not (self.new_reason or self.checkout.problem or paired.base_error)
 
-    def head_first(self, job: JobSpec) -> bool:
-        """Head then base, then base then head: what drifts within a pair hits both orders alike."""
-        return len(self._job(job).pairs) % 2 == 0
+    def run(self, job: JobSpec, run_once: Callable[[JobSpec, str], RunResult]) -> RunResult:
+        paired = self._job(job)
+        if not self._paired(paired):
+            return run_once(job, "head")
+        head_first = len(paired.base_runs) % 2 == 0  # what drifts within a pair hits both orders alike
+        head = run_once(job, "head") if head_first else None
+        base = None
+        try:
+            base = run_once(self.checkout.base_job(job), "base")
+        except SessionBudgetSpent:
+            raise  # not the base side's failure: the pair is not run
+        except (Exception, *PYTEST_OUTCOMES) as e:  # the base side's failure is not HEAD's
+            lines = [line for line in str(getattr(e, "msg", None) or e).strip().splitlines() if line.strip()]
+            paired.base_error = "\n".join(lines[:3])[:600] or "failed"
+        if head is None:
+            head = run_once(job, "head")
+        if base is not None:
+            paired.sources[0].append(head)
+            paired.base_runs.append(base)
+        return head
 
-    def add(self, job: JobSpec, head: RunResult, base: RunResult) -> None:
-        self._job(job).pairs.append((head, base))
-
-    def base_failed(self, job: JobSpec, error: str) -> None:
-        lines = [line for line in error.strip().splitlines() if line.strip()]
-        self._job(job).base_error = "\n".join(lines[:3])[:600] or "failed"
-
-    # -- the gate's interface -------------------------------------------------------------------------------------
-    @property
-    def design(self) -> decision.Design:
-        return self.budget.design()
-
-    def _decide(self, job: PairedJob) -> list[MetricVerdict]:
-        if not job.pairs:
+    def _decide(self, job: JobRuns) -> list[MetricVerdict]:
+        if not job.base_runs:
             status, note = (("new", self.new_reason) if self.new_reason else
                             ("not comparable", self.checkout.problem or
                              f"the job failed on the base side: {job.base_error}; not a regression of HEAD"))
-            return [MetricVerdict(test=self.nodeid, job=job.key, metric="step_time", metric_kind="time", unit="s",
-                            direction="lower", status=status, note=note)]
-        out = decide_pairs(self.nodeid, job.key, job.pairs, self.policy, self.design)
+            return [MetricVerdict(test=self.nodeid, job=job.label, metric="step_time", metric_kind="time", unit="s",
+                                  direction="lower", status=status, note=note)]
+        out = decide_pairs(self.nodeid, job.label, list(zip(job.runs, job.base_runs)), self.policy,
+                           self.budget.design())
         for v in out:
-            v.stopped = self.stopped.get(job.key, "")
+            v.stopped = self.stopped.get(job.label, "")
             if job.base_error:
-                v.note += f"; the base side failed after {len(job.pairs)} pair(s): {job.base_error}"
-        note_deciding_figure(out, job_figures(job.key, [h for h, _ in job.pairs]))
+                v.note += f"; the base side failed after {len(job.base_runs)} pair(s): {job.base_error}"
+        note_deciding_figure(out, job.figures)
         return out
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
               clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
         paired = self._job(job)
-        if self.base_side(job) is not None:
-            self.stopped[paired.key] = until_job_decided(lambda: self._decide(paired), lambda: len(paired.pairs),
-                                                     extend, self.budget, clock or Clock(), False, progress,
-                                                     paired.key, against="head vs base", unit="pairs")
+        if self._paired(paired):
+            self.stopped[paired.label] = until_job_decided(
+                lambda: self._decide(paired), lambda: len(paired.base_runs), extend, self.budget, clock or Clock(),
+                False, progress, paired.label, against="head vs base", unit="pairs")
         return self._decide(paired)
 
     def finish(self, test_passed: bool) -> Landing:

@@ -21,13 +21,12 @@ from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import (WORK_METRICS, JobFigures, breakdown_lines, geometric_mean, job_figures,
-                                             memory_metric, memory_words, run_peak_memory,
-                                             run_step_time, run_work, secondary_memory_metric, work_not_measured)
+from pytest_distperf.measure.figures import (WORK_METRICS, JobRuns, breakdown_lines, geometric_mean, memory_metric,
+                                             memory_words, run_peak_memory, run_step_time, run_work,
+                                             secondary_memory_metric, work_not_measured)
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.measure.wording import bound_text, is_words
-from pytest_distperf.rank.results import RunResult
 
 
 @dataclass
@@ -107,75 +106,63 @@ def warn_inconclusive(check: Check, message: str) -> None:
     warnings.warn(DistPerfInconclusive(message), stacklevel=4)
 
 
-@dataclass
-class SideSummary:
-    """One side's runs (the list is shared and may grow) and the figures every report uses (measure/figures)."""
+def _step_times(side: JobRuns) -> list[float]:
+    return [run_step_time(r) for r in side.runs]
 
-    label: str
-    runs: list[RunResult]
 
-    @property
-    def run_step_times(self) -> list[float]:
-        return [run_step_time(r) for r in self.runs]
+def _step_line(side: JobRuns) -> str:
+    f = side.figures
+    cv = f" (run-to-run {f.run_cv:.1%})" if f.run_cv is not None else ""
+    return (f"{side.label}: step time {fmt_seconds(f.step_time)}{cv}, steps p10 {fmt_seconds(f.step_p10)} - "
+            f"p90 {fmt_seconds(f.step_p90)}, over {f.runs} run(s) x {f.steps} steps")
 
-    @property
-    def run_peak_memories(self) -> list[float]:
-        return [run_peak_memory(r) for r in self.runs]
 
-    @property
-    def figures(self) -> JobFigures:
-        return job_figures(self.label, self.runs)
+def _work(side: JobRuns, metric: str) -> list[float]:
+    """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
+    values = [run_work(r).get(metric) for r in side.runs]
+    if any(v is None for v in values):
+        field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
+        why = work_not_measured(side.runs).get(field_name, "the job ran no work phase (JobSpec.work_steps 0)")
+        import pytest
 
-    @property
-    def step_time(self) -> float:
-        return self.figures.step_time
+        pytest.skip(f"{metric} of {side.label}: {why}")
+    return [float(v) for v in values]  # type: ignore[arg-type]
 
-    def step_line(self) -> str:
-        f = self.figures
-        cv = f" (run-to-run {f.run_cv:.1%})" if f.run_cv is not None else ""
-        return (f"{self.label}: step time {fmt_seconds(f.step_time)}{cv}, steps p10 {fmt_seconds(f.step_p10)} - "
-                f"p90 {fmt_seconds(f.step_p90)}, over {f.runs} run(s) x {f.steps} steps")
 
-    def run_work(self, metric: str) -> list[float]:
-        """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
-        values = [run_work(r).get(metric) for r in self.runs]
-        if any(v is None for v in values):
-            field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
-            why = work_not_measured(self.runs).get(field_name, "the job ran no work phase (JobSpec.work_steps 0)")
-            import pytest
+def _gpu_line(side: JobRuns) -> str:
+    f, times = side.figures, _work(side, "gpu_time")
+    share = f", GPU busy {f.gpu_busy_share:.0%} of the step" if f.gpu_busy_share is not None else ""
+    cv = relative_spread(times)
+    spread = f" (run-to-run {cv:.2%})" if cv is not None else ""
+    return (f"{side.label}: GPU kernel time {fmt_seconds(f.work['gpu_time'])}{spread} a step{share}, "
+            f"wall step time {fmt_seconds(f.step_time)}, over {f.runs} run(s)")
 
-            pytest.skip(f"{metric} of {self.label}: {why}")
-        return [float(v) for v in values]  # type: ignore[arg-type]
 
-    def gpu_line(self) -> str:
-        f, times = self.figures, self.run_work("gpu_time")
-        share = f", GPU busy {f.gpu_busy_share:.0%} of the step" if f.gpu_busy_share is not None else ""
-        cv = relative_spread(times)
-        spread = f" (run-to-run {cv:.2%})" if cv is not None else ""
-        return (f"{self.label}: GPU kernel time {fmt_seconds(f.work['gpu_time'])}{spread} a step{share}, "
-                f"wall step time {fmt_seconds(f.step_time)}, over {f.runs} run(s)")
+def _memories(side: JobRuns, metric: str) -> list[float]:
+    """One value per run of a memory figure: `peak_memory` (run_peak_memory) or `train_memory` (the work
+    phase's; skips the test where a run has none)."""
+    return [run_peak_memory(r) for r in side.runs] if metric == "peak_memory" else _work(side, metric)
 
-    @property
-    def device(self) -> str:
-        return self.runs[0].spec.device
 
-    def run_memories(self, metric: str) -> list[float]:
-        """One value per run of a memory figure: `peak_memory` (run_peak_memory) or `train_memory` (the work
-        phase's; skips the test where a run has none)."""
-        return self.run_peak_memories if metric == "peak_memory" else self.run_work(metric)
+def _memory(side: JobRuns, metric: str) -> float:
+    """The job's memory figure: the geometric mean of its runs (measure/figures.py)."""
+    return side.figures.peak_memory if metric == "peak_memory" else geometric_mean(_work(side, metric))
 
-    def memory(self, metric: str) -> float:
-        """The job's memory figure: the geometric mean of its runs (measure/figures.py)."""
-        return self.figures.peak_memory if metric == "peak_memory" else geometric_mean(self.run_work(metric))
 
-    def memory_line(self, metric: str = "peak_memory") -> str:
-        mems = self.run_memories(metric)
-        return (f"{self.label}: {memory_words(metric, self.device)} {fmt_bytes(self.memory(metric))} "
-                f"(runs {fmt_bytes(min(mems))} - {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
+def _memory_line(side: JobRuns, metric: str) -> str:
+    mems = _memories(side, metric)
+    return (f"{side.label}: {memory_words(metric, _device(side))} {fmt_bytes(_memory(side, metric))} "
+            f"(runs {fmt_bytes(min(mems))} - {fmt_bytes(max(mems))}) over {len(mems)} run(s)")
+
+
+def _device(side: JobRuns) -> str:
+    return side.runs[0].spec.device
 
 
 class Comparison:
-    def __init__(self, a: SideSummary, b: SideSummary, on_check: Callable[[Check], None] | None = None,
+    """Two jobs' runs, interleaved A B, then B A, ...; each assert_* decides one check on them."""
+
+    def __init__(self, a: JobRuns, b: JobRuns, on_check: Callable[[Check], None] | None = None,
                  adaptive: Adaptive | None = None):
         if len(a.runs) != len(b.runs) or not a.runs:
             raise ValueError("a comparison needs the same, non-zero number of runs on both sides")
@@ -193,7 +180,7 @@ class Comparison:
         if self._on_check:
             self._on_check(check)
 
-    def _decide(self, values: Callable[[SideSummary], list[float]], limit: float, what: str) -> decision.Verdict:
+    def _decide(self, values: Callable[[JobRuns], list[float]], limit: float, what: str) -> decision.Verdict:
         """The core's verdict on A/B over the interleaved pairs, adding pairs while INCONCLUSIVE."""
 
         def look() -> decision.Verdict:
@@ -205,7 +192,7 @@ class Comparison:
 
     @property
     def step_time_ratio(self) -> decision.Estimate:
-        return decision.paired(self.a.run_step_times, self.b.run_step_times, self.design)
+        return decision.paired(_step_times(self.a), _step_times(self.b), self.design)
 
     def _config_notes(self) -> str:
         a, b = self.a.runs[0], self.b.runs[0]
@@ -215,8 +202,8 @@ class Comparison:
             line += " -- the sides keep different optimizer precision: a config mismatch, not only a speed gap"
         return line
 
-    def _ratio_check(self, name: str, k: float, values: Callable[[SideSummary], list[float]],
-                     value: Callable[[SideSummary], float], unit: str, line: Callable[[SideSummary], str],
+    def _ratio_check(self, name: str, k: float, values: Callable[[JobRuns], list[float]],
+                     value: Callable[[JobRuns], float], unit: str, line: Callable[[JobRuns], str],
                      what: str, secondary: Callable[[], str] | None = None) -> Check:
         __tracebackhide__ = True  # pytest shows the message, not this frame
         v = self._decide(values, k, what)
@@ -251,8 +238,8 @@ class Comparison:
     def assert_step_time_within(self, k: float) -> Check:
         """Fail unless A's step time is at most k x B's: decided on the interval of the pair ratios."""
         __tracebackhide__ = True
-        return self._ratio_check("step_time", k, lambda s: s.run_step_times, lambda s: s.step_time, "s",
-                                 SideSummary.step_line, "step time")
+        return self._ratio_check("step_time", k, _step_times, lambda s: s.figures.step_time, "s", _step_line,
+                                 "step time")
 
     def assert_memory_within(self, k: float) -> Check:
         """Fail unless A's memory is at most k x B's, on the device's memory figure (measure/figures.memory_metric):
@@ -262,19 +249,19 @@ class Comparison:
         ("peak_memory" or "train_memory"). Skips where the figure was not measured (a CPU job without a work
         phase)."""
         __tracebackhide__ = True
-        metric = memory_metric(self.a.device)
-        self.a.run_memories(metric), self.b.run_memories(metric)  # skip before any pair is added
-        other = secondary_memory_metric(self.a.device)
+        metric = memory_metric(_device(self.a))
+        _memories(self.a, metric), _memories(self.b, metric)  # skip before any pair is added
+        other = secondary_memory_metric(_device(self.a))
         what = "peak memory" if metric == "peak_memory" else f"training-state memory ({metric})"
-        return self._ratio_check(metric, k, lambda s: s.run_memories(metric), lambda s: s.memory(metric), "bytes",
-                                 lambda s: s.memory_line(metric), what,
+        return self._ratio_check(metric, k, lambda s: _memories(s, metric), lambda s: _memory(s, metric), "bytes",
+                                 lambda s: _memory_line(s, metric), what,
                                  (lambda: self._secondary_memory(other)) if other else None)
 
     def _secondary_memory(self, metric: str) -> str:
         """The secondary memory figure of both sides, in words: shown beside the one that decided, never decided."""
-        a, b = self.a.memory(metric), self.b.memory(metric)
+        a, b = _memory(self.a, metric), _memory(self.b, metric)
         ratio = f", {a / b:.3f}x" if b > 0 else ""
-        return (f"{memory_words(metric, self.a.device)} ({metric}; shown, not decided on: it counts imports and "
+        return (f"{memory_words(metric, _device(self.a))} ({metric}; shown, not decided on: it counts imports and "
                 f"one-time allocations): A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}")
 
     def assert_gpu_time_within(self, k: float) -> Check:
@@ -282,14 +269,14 @@ class Comparison:
         B's: the same interval over the interleaved pairs as step time, on a figure the host's noise does not
         move. Skips where it was not measured (CPU jobs)."""
         __tracebackhide__ = True
-        self.a.run_work("gpu_time"), self.b.run_work("gpu_time")  # skip before any pair is added
-        return self._ratio_check("gpu_time", k, lambda s: s.run_work("gpu_time"),
-                                 lambda s: s.figures.work["gpu_time"], "s", SideSummary.gpu_line, "GPU kernel time")
+        _work(self.a, "gpu_time"), _work(self.b, "gpu_time")  # skip before any pair is added
+        return self._ratio_check("gpu_time", k, lambda s: _work(s, "gpu_time"), lambda s: s.figures.work["gpu_time"],
+                                 "s", _gpu_line, "GPU kernel time")
 
     def assert_flops_within(self, k: float) -> Check:
         """Fail unless A's FLOPs per step are at most k x B's (exact counts: no interval)."""
         __tracebackhide__ = True
-        fa, fb = max(self.a.run_work("flops_per_step")), max(self.b.run_work("flops_per_step"))
+        fa, fb = max(_work(self.a, "flops_per_step")), max(_work(self.b, "flops_per_step"))
         ratio = fa / fb if fb else float("inf")
         v = decision.decide(decision.exact(ratio), k)
         check = Check.from_verdict("flops", self.a.label, self.b.label, fa, fb, "FLOP", v)

@@ -56,7 +56,6 @@ from pytest_distperf.spec.settings import MAX_LOOKS
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
-OUTCOME_MARK = {PASS: "✓ pass", FAIL: "✗ FAIL", INCONCLUSIVE: "~ inconclusive"}  # how every report shows them
 DIRECTIONS = ("at_most", "at_least", "above")  # the good side of the limit: <=, >=, >
 METHODS = ("paired", "unpaired", "exact")
 DEFAULT_CONFIDENCE = 0.98  # simultaneous, two-sided: a wrong FAIL (or a wrong PASS) at most 1 %
@@ -156,10 +155,6 @@ class Verdict:
     estimate: Estimate
     reason: str
     stopped: str = ""  # why no more pairs were run ("decided", "max 12 pairs", "wall-clock budget 300 s")
-
-    def summary(self) -> str:
-        """'inconclusive: 1.060 [0.970, 1.160] vs 1.10 after 3 interleaved pairs'."""
-        return f"{self.outcome}: {self.estimate.text()} vs {self.limit:.2f} after {self.estimate.sample_text()}"
 
     def to_json(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "limit": self.limit, "direction": self.direction,

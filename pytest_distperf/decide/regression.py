@@ -16,7 +16,7 @@ import os
 import shlex
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive)
@@ -28,7 +28,7 @@ from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (MetricVerdict, Resolution, decide_metric, describe_verdict, is_failing,
                                              is_pending, job_metrics, property_text, resolutions, secondary_text)
-from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, job_figures, secondary_memory_metric
+from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
@@ -177,33 +177,35 @@ class Landing:
     records: list[MetricVerdict | Resolution] = field(default_factory=list)  # report/document.py's records
 
 
-@dataclass
-class Measured:
-    """One job of the test as the baseline keys it, and every run list it was measured in (lists may grow:
-    runs shared with other tests, extended while a verdict is undecided)."""
+class Gate(Protocol):
+    """One test's gate, as the fixture and the plugin use it: BaselineGate (below) against the stored baselines, or
+    decide/against.AgainstGate head vs base (--distperf-against). session.DistPerfSession.gate_for picks it."""
 
-    key: str  # the label, plus the injection knobs when the job carries any (never shares a series)
-    label: str  # the label an injected job falls back to in the baseline
-    config_hash: str
-    config: dict[str, Any]
-    sources: list[list[RunResult]] = field(default_factory=list)
+    budget: Budget  # adaptive repeats: the test's (the fixture sets it before its first job)
 
-    @property
-    def runs(self) -> list[RunResult]:
-        seen: set[int] = set()
-        out = []
-        for source in self.sources:
-            for r in source:
-                if id(r) not in seen:
-                    seen.add(id(r))
-                    out.append(r)
-        return out
+    def run(self, job: JobSpec, run_once: Callable[[JobSpec, str], RunResult]) -> RunResult:
+        """One run of `job`, made through `run_once(job, side)`: alone ("head"), or in an interleaved pair with its
+        twin on the base's code ("base"), which the gate keeps. Returns head's run; a failure of the base side
+        is the gate's to record, never raised."""
+        ...
+
+    def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
+              clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
+        """A job's runs finished (`runs` may be a list shared with other tests, and grow). While a time or memory
+        verdict is INCONCLUSIVE, `extend` adds a run (or an interleaved pair) to it, up to `budget`. Returns the
+        verdicts as they stand; finish() decides again on all the runs."""
+        ...
+
+    def finish(self, test_passed: bool) -> Landing:
+        """The test ended: every job decided on all its runs; what the test's report gets (and, where the gate
+        saves, the saved baseline)."""
+        ...
 
 
 class BaselineGate:
-    """One test's baseline: read at fixture setup (a bad file fails the test before any job starts), told
-    about each job's runs as they finish (and extending them while a verdict is undecided, up to `budget`),
-    decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
+    """The Gate against one test's stored baseline: read at fixture setup (a bad file fails the test before any
+    job starts), told about each job's runs as they finish (and extending them while a verdict is undecided, up to
+    `budget`), decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
                  nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
@@ -231,7 +233,8 @@ class BaselineGate:
             warnings.warn(BaselineEnvironmentWarning(
                 f"{os.path.relpath(self.path, session.rootdir)}: recorded with other versions than this run: "
                 f"{', '.join(self.env_changes)}"), stacklevel=2)
-        self.measured: dict[str, Measured] = {}
+        self.jobs: dict[str, JobRuns] = {}  # by key: the label, plus the injection knobs when the job carries any
+        self.identity: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (clean label, config hash, config)
         self.verdicts: list[MetricVerdict] = []
         self.stopped: dict[str, str] = {}  # job key -> why it got no more runs
         self.budget = Budget()  # adaptive repeats: the test's (the fixture sets it)
@@ -240,31 +243,26 @@ class BaselineGate:
     def save_mode(self) -> bool:
         return self.session.settings.save
 
-    @property
-    def design(self) -> Design:
-        return self.budget.design()  # its planned looks are those until_job_decided steps to
-
-    def _key(self, job: JobSpec) -> Measured:
-        """The job's entry: the same label with another configuration gets '#2', '#3' ... (stable by order); a
-        job with injected work is keyed apart from the clean one (' +extra_work=0.4')."""
+    def _job(self, job: JobSpec) -> JobRuns:
+        """The job as the baseline keys it: the same label with another configuration gets '#2', '#3' ... (stable
+        by order); a job with injected work is keyed apart from the clean one (' +extra_work=0.4')."""
         label, config_hash, config, injection = job_identity(job)
         n, base = 1, label
-        while base in self.measured and self.measured[base].config_hash != config_hash:
+        while base in self.identity and self.identity[base][1] != config_hash:
             n += 1
             base = f"{label} #{n}"
         key = base + injection
-        if key not in self.measured:
-            self.measured[key] = Measured(key=key, label=base, config_hash=config_hash, config=config)
-        return self.measured[key]
+        self.identity.setdefault(key, (base, config_hash, config))
+        return self.jobs.setdefault(key, JobRuns(key))
 
-    def _entry(self, m: Measured) -> JobEntry | None:
+    def _entry(self, key: str) -> JobEntry | None:
         """The job's stored entry; a job with injected work falls back to its clean job's (a slowdown reads as a
         regression of the same job, as a code change would)."""
         if self.baseline is None:
             return None
-        return self.baseline.jobs.get(m.key) or self.baseline.jobs.get(m.label)
+        return self.baseline.jobs.get(key) or self.baseline.jobs.get(self.identity[key][0])
 
-    def _decide(self, m: Measured) -> list[MetricVerdict]:
+    def _decide(self, m: JobRuns) -> list[MetricVerdict]:
         reason = (f"no baseline for this test on machine class {self.machine.name}" if self.baseline is None
                   else "this job is not in the baseline")
         if self.unmatched:
@@ -272,40 +270,40 @@ class BaselineGate:
             if not self.unmatched_said:  # once per test; every verdict keeps the note
                 self.unmatched_said = True
                 warnings.warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"), stacklevel=2)
-        out = decide_job(self.nodeid, m.key, self._entry(m), m.config_hash, metrics_from_runs(m.runs), self.policy,
-                         reason, self.design, self.device)
+        out = decide_job(self.nodeid, m.label, self._entry(m.label), self.identity[m.label][1],
+                         metrics_from_runs(m.runs), self.policy, reason, self.budget.design(), self.device)
         for v in out:
-            v.stopped = self.stopped.get(m.key, "")
+            v.stopped = self.stopped.get(m.label, "")
         if m.runs:
-            note_deciding_figure(out, job_figures(m.key, m.runs))
+            note_deciding_figure(out, m.figures)
         return out
+
+    def run(self, job: JobSpec, run_once: Callable[[JobSpec, str], RunResult]) -> RunResult:
+        return run_once(job, "head")  # no base side: each run alone
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
               clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
-        """A job's runs finished (`runs` may be a shared list that grows). While a time or memory verdict is
-        INCONCLUSIVE, `extend` adds a run (or an interleaved pair) to it, up to the budget; with
-        --distperf-save it adds runs up to the budget's count instead (the stored runs bound later verdicts).
-        Returns the verdicts as they stand; the test's are decided again on all runs in finish()."""
-        m = self._key(job)
-        if not any(source is runs for source in m.sources):
-            m.sources.append(runs)
-        self.stopped[m.key] = until_job_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
-                                            clock or Clock(), self.save_mode, progress, m.key)
+        """Gate.check; with --distperf-save `extend` adds runs up to the budget's count instead (the stored runs
+        bound later verdicts)."""
+        m = self._job(job)
+        m.add(runs)
+        self.stopped[m.label] = until_job_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
+                                                  clock or Clock(), self.save_mode, progress, m.label)
         return self._decide(m)
 
     def finish(self, test_passed: bool) -> Landing:
         """Decide every job on all its runs; save (with --distperf-save, when the test passed) or decide
         whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
-        self.verdicts = [v for m in self.measured.values() if m.runs for v in self._decide(m)]
+        self.verdicts = [v for m in self.jobs.values() if m.runs for v in self._decide(m)]
         context = self._context()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
         records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode)
                                                      for v in self.verdicts]
         if self.save_mode:
-            if not test_passed or not self.measured:
+            if not test_passed or not self.jobs:
                 return Landing(False, None, props, context, records)
-            jobs = {m.key: JobEntry(label=m.key, config_hash=m.config_hash, config=m.config,
-                                    metrics=metrics_from_runs(m.runs)) for m in self.measured.values()}
+            jobs = {key: JobEntry(label=key, config_hash=self.identity[key][1], config=self.identity[key][2],
+                                  metrics=metrics_from_runs(m.runs)) for key, m in self.jobs.items()}
             try:
                 saved = context.saved = self._save(jobs)
             except BaselineError as e:
@@ -323,7 +321,7 @@ class BaselineGate:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
         rel = os.path.relpath(path, self.session.rootdir)
         found = [r for key, entry in jobs.items()
-                 for r in resolutions(key, entry.metrics, self.policy, self.design, self.device)]
+                 for r in resolutions(key, entry.metrics, self.policy, self.budget.design(), self.device)]
         for r in found:
             if not r.can_pass:
                 warnings.warn(BaselineNoisyWarning(

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Callable, TypeVar
 
 T = TypeVar("T")  # what a look returns (look_until)
 
@@ -161,9 +161,4 @@ def until_decided(look: Callable[[], Verdict], add_pair: Callable[[], None] | No
     with other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
     v, why = look_until(look, lambda v: v.outcome == INCONCLUSIVE, lambda v: v.estimate.seen, add_pair, budget,
                         clock or Clock(), (lambda v, target: progress(progress_text(v, target))) if progress else None)
-    return Verdict(**{**_fields(v), "stopped": why})
-
-
-def _fields(v: Verdict) -> dict[str, Any]:
-    return {"outcome": v.outcome, "limit": v.limit, "direction": v.direction, "estimate": v.estimate,
-            "reason": v.reason}
+    return replace(v, stopped=why)

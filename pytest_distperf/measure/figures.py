@@ -359,8 +359,8 @@ def _breakdown_line(b: dict[str, float], keys: list[str]) -> str:
     return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
 
 
-def breakdown_lines(a_side: Any, b_side: Any) -> list[str]:
-    """Lines for a failing step-time check (sides have .label and .runs); none when a side has no breakdown."""
+def breakdown_lines(a_side: "JobRuns", b_side: "JobRuns") -> list[str]:
+    """Lines for a failing step-time check; none when a side has no breakdown."""
     a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
     if not a or not b:
         return []
@@ -435,6 +435,33 @@ class JobFigures:
         fields["run_step_times"] = tuple(float(x) for x in fields["run_step_times"])
         fields["run_ids"] = tuple(str(x) for x in fields.get("run_ids") or ())
         return cls(**fields)
+
+
+@dataclass
+class JobRuns:
+    """One job of a test and its runs so far, as the fixture, each side of a comparison (decide/checks.py) and
+    either gate (decide/regression.py, decide/against.py) hold it. Its run lists may be shared with other tests and
+    grow (adaptive repeats), so `runs` reads them as they stand, each run once. When the test ends the report's
+    record of the job is made from its runs (report/document.JobRecord)."""
+
+    label: str  # as verdicts, checks and reports name the job
+    sources: list[list["RunResult"]] = field(default_factory=list)
+    base_runs: list["RunResult"] = field(default_factory=list)  # head vs base: runs[i]'s twin on the base's code
+    base_error: str = ""  # head vs base: the base side failed (its first lines); no more pairs are run
+
+    @property
+    def runs(self) -> list["RunResult"]:
+        """Every run of the sources, in order (a new list: runs are added to a source)."""
+        once = {id(r): r for source in self.sources for r in source}  # a run in two lists counts once, first place
+        return list(once.values())
+
+    def add(self, runs: list["RunResult"]) -> None:
+        if not any(source is runs for source in self.sources):
+            self.sources.append(runs)
+
+    @property
+    def figures(self) -> JobFigures:
+        return job_figures(self.label, self.runs)
 
 
 def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from markupsafe import Markup
 
 if TYPE_CHECKING:
-    from pytest_distperf.store.history.trend import ChangePoint as HistoryChangePoint
     from pytest_distperf.store.history.trend import Trend
 
 from pytest_distperf.measure.figures import step_time_of
@@ -22,42 +21,14 @@ from pytest_distperf.measure.units import fmt_seconds
 from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.report.outcomes import LIMIT_SIGN
 from pytest_distperf.report.rows import fmt_unit
+from pytest_distperf.store.history.trend import ChangePoint, TrendPoint, short_commit
 from pytest_distperf.report.svg import (COMM_COLOUR, COMPUTE_COLOUR, MUTED, OVERLAP_COLOUR, SIDE_COLOURS, Chart, esc,
                                         legend, nice_ticks, padded)
 
 WIDTH = 900  # px of every chart; the page is at most 1240 wide
 
 
-# -- a metric over sessions, as the history store hands it in ---------------------------------------------------
-@dataclass
-class TrendPoint:
-    commit: str
-    time: str  # ISO 8601
-    value: float
-    low: float | None = None  # optional spread of this session's runs (drawn as a whisker)
-    high: float | None = None
-
-
-@dataclass
-class ChangePoint:
-    index: int  # the first point after the change
-    commit_before: str  # last commit of the old level
-    commit_after: str  # first commit of the new level
-    before: float | None = None  # level before / after (as the change-point method reports them)
-    after: float | None = None
-    note: str = ""
-
-    @property
-    def change(self) -> float | None:
-        """after / before - 1, where both levels are known."""
-        return self.after / self.before - 1 if self.before and self.after is not None else None
-
-    def text(self) -> str:
-        """'<commit>..<commit> (+20.0%) <note>' (12-character commits)."""
-        change = "" if self.change is None else f" ({self.change:+.1%})"
-        return f"{self.commit_before[:12]}..{self.commit_after[:12]}{change}" + (f" {self.note}" if self.note else "")
-
-
+# -- a metric over sessions, as the history store hands it in (store/history/trend.py) ----------------------
 @dataclass
 class TrendSeries:
     machine_class: str
@@ -76,26 +47,9 @@ class TrendSeries:
 
 def trend_series(found: "Iterable[Trend]") -> list[TrendSeries]:
     """The history's trends (store/history.trends, session_trends) as the trend chart's input."""
-    return [_trend_series(t) for t in found]
-
-
-def _trend_series(t: "Trend") -> TrendSeries:
-    points = [TrendPoint(commit=p.git_commit or "?", time=p.created_at.isoformat(), value=p.value,
-                         low=min(p.runs), high=max(p.runs)) for p in t.points]
-    change_points = [ChangePoint(index=c.index, commit_before=c.before.git_commit or "?",
-                                 commit_after=c.after.git_commit or "?", before=c.before_mean,
-                                 after=c.after_mean, note=_change_note(c)) for c in t.change_points]
-    k = t.key
-    return TrendSeries(machine_class=k.machine_class, test=k.test, job=k.job, metric=k.metric,
-                       unit=t.unit, points=points, change_points=change_points, direction=t.direction)
-
-
-def _change_note(c: "HistoryChangePoint") -> str:
-    notes = [c.verdict, f"p = {c.pvalue:.2g}"]
-    if c.config_changed:
-        notes.append("job configuration changed")
-    return ", ".join(notes + list(c.environment_changes))
-
+    return [TrendSeries(machine_class=t.key.machine_class, test=t.key.test, job=t.key.job, metric=t.key.metric,
+                        unit=t.unit, points=list(t.points), change_points=list(t.change_points),
+                        direction=t.direction) for t in found]
 
 
 def axis(unit: str, lo: float, hi: float, count: int = 5) -> tuple[Callable[[float], str], str, list[float]]:
@@ -248,7 +202,7 @@ def trend_chart(series: TrendSeries, width: int = WIDTH) -> Markup:
     """A metric over sessions (x = session order, labelled by commit), change points as vertical lines with
     their commit range and the levels either side."""
     pts = series.points
-    values = [p.value for p in pts] + [v for p in pts for v in (p.low, p.high) if v is not None]
+    values = [p.value for p in pts] + [v for p in pts for v in p.runs]
     lo, hi = padded(values, pad=0.1)
     fmt, unit_name, ticks = axis(series.unit, lo, hi, 5)
     c = Chart(width, 220, f"{series.metric} of {series.job} over {len(pts)} sessions", "trend", left=64, right=16,
@@ -259,27 +213,27 @@ def trend_chart(series: TrendSeries, width: int = WIDTH) -> Markup:
     c.line(c.x0, c.y1, c.x1, c.y1, "#8c959f", "axis")
     step = max(1, len(pts) // 12)
     for i in range(0, len(pts), step):
-        c.text(x(i), c.y1 + 14, pts[i].commit[:7], "tick-lbl", "middle", size=9)
+        c.text(x(i), c.y1 + 14, short_commit(pts[i].git_commit)[:7], "tick-lbl", "middle", size=9)
     c.text((c.x0 + c.x1) / 2, c.height - 4, "sessions, oldest first (commit)", "axis-title", "middle")
-    for i, p in enumerate(pts):
-        if p.low is not None and p.high is not None:
-            c.line(x(i), y(p.low), x(i), y(p.high), "#8c959f", "whisker", 1)
+    for i, p in enumerate(pts):  # the spread of the session's runs
+        if p.runs:
+            c.line(x(i), y(min(p.runs)), x(i), y(max(p.runs)), "#8c959f", "whisker", 1)
     c.polyline([(x(i), y(p.value)) for i, p in enumerate(pts)], SIDE_COLOURS[0], "trend-line")
     for i, p in enumerate(pts):
         c.circle(x(i), y(p.value), 3, SIDE_COLOURS[0], "trend-pt",
-                 f"{p.commit[:12]} {p.time}: {fmt_unit(p.value, series.unit)}")
+                 f"{short_commit(p.git_commit)} {p.created_at.isoformat()}: {fmt_unit(p.value, series.unit)}")
     bounds = [0] + [cp.index for cp in series.change_points] + [len(pts)]
     for cp in series.change_points:
         xc = x(cp.index - 0.5)
+        before, after = short_commit(cp.before.git_commit), short_commit(cp.after.git_commit)
         c.line(xc, c.y0 - 8, xc, c.y1, "#cf222e", "change-point", 2, "6 3",
-               f"change point between {cp.commit_before[:12]} and {cp.commit_after[:12]}")
+               f"change point between {before} and {after}")
         change = "" if cp.change is None else f" {cp.change:+.1%}"
-        c.text(xc + 4, c.y0 - 10 + 8, f"{cp.commit_before[:7]}..{cp.commit_after[:7]}{change}", "cp-lbl",
-               fill="#a40e26", size=10, weight="bold")
+        c.text(xc + 4, c.y0 - 10 + 8, f"{before[:7]}..{after[:7]}{change}", "cp-lbl", fill="#a40e26", size=10,
+               weight="bold")
     for k, cp in enumerate(series.change_points):  # the levels either side, as the method reported them
-        for level, a, b in ((cp.before, bounds[k], cp.index), (cp.after, cp.index, bounds[k + 2])):
-            if level is not None:
-                c.line(x(a - 0.4), y(level), x(b - 0.6), y(level), "#cf222e", "level", 1.5)
+        for level, a, b in ((cp.before_mean, bounds[k], cp.index), (cp.after_mean, cp.index, bounds[k + 2])):
+            c.line(x(a - 0.4), y(level), x(b - 0.6), y(level), "#cf222e", "level", 1.5)
     return Markup(c.render())
 
 

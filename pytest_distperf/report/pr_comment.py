@@ -21,7 +21,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from pytest_distperf.fs.jsonio import write_text_atomic
-from pytest_distperf.report.outcomes import mark, rank, test_outcome
+from pytest_distperf.report.outcomes import counted, mark, rank, test_outcome
 from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.document import SessionDocument, unique_jobs
 from pytest_distperf.report.out_of_budget import count_text, markdown_lines, out_of_budget
@@ -38,17 +38,9 @@ def _cell(text: str) -> str:
 
 
 def _counts_line(rows: Sequence[SharedRow], session: SessionDocument) -> str:
-    counts: dict[str, int] = {}
-    for s in rows:
-        if s.row.kind != "test":
-            counts[s.row.outcome] = counts.get(s.row.outcome, 0) + 1
-    verdicts = " · ".join(f"{mark(o)} {n} {o}"
-                          for o, n in sorted(counts.items(), key=lambda kv: rank(kv[0])))
-    tests: dict[str, int] = {}
-    for t in session.tests:
-        o = test_outcome(t)
-        tests[o] = tests.get(o, 0) + 1
-    outcome = ", ".join(f"{n} {o}" for o, n in sorted(tests.items(), key=lambda kv: rank(kv[0])))
+    decided = counted(s.row.outcome for s in rows if s.row.kind != "test")
+    verdicts = " · ".join(f"{mark(o)} {n} {o}" for o, n in decided)
+    outcome = ", ".join(f"{n} {o}" for o, n in counted(test_outcome(t) for t in session.tests))
     late = len(out_of_budget(session.tests))
     if late:  # skipped (or failed, --distperf-strict) unmeasured: counted apart, never read as a pass
         outcome += f", {count_text(late)}"

@@ -66,7 +66,9 @@ class Verdicts:
 
 
 @dataclass
-class Comparison:
+class ComparisonView:
+    """One ratio check of a test: its A/B against the limit, and each side's runs."""
+
     test: str
     name: str
     outcome: str
@@ -107,7 +109,7 @@ class ReportView:
     subtitle: str
     summary: Summary
     verdicts: Verdicts
-    comparisons: list[Comparison]
+    comparisons: list[ComparisonView]
     jobs: list[JobSection]
     probes: list[ProbeSection]
     baselines: Baselines
@@ -160,7 +162,7 @@ def _job_by_label(test: TestDocument, label: str) -> JobRecord | None:
     return next((j for j in test.jobs if j.label == label), None)
 
 
-def _comparisons(tests: Iterable[TestDocument]) -> list[Comparison]:
+def _comparisons(tests: Iterable[TestDocument]) -> list[ComparisonView]:
     out = []
     for t in tests:
         xfailed = test_outcome(t) == "xfail"
@@ -181,7 +183,7 @@ def _comparisons(tests: Iterable[TestDocument]) -> list[Comparison]:
                                    c.direction if isinstance(c, ProbeCheck) else "at_most",
                                    f"{name} against its limit", "ratio", outcome, value_name=name, fmt=fmt, ref=ref,
                                    interval=level_text(c) if has_interval(c) else None)
-            out.append(Comparison(short_test(t.nodeid), c.name, outcome, runs, missing, ratio))
+            out.append(ComparisonView(short_test(t.nodeid), c.name, outcome, runs, missing, ratio))
     return out
 
 

@@ -60,6 +60,12 @@ class ChangePoint:
     def commit_range(self) -> str:
         return f"{short_commit(self.before.git_commit)}..{short_commit(self.after.git_commit)}"
 
+    def text(self) -> str:
+        """'<commit>..<commit> (+20.0%) regression, p = 0.001, ...': one line (the HTML trend page's)."""
+        change = "" if self.change is None else f" ({self.change:+.1%})"
+        notes = [self.verdict, f"p = {self.pvalue:.2g}"] + ["job configuration changed"] * self.config_changed
+        return f"{self.commit_range}{change} " + ", ".join(notes + list(self.environment_changes))
+
 
 @dataclass(frozen=True)
 class Trend:
