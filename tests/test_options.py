@@ -2,8 +2,7 @@
 
 import pytest
 
-from pytest_distperf.spec.settings import resolve_device
-from pytest_distperf.spec.settings import DEFAULTS, SettingsError, build_settings, plan_test
+from pytest_distperf.spec.settings import Settings, SettingsError, build_settings, plan_test, resolve_device
 
 
 def settings(**cli):
@@ -13,7 +12,7 @@ def settings(**cli):
 def test_defaults_apply_when_nothing_is_set():
     s = build_settings(True, {}, {})
     assert (s.device, s.world_size, s.timeout, s.repeats) == (
-        DEFAULTS["device"], DEFAULTS["world_size"], DEFAULTS["timeout"], DEFAULTS["repeats"])
+        Settings.device, Settings.world_size, Settings.timeout, Settings.repeats)
 
 
 def test_command_line_beats_ini_beats_default():

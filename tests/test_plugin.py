@@ -95,9 +95,9 @@ def test_unknown_strategy_and_option_are_named(pytester):
         def test_strategy(distperf):
             distperf.job("zero-4")
         def test_option(distperf):
-            distperf.job("fsdp2", reshard=True)
+            distperf.job("fsdp2", options={"reshard": True})
         def test_ds_key(distperf):
-            distperf.job("deepspeed", ds_config={"zero_optimisation": {"stage": 3}})
+            distperf.job("deepspeed", options={"ds_config": {"zero_optimisation": {"stage": 3}}})
     """)
     result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=3)
