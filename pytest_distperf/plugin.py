@@ -25,7 +25,9 @@ fixture_key = pytest.StashKey["DistPerf"]()
 policy_key = pytest.StashKey["Policy"]()
 registry_session_key = pytest.StashKey[bool]()  # this config set the strategy registry aside (begin_session)
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Each declared setting (spec/settings.py) as its option and ini key."""
     group = parser.getgroup("distperf", "distributed-training performance tests")
     for s in declared():
         if s.option and s.type == "bool":
@@ -97,10 +99,9 @@ def _load_strategies() -> None:
 
 
 def _gate_session(config: pytest.Config, settings: Settings) -> "regression.GateSession | None":
-    enabled = settings.enabled
-    if settings.save and not enabled:
+    if settings.save and not settings.enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
-    _check_report_paths(config, enabled)
+    _check_report_paths(config, settings.enabled)
     if config.getoption("distperf_history") is not None:
         from pytest_distperf.store.history import HistoryError, check_url
 
@@ -108,7 +109,7 @@ def _gate_session(config: pytest.Config, settings: Settings) -> "regression.Gate
             check_url(config.getoption("distperf_history"))  # its form, before any job; opened at the end
         except HistoryError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
-    if not enabled:
+    if not settings.enabled:
         return None
     from pytest_distperf.decide import policy, regression
 

@@ -195,6 +195,8 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class Settings:
+    """The session's settings. A field made with setting() is a command-line option, an ini key or both."""
+
     enabled: bool = setting(False, "run distperf performance tests (else they are skipped)", ini=False)
     device: str = setting("auto", f"device for distperf jobs: {'|'.join(DEVICE_CHOICES)} (auto: CUDA+NCCL when "
                           f"enough GPUs, else CPU+gloo)", carried=True, check=_device)
