@@ -372,25 +372,24 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if unknown:
         raise SettingsError(f"{where}: @pytest.mark.distperf has no argument(s) {unknown}; "
                             f"it takes {', '.join(MARKER_KEYS)}")
-    if "world_size" in marker_kwargs:  # checked also where the command line overrides it
-        _positive(marker_kwargs["world_size"], int, f"{where}: distperf(world_size=...)")
-    ws = (settings.world_size if settings.world_size_override
-          else _positive(marker_kwargs.get("world_size", settings.world_size), int,
-                         f"{where}: distperf(world_size=...)"))
-    timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
-    repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
-    max_repeats = _max_repeats(marker_kwargs.get("max_repeats", settings.max_repeats),
-                               f"{where}: distperf(max_repeats=...)")
-    test_budget = _positive(marker_kwargs.get("test_budget", settings.test_budget), float,
-                            f"{where}: distperf(test_budget=...)")
-    repeats = first_look(repeats, max_repeats)
-    nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
+    by_name = {s.name: s for s in declared()}
+
+    def marked(name: str, setting_value: Any) -> Any:
+        """The marker's value, checked as the setting's, else the setting's."""
+        if marker_kwargs.get(name) is None:
+            return setting_value
+        return by_name[name].parse(marker_kwargs[name], f"{where}: distperf({name}=...)")
+
+    ws = marked("world_size", settings.world_size)  # checked also where the command line overrides it
+    ws = settings.world_size if settings.world_size_override else ws
+    timeout, test_budget = marked("timeout", settings.timeout), marked("test_budget", settings.test_budget)
+    max_repeats = marked("max_repeats", settings.max_repeats)
+    repeats = first_look(marked("repeats", settings.repeats), max_repeats)
+    nodes = marked("nodes", settings.cluster.nodes)
+    marker_device = marked("device", None)  # None: the test follows --distperf-device
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
                             f"(ranks per node = world size / nodes)")
-    marker_device = marker_kwargs.get("device")
-    if marker_device is not None:
-        _device(marker_device, f"{where}: distperf(device=...)")
     device, reason = resolve_device(settings.device, marker_device, *_nodes_and_gpus(settings.cluster, nodes, ws, gpus))
     if nodes > 1 and settings.cluster.launcher == "local":
         device, reason = None, (f"needs {nodes} nodes (distperf(nodes={nodes})): run it with --distperf-launcher "
