@@ -104,7 +104,7 @@ def main() -> int:
     runs: list[dict] = []
     for i in range(1, args.runs + 1):
         mode = ("fresh" if i % 2 else "warm") if args.fresh_vs_warm else None
-        extra = args.extra + (["--distperf-fresh-agent"] if mode == "fresh" else [])
+        extra = args.extra + (["-o", "distperf_fresh_agent=true"] if mode == "fresh" else [])
         r = one_run(i, args.within, extra, args.output)
         r["agent"] = mode
         runs.append(r)

@@ -274,7 +274,7 @@ def session_cost(a: argparse.Namespace) -> dict:
     args = [sys.executable, "-m", "pytest", "--distperf", "-p", "no:cacheprovider", "-q", "-s",
             "--distperf-device", a.device, "--distperf-world-size", str(a.world_size), "test_session_jobs.py"]
     if a.session_fresh_agent:
-        args.append("--distperf-fresh-agent")
+        args += ["-o", "distperf_fresh_agent=true"]
     started = time.perf_counter()
     proc = subprocess.run(args, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     session_wall = time.perf_counter() - started

@@ -53,7 +53,7 @@ def one_save(mode: str, runs: int, world_size: int, within: float, workload: str
                "--distperf-save", f"--distperf-baselines={scratch}/baselines", f"--distperf-repeats={runs}",
                f"--distperf-json={report}", "--rootdir", scratch]
         if mode == "fresh":
-            cmd.append("--distperf-fresh-agent")
+            cmd += ["-o", "distperf_fresh_agent=true"]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # entry points off (the GPU image): name the plugin
             cmd[3:3] = ["-p", "pytest_distperf.plugin"]
         started = time.monotonic()

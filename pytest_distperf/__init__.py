@@ -1,6 +1,7 @@
 """pytest-distperf: distributed-training performance as a pytest merge gate.
 
-The public API. Importing the package is cheap (no torch); the names below load on first use.
+The public API. Importing the package is cheap (no torch); the names below load on first use. The errors and
+warnings exported are the bases a user catches or filters; every specific one is in pytest_distperf.errors.
 """
 
 from __future__ import annotations
@@ -23,38 +24,19 @@ _PUBLIC = {
     "Comparison": "pytest_distperf.decide.checks",
     "ProbeAssertions": "pytest_distperf.decide.probe_checks",
     "DistPerfError": "pytest_distperf.errors",
-    "UsageError": "pytest_distperf.errors",
-    "SettingsError": "pytest_distperf.errors",
-    "StrategyError": "pytest_distperf.errors",
-    "ProbeError": "pytest_distperf.errors",
-    "FileError": "pytest_distperf.errors",
-    "BaselineError": "pytest_distperf.errors",
-    "JobError": "pytest_distperf.errors",
-    "JobTimeout": "pytest_distperf.errors",
     "DistPerfCheckFailed": "pytest_distperf.errors",
     "DistPerfWarning": "pytest_distperf.errors",
-    "HostBusyWarning": "pytest_distperf.errors",
-    "BaselineEnvironmentWarning": "pytest_distperf.errors",
     "DistPerfInconclusive": "pytest_distperf.errors",
-    "GpuClockWarning": "pytest_distperf.errors",
     # Your own model, step and strategy
     "Workload": "pytest_distperf.spec.workloads",
     "phase": "pytest_distperf.spec.phases",
     "Strategy": "pytest_distperf.strategies.registry",
-    "WorkloadError": "pytest_distperf.errors",
-    "PhaseError": "pytest_distperf.errors",
 }
-
-# Subpackages a user imports by their old name: `from pytest_distperf import probes` inside a rank.
-_SUBPACKAGES = {"probes": "pytest_distperf.rank.probes"}
 
 __all__ = ["__version__", *_PUBLIC]
 
 if TYPE_CHECKING:
-    from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineError, DistPerfCheckFailed,
-                                        DistPerfError, DistPerfInconclusive, DistPerfWarning, FileError,
-                                        HostBusyWarning, JobError, JobTimeout, PhaseError, ProbeError, SettingsError,
-                                        StrategyError, UsageError, WorkloadError)
+    from pytest_distperf.errors import DistPerfCheckFailed, DistPerfError, DistPerfInconclusive, DistPerfWarning
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.decide.checks import Comparison
     from pytest_distperf.decide.probe_checks import ProbeAssertions
@@ -66,8 +48,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return import_module(_SUBPACKAGES[name])
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_distperf' has no attribute {name!r}")

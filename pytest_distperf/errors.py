@@ -1,4 +1,5 @@
-"""Every error and warning distperf raises, under one base each, so a user can catch them all.
+"""Every error and warning distperf raises, under one base each, so a user can catch them all (the bases are
+also exported by pytest_distperf).
 
 Import-light on purpose: plugin.py and the user's conftest can import it without torch.
 """

@@ -139,8 +139,7 @@ class DistPerf:
             shape: str | dict[str, str] | None = None, shape_overrides: dict | None = None,
             steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
             probes: Any = None, probe_steps: int = 3, workload: Any = None,
-            workload_kwargs: dict[str, Any] | None = None, launch: str = "controlled",
-            **legacy_options: Any) -> JobSpec:
+            workload_kwargs: dict[str, Any] | None = None, launch: str = "controlled") -> JobSpec:
         """A strategy job on the built-in workload. `shape` may be a name or {"cpu": ..., "cuda": ...}.
 
         `workload`: the user's workload factory instead, "module:function" or the module-level function,
@@ -152,7 +151,7 @@ class DistPerf:
         after the timing phase (pytest_distperf.rank.probes)."""
         from pytest_distperf.spec import probes as probe_names
 
-        options = userjobs.strategy_options(strategy, options, legacy_options)
+        options = userjobs.strategy_options(strategy, options)
 
         probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
         if probe_steps < 1:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from pytest_distperf.spec.settings import DEVICE_CHOICES, TestPlan, build_settings, plan_test
+from pytest_distperf.spec.settings import CARRIED_OPTIONS, Settings, TestPlan, build_settings, declared, plan_test
 from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, SettingsError
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.session import DistPerfSession
@@ -25,106 +25,18 @@ fixture_key = pytest.StashKey["DistPerf"]()
 policy_key = pytest.StashKey["Policy"]()
 registry_session_key = pytest.StashKey[bool]()  # this config set the strategy registry aside (begin_session)
 
-TOPIC_MARKERS = {
-    "zero3": "DeepSpeed ZeRO stage 3 performance checks",
-    "fsdp": "torch FSDP / FSDP2 performance checks",
-    "ddp": "torch DDP performance checks",
-    "deepspeed": "DeepSpeed performance checks",
-    "offload": "optimizer / parameter offload checks",
-    "comm": "collective communication checks",
-    "lightning": "Lightning Trainer / Fabric checks",
-    "accelerate": "Hugging Face Accelerate checks",
-}
-SETTING_HELP = {
-    "device": f"device for distperf jobs: {'|'.join(DEVICE_CHOICES)} (auto: CUDA+NCCL when enough GPUs, else CPU+gloo)",
-    "world_size": "default number of ranks per job",
-    "timeout": "wall-clock limit in seconds for one job (all ranks are ended on expiry)",
-    "repeats": "runs per side in a comparison (interleaved A B A B ...)",
-    "shape_cpu": "built-in workload shape for CPU jobs",
-    "shape_cuda": "built-in workload shape for CUDA jobs",
-    "max_repeats": "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while inconclusive (default 12)",
-    "test_budget": "adaptive repeats: wall-clock seconds per test after which no further pair starts (default 600)",
-    "session_budget": "wall-clock seconds per pytest process (each xdist worker) after which no job starts "
-                      "(default: no limit; waits for the measurement slot not counted): bounds a CI gate's time; "
-                      "a test whose first look cannot start is skipped, out of budget (fails with --distperf-strict), "
-                      "undecided verdicts stay inconclusive",
-    # where ranks run (docs/cluster.md)
-    "launcher": "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in SLURM jobs",
-    "nodes": "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all nodes",
-    "rdzv_endpoint": "torchrun: HOST:PORT of the c10d rendezvous, reachable from every node (default 127.0.0.1)",
-    "agents": "torchrun: how agents 1..N-1 start: local (this host), srun (the allocation's other nodes), "
-              "or a command template with {command} (and {index}), e.g. 'ssh node{index} {command}'",
-    "shared_dir": "job folders here: a folder every node mounts under the same path (rank results come back there)",
-    "slurm_partition": "slurm: partition",
-    "slurm_account": "slurm: account",
-    "slurm_time_limit": "slurm: time limit in minutes (default: the job timeout + 3)",
-    "slurm_gpus_per_node": "slurm: GPUs per node",
-    "slurm_cpus_per_task": "slurm: CPUs per node agent (task)",
-    "slurm_agents_per_node": "slurm: node agents (tasks) per SLURM node; >1 acts several nodes out on one host",
-}
-# Options that pick the machine class or the jobs: repeated in the "accept this change" command.
-CLUSTER_OPTIONS = ("launcher", "nodes", "rdzv_endpoint", "agents", "shared_dir", "slurm_partition", "slurm_account",
-                   "slurm_time_limit", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_agents_per_node")
-CARRIED_OPTIONS = {"--distperf-" + name.replace("_", "-"): "distperf_" + name
-                   for name in ("device", "world_size", "repeats", "shape_cpu", "shape_cuda", *CLUSTER_OPTIONS)}
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Each declared setting (spec/settings.py) as its option and ini key."""
     group = parser.getgroup("distperf", "distributed-training performance tests")
-    group.addoption("--distperf", action="store_true", help="run distperf performance tests (else they are skipped)")
-    for name, text in SETTING_HELP.items():
-        group.addoption("--distperf-" + name.replace("_", "-"), dest="distperf_" + name, default=None, help=text)
-        parser.addini("distperf_" + name, text, default=None)
-    group.addoption("--distperf-keep-jobs", action="store_true",
-                    help="keep every job's folder (rank logs) instead of only those of failed jobs")
-    group.addoption("--distperf-lock-gpu-clocks", dest="distperf_lock_gpu_clocks", nargs="?", const="default",
-                    default=None, metavar="MHZ|external",
-                    help="lock the GPUs' clocks for the session (NVML, needs root; at the default applications clock, "
-                         "or =MHZ), unlocked when it ends; CUDA tests are skipped where that is refused. "
-                         "=external: they are locked outside pytest (nothing is locked, no warning that they are not)")
-    parser.addini("distperf_lock_gpu_clocks", "true, a clock in MHz, or external: as --distperf-lock-gpu-clocks",
-                  default=None)
-    group.addoption("--distperf-fresh-agent", action="store_true", default=None, dest="distperf_fresh_agent",
-                    help="start a new launch agent (python, torch and the strategy libraries imported again) for "
-                         "every job, instead of forking each job's agent from the session's warm agent")
-    parser.addini("distperf_fresh_agent", "true: a new launch agent per job (as --distperf-fresh-agent)", default=None)
-    group.addoption("--distperf-save", action="store_true",
-                    help="record baselines for the distperf tests that ran and passed; other entries stay as they are")
-    group.addoption("--distperf-baselines", dest="distperf_baselines", default=None, metavar="DIR",
-                    help="baselines folder (default: baselines/ at the rootdir); write --distperf-baselines=DIR")
-    parser.addini("distperf_baselines", "baselines folder, relative to the rootdir", default=None)
-    group.addoption("--distperf-require-baseline", action="store_true",
-                    help="fail tests with no baseline for this machine class ('new') or a changed config (for CI)")
-    group.addoption("--distperf-fail-on-improvement", action="store_true",
-                    help="fail when a metric improved beyond its threshold (keeps baselines fresh)")
-    group.addoption("--distperf-strict", action="store_true", default=None, dest="distperf_strict",
-                    help="an inconclusive verdict (its interval holds the limit after the repeats allowed) fails the "
-                         "test instead of warning")
-    parser.addini("distperf_strict", "true: an inconclusive verdict fails the test (as --distperf-strict)",
-                  default=None)
-    group.addoption("--distperf-json", dest="distperf_json", default=None, metavar="PATH",
-                    help="write a JSON report: job configs, environment, per-rank metrics, checks, verdicts")
-    group.addoption("--distperf-benchmark-json", dest="distperf_benchmark_json", default=None, metavar="PATH",
-                    help="export step times in pytest-benchmark's JSON format (pytest-benchmark compare, "
-                         "github-action-benchmark)")
-    group.addoption("--distperf-html", dest="distperf_html", default=None, metavar="PATH",
-                    help="write one self-contained HTML report with plots (no network needed to open it)")
-    group.addoption("--distperf-pr-comment", dest="distperf_pr_comment", default=None, metavar="PATH",
-                    help="write a pull-request comment: at most 25 lines of Markdown, every failing, inconclusive "
-                         "or improved metric listed")
-    group.addoption("--distperf-html-url", dest="distperf_html_url", default=None, metavar="URL",
-                    help="where the HTML report will be, for the PR comment's link (default: $DISTPERF_HTML_URL)")
-    group.addoption("--distperf-against", dest="distperf_against", default=None, metavar="REF",
-                    help="head vs base: every job also runs on REF's code (a git worktree of the merge base of REF "
-                         "and HEAD), interleaved in pairs, and each metric is decided on the pairs instead of "
-                         "against stored baselines")
-    parser.addini("distperf_against", "a git ref: as --distperf-against", default=None)
-    group.addoption("--distperf-against-exact", action="store_true", dest="distperf_against_exact",
-                    help="with --distperf-against: compare against REF itself, not its merge base with HEAD")
-    group.addoption("--distperf-history", dest="distperf_history", default=None, metavar="URL",
-                    help="append this session's results to a history database: a file, sqlite:///PATH or "
-                         "postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m pytest_distperf history URL` "
-                         "prints the trends and their change points)")
+    for s in declared():
+        if s.option and s.type == "bool":
+            group.addoption(s.flag, action="store_true", default=None, dest=s.dest, help=s.help)
+        elif s.option:
+            group.addoption(s.flag, dest=s.dest, default=None, metavar=s.metavar, help=s.help,
+                            **(dict(nargs="?", const=s.const) if s.const is not None else {}))
+        if s.ini:
+            parser.addini(s.dest, s.help, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -134,23 +46,16 @@ def pytest_configure(config: pytest.Config) -> None:
                    "baseline_metrics=(...), "
                    "probes=('comms', 'overlap', 'placement')): "
                    "a distributed performance test, run with --distperf")
-    for name, text in TOPIC_MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
-    cli = {name: config.getoption("distperf_" + name) for name in SETTING_HELP}
-    ini = {name: config.getini("distperf_" + name) for name in SETTING_HELP}
-    cli["lock_gpu_clocks"] = config.getoption("distperf_lock_gpu_clocks")
-    ini["lock_gpu_clocks"] = config.getini("distperf_lock_gpu_clocks")
-    cli["strict"], ini["strict"] = config.getoption("distperf_strict"), config.getini("distperf_strict")
-    cli["fresh_agent"] = config.getoption("distperf_fresh_agent")
-    ini["fresh_agent"] = config.getini("distperf_fresh_agent")
+    cli = {s.name: config.getoption(s.dest) for s in declared() if s.option}
+    ini = {s.name: config.getini(s.dest) for s in declared() if s.ini}
     try:
-        settings = build_settings(config.getoption("distperf"), cli, ini, config.getoption("distperf_keep_jobs"))
+        settings = build_settings(bool(cli.pop("enabled")), cli, ini)
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
     if settings.enabled:
         _load_strategies()
-    session = DistPerfSession(config, settings, _gate_session(config, settings.enabled, settings.strict))
-    session.against = _base_checkout(config, settings.enabled)
+    session = DistPerfSession(config, settings, _gate_session(config, settings))
+    session.against = _base_checkout(config, settings)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "distperf-session")
 
@@ -193,10 +98,10 @@ def _load_strategies() -> None:
         raise pytest.UsageError(f"distperf: {e}") from None
 
 
-def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) -> "regression.GateSession | None":
-    if config.getoption("distperf_save") and not enabled:
+def _gate_session(config: pytest.Config, settings: Settings) -> "regression.GateSession | None":
+    if settings.save and not settings.enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
-    _check_report_paths(config, enabled)
+    _check_report_paths(config, settings.enabled)
     if config.getoption("distperf_history") is not None:
         from pytest_distperf.store.history import HistoryError, check_url
 
@@ -204,16 +109,15 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
             check_url(config.getoption("distperf_history"))  # its form, before any job; opened at the end
         except HistoryError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
-    if not enabled:
+    if not settings.enabled:
         return None
     from pytest_distperf.decide import policy, regression
 
     try:
         gs = policy.gate_settings(
             _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
-            config.getoption("distperf_save"), config.getoption("distperf_require_baseline"),
-            config.getoption("distperf_fail_on_improvement"),
-            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, strict,
+            settings.save, settings.require_baseline, settings.fail_on_improvement,
+            {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, settings.strict,
             rootdir_fixed=config.inipath is not None or bool(config.getoption("rootdir", None)))
         gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
@@ -223,22 +127,22 @@ def _gate_session(config: pytest.Config, enabled: bool, strict: bool = False) ->
     return gate
 
 
-def _base_checkout(config: pytest.Config, enabled: bool) -> Any:
+def _base_checkout(config: pytest.Config, settings: Settings) -> Any:
     """--distperf-against=REF: REF's code checked out beside HEAD's for the session (decide/against.py)."""
-    ref = config.getoption("distperf_against") or config.getini("distperf_against")
+    ref = settings.against
     if not ref:
-        if config.getoption("distperf_against_exact"):
+        if settings.against_exact:
             raise pytest.UsageError("distperf: --distperf-against-exact needs --distperf-against=REF")
         return None
-    if not enabled:
+    if not settings.enabled:
         raise pytest.UsageError("distperf: --distperf-against needs --distperf (it compares what the tests measure)")
-    if config.getoption("distperf_save"):
+    if settings.save:
         raise pytest.UsageError("distperf: --distperf-against compares head with base in this session; "
                                 "--distperf-save records stored baselines: give one of them")
     from pytest_distperf.decide import against
 
     try:
-        return against.prepare(str(config.rootpath), ref, bool(config.getoption("distperf_against_exact")))
+        return against.prepare(str(config.rootpath), ref, settings.against_exact)
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
 

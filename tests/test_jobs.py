@@ -70,8 +70,8 @@ def test_a_failed_job_is_not_run_again_for_the_next_test_that_shares_it(pytester
 
         @pytest.fixture
         def job(distperf):
-            return distperf.job("deepspeed", stage=3, steps=1, warmup=1,
-                                ds_config={"zero_optimization": {"stage": 3, "no_such_knob": 1}})
+            return distperf.job("deepspeed", steps=1, warmup=1,
+                                options={"stage": 3, "ds_config": {"zero_optimization": {"stage": 3, "no_such_knob": 1}}})
 
         def test_first(distperf, job):
             distperf.run(job)

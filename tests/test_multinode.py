@@ -101,8 +101,8 @@ def slurm_options() -> list[str]:
         pytest.skip(reason)
     # One 2-CPU node: each of the job's two 1-CPU tasks is one node agent, acting as one node.
     return ["--distperf", "--distperf-launcher", "slurm", "--distperf-nodes", "2",
-            "--distperf-slurm-partition", partition, "--distperf-slurm-agents-per-node", "2",
-            "--distperf-slurm-cpus-per-task", "1", "-p", "no:cacheprovider"]
+            "-o", f"distperf_slurm_partition={partition}", "-o", "distperf_slurm_agents_per_node=2",
+            "-o", "distperf_slurm_cpus_per_task=1", "-p", "no:cacheprovider"]
 
 
 def squeue_jobs(name_prefix: str = "distperf-") -> list[str]:

@@ -1,9 +1,12 @@
 """Settings and per-test plans: command line > ini > default, marker > settings, device choice."""
 
+import re
+from pathlib import Path
+
 import pytest
 
-from pytest_distperf.spec.settings import resolve_device
-from pytest_distperf.spec.settings import DEFAULTS, SettingsError, build_settings, plan_test
+from pytest_distperf.spec import settings as settings_module
+from pytest_distperf.spec.settings import Settings, SettingsError, build_settings, plan_test, resolve_device
 
 
 def settings(**cli):
@@ -13,7 +16,7 @@ def settings(**cli):
 def test_defaults_apply_when_nothing_is_set():
     s = build_settings(True, {}, {})
     assert (s.device, s.world_size, s.timeout, s.repeats) == (
-        DEFAULTS["device"], DEFAULTS["world_size"], DEFAULTS["timeout"], DEFAULTS["repeats"])
+        Settings.device, Settings.world_size, Settings.timeout, Settings.repeats)
 
 
 def test_command_line_beats_ini_beats_default():
@@ -87,3 +90,48 @@ def test_adaptive_repeats_and_strict_from_option_ini_and_marker():
     assert build_settings(True, {}, {"session_budget": "480"}).session_budget == 480.0
     with pytest.raises(SettingsError, match="--distperf-session-budget: expected a positive number, got '0'"):
         build_settings(True, {"session_budget": "0"}, {})
+
+
+def _shown(default):
+    """A declared default as README's table writes it."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return "none" if default is None else f"{default:g}" if isinstance(default, (int, float)) else str(default)
+
+
+def test_readme_settings_table_matches_the_declarations():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("\n## Options and ini keys\n", 1)[1].split("\n## ", 1)[0]
+    declared = {s.name: s for s in settings_module.declared()}
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) != 4:
+            continue
+        flags = re.findall(r"`(--distperf[a-z-]*)", cells[0])
+        keys = re.findall(r"`(distperf_[a-z_]+)`", cells[1])
+        names = {("enabled" if f == "--distperf" else f[len("--distperf-"):].replace("-", "_")) for f in flags}
+        names |= {k[len("distperf_"):] for k in keys}
+        if not names:  # the header
+            continue
+        assert len(names) == 1 and names <= declared.keys(), f"README names what is not declared: {line}"
+        s = declared[names.pop()]
+        assert s.name not in rows, f"README lists {s.name} twice"
+        assert (flags, keys) == ([s.flag] if s.option else [], [s.dest] if s.ini else []), line
+        assert cells[2] == _shown(s.default), f"{s.name}: README says {cells[2]}, declared {s.default!r}"
+        rows[s.name] = line
+    assert rows.keys() == declared.keys(), f"not in README: {sorted(declared.keys() - rows.keys())}"
+
+
+def test_options_and_ini_keys_come_from_the_declarations(pytester):
+    result = pytester.runpytest("--help")
+    options = set(re.findall(r"^\s+(--distperf[a-z-]*)", result.stdout.str(), re.M))
+    keys = set(re.findall(r"^\s+(distperf_[a-z_]+) \(", result.stdout.str(), re.M))
+    declared = settings_module.declared()
+    assert options == {s.flag for s in declared if s.option} and len(options) <= 25
+    assert keys == {s.dest for s in declared if s.ini}
+    # An ini-only setting is read from the ini file (or -o), never from a command-line value.
+    assert build_settings(True, {}, {"fresh_agent": "true"}).cluster.fresh_agent
+    assert not build_settings(True, {"keep_jobs": "true"}, {}).keep_jobs
+    with pytest.raises(SettingsError, match="ini option distperf_slurm_partition is an option of the slurm launcher"):
+        build_settings(True, {}, {"slurm_partition": "gpu"})

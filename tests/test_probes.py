@@ -31,7 +31,7 @@ from pytest_distperf.rank.results import RankResult, RunResult
 USER_FUNCTIONS = """
 import torch
 import torch.distributed as dist
-from pytest_distperf import probes
+from pytest_distperf.rank import probes
 
 def three_gathers_one_reduce(numel, steps):
     ws = dist.get_world_size()

@@ -214,8 +214,6 @@ def test_marker_overrides_are_validated_and_applied():
     p = policy_for(Policy(), {"time_threshold": 0.1, "memory_floor": 128 * MiB, "baseline_metrics": ["step_time"]},
                    "t.py::test_x")
     assert (p.time_threshold, p.memory_floor, p.metrics) == (0.1, 128 * MiB, ("step_time",))
-    with pytest.raises(SettingsError, match=r"distperf\(time_k=...\) was removed: .* time_threshold is the floor"):
-        policy_for(Policy(), {"time_k": 2}, "t.py::test_x")
     with pytest.raises(SettingsError, match=r"t.py::test_x: distperf\(time_threshold=-1\)"):
         policy_for(Policy(), {"time_threshold": -1}, "t.py::test_x")
     with pytest.raises(SettingsError, match="unknown metric"):

@@ -175,7 +175,7 @@ def test_no_warm_agent_or_rank_outlives_the_session(pytester, monkeypatch):
 
 
 def test_fresh_agent_option_starts_a_new_agent_per_job(pytester, monkeypatch):
-    result, pids = _session(pytester, monkeypatch, "--distperf-fresh-agent")
+    result, pids = _session(pytester, monkeypatch, "-o", "distperf_fresh_agent=true")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["distperf: agent: fresh, a new agent process per job (--distperf-fresh-agent)"])
     assert pids["agents"] == []

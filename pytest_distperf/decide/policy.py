@@ -10,11 +10,6 @@ from pytest_distperf.errors import SettingsError
 from pytest_distperf.measure.figures import KNOWN_METRICS, memory_metric
 
 
-# Marker keys of earlier versions and what replaced them.
-REMOVED_MARKER_KEYS = {"time_k": "the gate no longer scales its threshold with the noise: it decides on a 98 % "
-                                 "interval, and time_threshold is the floor that interval must clear"}
-
-
 @dataclass(frozen=True)
 class Policy:
     time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
@@ -45,9 +40,6 @@ def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Polic
             raise SettingsError(f"{where}: distperf({key}={value!r}): expected a number in [{low:g}, {high:g}]")
         return float(value)
 
-    for key, why in REMOVED_MARKER_KEYS.items():
-        if key in marker_kwargs:
-            raise SettingsError(f"{where}: distperf({key}=...) was removed: {why}")
     changes: dict[str, Any] = {}
     if "time_threshold" in marker_kwargs:
         changes["time_threshold"] = number("time_threshold", 0.0, 10.0)

@@ -1,6 +1,9 @@
 """Session settings (command line > ini > default) and each test's plan (marker > settings).
 
-Plain logic over plain values, testable without pytest.
+Each setting is declared once, as a field of Settings or ClusterSettings made with `setting()`: its name, type
+(the annotation), default and help. plugin.py derives the command-line options and ini keys from `declared()`;
+README's settings table is checked against it (tests/test_options.py). Plain logic over plain values, testable
+without pytest.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import importlib.util
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from pytest_distperf.errors import ProbeError, SettingsError
@@ -17,100 +20,64 @@ from pytest_distperf.spec.probes import validate as validate_probes
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 LAUNCHERS = ("local", "torchrun", "slurm")
+LOCAL_AGENT_STARTS = ("local", "srun")
 # --distperf-lock-gpu-clocks: the GPU's default applications clock (else its max graphics clock), or clocks locked
 # outside pytest (launch/gpuclocks acts on them)
 CLOCKS_DEFAULT, CLOCKS_EXTERNAL = "default", "external"
 # The most looks (pairs, or candidate runs) a verdict may take: decide/decision.py designs its boundaries up to it.
 MAX_LOOKS = 64
-
-DEFAULTS: dict[str, Any] = {
-    "device": "auto",
-    "world_size": 2,
-    "timeout": 900.0,
-    "repeats": 3,
-    "shape_cpu": "tiny",
-    "shape_cuda": "1b",
-    "lock_gpu_clocks": None,  # --distperf-lock-gpu-clocks (launch/gpuclocks.py)
-    # adaptive repeats (decide/stopping.py): interleaved pairs (or runs) at most, and wall-clock seconds per test
-    "max_repeats": 12,
-    "test_budget": 600.0,
-    "session_budget": None,  # wall-clock seconds per pytest process; none by default
-    "strict": False,  # an INCONCLUSIVE verdict fails the test
-    # where ranks run (launch/base.py): one host, torchrun node agents, or SLURM jobs
-    "launcher": "local",
-    "nodes": 1,
-    "rdzv_endpoint": None,
-    "agents": "local",
-    "shared_dir": None,
-    "slurm_partition": None,
-    "slurm_account": None,
-    "slurm_time_limit": None,
-    "slurm_gpus_per_node": None,
-    "slurm_cpus_per_task": None,
-    "slurm_agents_per_node": 1,
-    "fresh_agent": False,  # a new launch agent per job instead of the session's warm agent (launch/warm_pool.py)
-}
 MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in decide/policy.py:policy_for
-               "time_threshold", "time_k", "work_threshold", "memory_threshold", "memory_floor", "baseline_metrics",
+               "time_threshold", "work_threshold", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.spec.probes)
                "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
 
 
-@dataclass(frozen=True)
-class ClusterSettings:
-    """Where ranks run: the launcher and its options (docs/cluster.md). Read by launch/base.make_launcher."""
-
-    launcher: str = "local"  # local | torchrun | slurm
-    nodes: int = 1  # node agents per job, unless the test's marker says nodes=N
-    rdzv_endpoint: str | None = None  # torchrun: host:port of the c10d rendezvous (default 127.0.0.1:<free>)
-    agents: str = "local"  # torchrun: how agents 1..N-1 start: local | srun | a template with {command}
-    shared_dir: str | None = None  # job folders, on a file system every node mounts under the same path
-    slurm_partition: str | None = None
-    slurm_account: str | None = None
-    slurm_time_limit: int | None = None  # minutes
-    slurm_gpus_per_node: int | None = None
-    slurm_cpus_per_task: int | None = None
-    slurm_agents_per_node: int = 1  # node agents (SLURM tasks) per SLURM node
-    fresh_agent: bool = False  # local launcher: a new agent process per job, not one forked from the warm agent
+def setting(default: Any, help: str, *, option: bool = True, ini: bool = True, carried: bool = False,
+            metavar: str | None = None, const: str | None = None,
+            check: Callable[[Any, str], Any] | None = None) -> Any:
+    """A dataclass field that is a setting. option: a command-line option --distperf-<name> (else an ini key
+    only); ini: an ini key distperf_<name>; carried: it picks the machine class or the jobs, so the "accept this
+    change" command repeats it; const: the value of the option given without one; check: (value, where) -> value,
+    instead of the check the type implies."""
+    return field(default=default, metadata=dict(help=help, option=option, ini=ini, carried=carried, metavar=metavar,
+                                                const=const, check=check))
 
 
 @dataclass(frozen=True)
-class Settings:
-    enabled: bool
-    device: str
-    world_size: int
-    timeout: float
-    repeats: int
-    shape_cpu: str
-    shape_cuda: str
-    keep_jobs: bool = False
-    lock_gpu_clocks: str | int | None = None  # None | "default" | MHz | "external" (launch/gpuclocks.py)
-    max_repeats: int = 12  # pairs (or runs) a verdict may grow to while INCONCLUSIVE
-    test_budget: float = 600.0  # wall-clock seconds per test after which no further pair is started
-    session_budget: float | None = None  # wall-clock seconds per session after which no job starts
-    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
-    cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    # --distperf-world-size given on the command line: it overrides the markers' world_size (ini and default
-    # do not); how a 1-GPU box runs suites written for 2 ranks on its GPU
-    world_size_override: bool = False
+class Setting:
+    """A declared setting, as plugin.py registers it and README's table shows it."""
 
+    name: str
+    type: str  # the field's annotation, e.g. "int | None"
+    default: Any
+    help: str
+    option: bool
+    ini: bool
+    carried: bool
+    metavar: str | None
+    const: str | None
+    check: Callable[[Any, str], Any] | None
 
-@dataclass(frozen=True)
-class TestPlan:
-    device: str | None  # None: skipped, see skip_reason
-    world_size: int
-    timeout: float
-    repeats: int
-    skip_reason: str | None = None
-    probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
-    known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
-    max_repeats: int = 12  # adaptive repeats: see Settings
-    test_budget: float = 600.0
-    nodes: int = 1  # node agents the test's jobs run on (world_size ranks over them)
+    @property
+    def flag(self) -> str:
+        return "--distperf" if self.name == "enabled" else "--distperf-" + self.name.replace("_", "-")
 
-    def default_shape(self, settings: Settings) -> str:
-        return settings.shape_cuda if self.device == "cuda" else settings.shape_cpu
+    @property
+    def dest(self) -> str:
+        return "distperf" if self.name == "enabled" else "distperf_" + self.name
+
+    def parse(self, value: Any, where: str) -> Any:
+        if self.check is not None:
+            return self.check(value, where)
+        if value is None and self.type.endswith("| None"):
+            return None
+        kind = self.type.removesuffix(" | None")
+        if kind == "bool":
+            return _flag(value, where)
+        if kind in ("int", "float"):
+            return _positive(value, int if kind == "int" else float, where)
+        return str(value)
 
 
 def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
@@ -124,6 +91,36 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     if v <= 0:
         raise SettingsError(f"{where}: expected {what}, got {value!r}")
     return v
+
+
+def _flag(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise SettingsError(f"{where}: expected true or false, got {value!r}")
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any, str], str]:
+    def check(value: Any, where: str) -> str:
+        if value not in choices:
+            raise SettingsError(f"{where}: expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+_device = _choice(DEVICE_CHOICES)
+
+
+def _max_repeats(value: Any, where: str) -> int:
+    n = _positive(value, int, where)
+    if not 2 <= n <= MAX_LOOKS:
+        raise SettingsError(f"{where}: expected a number of pairs from 2 to {MAX_LOOKS}, got {value!r}")
+    return n
 
 
 def parse_clock_setting(value: Any, where: str) -> str | int | None:
@@ -143,6 +140,149 @@ def parse_clock_setting(value: Any, where: str) -> str | int | None:
             "after the paths)" if os.path.exists(str(value)) else "")
     raise SettingsError(f"{where}: expected nothing (the default applications clock), a clock in MHz, 'external' "
                         f"(clocks locked outside pytest) or false; got {value!r}{hint}")
+
+
+_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^:\s\[\]]+):(\d+)$")
+
+
+def _endpoint(value: Any, where: str) -> str | None:
+    match = _ENDPOINT.match(str(value)) if value is not None else None
+    if value is not None and not (match and 0 < int(match.group(2)) < 65536):
+        raise SettingsError(f"{where}: expected host:port (a host every node reaches, a port from 1 to 65535), "
+                            f"got {value!r}")
+    return value
+
+
+def _agents(value: Any, where: str) -> str:
+    if value not in LOCAL_AGENT_STARTS and "{command}" not in str(value):
+        raise SettingsError(f"{where}: expected local, srun, or a command template with {{command}} "
+                            f"(and optionally {{index}}), e.g. \"ssh node{{index}} {{command}}\"; got {value!r}")
+    return str(value)
+
+
+def _folder(value: Any, where: str) -> str | None:
+    return os.path.abspath(os.path.expanduser(str(value))) if value else None
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where ranks run: the launcher and its options (docs/cluster.md). Read by launch/base.make_launcher."""
+
+    launcher: str = setting("local", "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in "
+                            "SLURM jobs", carried=True, check=_choice(LAUNCHERS))
+    nodes: int = setting(1, "node agents per job (a test's distperf(nodes=N) wins); world size = ranks over all "
+                         "nodes", carried=True)
+    rdzv_endpoint: str | None = setting(None, "torchrun: HOST:PORT of the c10d rendezvous, reachable from every node "
+                                        "(default 127.0.0.1:<free>)", carried=True, check=_endpoint)
+    agents: str = setting("local", "torchrun: how agents 1..N-1 start: local (this host), srun (the allocation's "
+                          "other nodes), or a command template with {command} (and {index}), e.g. "
+                          "'ssh node{index} {command}'", carried=True, check=_agents)
+    shared_dir: str | None = setting(None, "job folders here: a folder every node mounts under the same path (rank "
+                                     "results come back there)", carried=True, check=_folder)
+    # A cluster's SLURM facts live in the project's ini file (or -o distperf_slurm_...=...).
+    slurm_partition: str | None = setting(None, "slurm: partition", option=False)
+    slurm_account: str | None = setting(None, "slurm: account", option=False)
+    slurm_time_limit: int | None = setting(None, "slurm: time limit in minutes (default: the job timeout + 3)",
+                                           option=False)
+    slurm_gpus_per_node: int | None = setting(None, "slurm: GPUs per node", option=False)
+    slurm_cpus_per_task: int | None = setting(None, "slurm: CPUs per node agent (task)", option=False)
+    slurm_agents_per_node: int = setting(1, "slurm: node agents (tasks) per SLURM node; >1 acts several nodes out "
+                                         "on one host", option=False)
+    fresh_agent: bool = setting(False, "true: a new launch agent (python, torch and the strategy libraries imported "
+                                "again) for every job, instead of forking each job's agent from the session's warm "
+                                "agent (launch/warm_pool.py)", option=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session's settings. A field made with setting() is a command-line option, an ini key or both."""
+
+    enabled: bool = setting(False, "run distperf performance tests (else they are skipped)", ini=False)
+    device: str = setting("auto", f"device for distperf jobs: {'|'.join(DEVICE_CHOICES)} (auto: CUDA+NCCL when "
+                          f"enough GPUs, else CPU+gloo)", carried=True, check=_device)
+    # On the command line it overrides the markers' world_size (world_size_override): how a 1-GPU box runs suites
+    # written for 2 ranks on its GPU.
+    world_size: int = setting(2, "default number of ranks per job (on the command line: of every job)", carried=True)
+    timeout: float = setting(900.0, "wall-clock limit in seconds for one job (all ranks are ended on expiry)")
+    repeats: int = setting(3, "runs per side in a comparison (interleaved A B A B ...)", carried=True)
+    # adaptive repeats (decide/stopping.py)
+    max_repeats: int = setting(12, "adaptive repeats: interleaved pairs (or runs) a verdict may grow to while "
+                               "inconclusive", check=_max_repeats)
+    test_budget: float = setting(600.0, "adaptive repeats: wall-clock seconds per test after which no further pair "
+                                 "starts", option=False)
+    session_budget: float | None = setting(
+        None, "wall-clock seconds per pytest process (each xdist worker) after which no job starts (waits for the "
+        "measurement slot not counted): bounds a CI gate's time; a test whose first look cannot start is skipped, "
+        "out of budget (fails with --distperf-strict), undecided verdicts stay inconclusive")
+    strict: bool = setting(False, "an inconclusive verdict (its interval holds the limit after the repeats allowed) "
+                           "fails the test instead of warning")
+    shape_cpu: str = setting("tiny", "built-in workload shape for CPU jobs", option=False)
+    shape_cuda: str = setting("1b", "built-in workload shape for CUDA jobs", option=False)
+    keep_jobs: bool = setting(False, "true: keep every job's folder (rank logs), not only those of failed jobs",
+                              option=False)
+    lock_gpu_clocks: str | int | None = setting(
+        None, "lock the GPUs' clocks for the session (NVML, needs root; at the default applications clock, or "
+        "=MHZ), unlocked when it ends; CUDA tests are skipped where that is refused. =external: they are locked "
+        "outside pytest (nothing is locked, no warning that they are not)", metavar="MHZ|external",
+        const=CLOCKS_DEFAULT, check=parse_clock_setting)
+    # the baseline gate (decide/policy.py) and head vs base (decide/against.py)
+    save: bool = setting(False, "record baselines for the distperf tests that ran and passed; other entries stay as "
+                         "they are", ini=False)
+    baselines: str | None = setting(None, "baselines folder (default: baselines/ at the rootdir; in the ini file "
+                                    "relative to the rootdir); write --distperf-baselines=DIR", metavar="DIR")
+    require_baseline: bool = setting(False, "fail tests with no baseline for this machine class ('new') or a changed "
+                                     "config (for CI)", ini=False)
+    fail_on_improvement: bool = setting(False, "true: fail when a metric improved beyond its threshold (keeps "
+                                        "baselines fresh)", option=False)
+    against: str | None = setting(None, "head vs base: every job also runs on REF's code (a git worktree of the "
+                                  "merge base of REF and HEAD), interleaved in pairs, and each metric is decided on "
+                                  "the pairs instead of against stored baselines", metavar="REF")
+    against_exact: bool = setting(False, "with --distperf-against: compare against REF itself, not its merge base "
+                                  "with HEAD", ini=False)
+    # reports (store/outputs.py, session.py)
+    json: str | None = setting(None, "write a JSON report: job configs, environment, per-rank metrics, checks, "
+                               "verdicts", ini=False, metavar="PATH")
+    benchmark_json: str | None = setting(None, "export step times in pytest-benchmark's JSON format (pytest-benchmark "
+                                         "compare, github-action-benchmark)", ini=False, metavar="PATH")
+    html: str | None = setting(None, "write one self-contained HTML report with plots (no network needed to open it)",
+                               ini=False, metavar="PATH")
+    pr_comment: str | None = setting(None, "write a pull-request comment: at most 25 lines of Markdown, every "
+                                     "failing, inconclusive or improved metric listed", ini=False, metavar="PATH")
+    html_url: str | None = setting(None, "where the HTML report will be, for the PR comment's link (default: "
+                                   "$DISTPERF_HTML_URL)", ini=False, metavar="URL")
+    history: str | None = setting(None, "append this session's results to a history database: a file, "
+                                  "sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m "
+                                  "pytest_distperf history URL` prints the trends and their change points)",
+                                  ini=False, metavar="URL")
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    world_size_override: bool = False  # --distperf-world-size was given on the command line
+
+
+def declared() -> list[Setting]:
+    """Every setting, Settings' then ClusterSettings'."""
+    return [Setting(f.name, str(f.type), f.default, **f.metadata)
+            for cls in (Settings, ClusterSettings) for f in fields(cls) if "help" in f.metadata]
+
+
+# Options that pick the machine class or the jobs: repeated in the "accept this change" command.
+CARRIED_OPTIONS = {s.flag: s.dest for s in declared() if s.carried and s.option}
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    device: str | None  # None: skipped, see skip_reason
+    world_size: int
+    timeout: float
+    repeats: int
+    skip_reason: str | None = None
+    probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
+    known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
+    max_repeats: int = 12  # adaptive repeats: see Settings
+    test_budget: float = 600.0
+    nodes: int = 1  # node agents the test's jobs run on (world_size ranks over them)
+
+    def default_shape(self, settings: Settings) -> str:
+        return settings.shape_cuda if self.device == "cuda" else settings.shape_cpu
 
 
 def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:
@@ -168,121 +308,54 @@ def _too_few(world_size: int, gpus: int) -> str:
     return f"needs {world_size} GPU{'s' if world_size != 1 else ''} (world_size={world_size}); this machine has {gpus}"
 
 
-def _max_repeats(value: Any, where: str) -> int:
-    n = _positive(value, int, where)
-    if not 2 <= n <= MAX_LOOKS:
-        raise SettingsError(f"{where}: expected a number of pairs from 2 to {MAX_LOOKS}, got {value!r}")
-    return n
-
-
 def first_look(repeats: int, max_repeats: int) -> int:
     """Pairs (or runs) a verdict starts with: the budget bounds every verdict's pairs, its first look included."""
     return min(repeats, max_repeats)
 
 
-def _flag(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", ""):
-        return False
-    raise SettingsError(f"{where}: expected true or false, got {value!r}")
+def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> Settings:
+    """cli/ini map setting names to a value or None (unset); the command line wins over ini, ini over the default.
+    Each value is checked, naming where it came from."""
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for s in declared():
+        if s.name == "enabled":
+            continue
+        if s.option and cli.get(s.name) not in (None, ""):
+            value, where[s.name] = cli[s.name], s.flag
+        elif s.ini and ini.get(s.name) not in (None, ""):
+            value, where[s.name] = ini[s.name], f"ini option {s.dest}"
+        else:
+            value, where[s.name] = s.default, f"default {s.dest}"
+        values[s.name] = s.parse(value, where[s.name])
+    cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
+    _check_cluster(cluster, where)
+    values["repeats"] = first_look(values["repeats"], values["max_repeats"])
+    return Settings(enabled=enabled, cluster=cluster, world_size_override=where["world_size"].startswith("--"),
+                    **values)
 
 
-def _device(value: Any, where: str) -> str:
-    if value not in DEVICE_CHOICES:
-        raise SettingsError(f"{where}: expected one of {', '.join(DEVICE_CHOICES)}, got {value!r}")
-    return value
+_ONLY = {"torchrun": ("rdzv_endpoint", "agents"),
+         "slurm": tuple(f.name for f in fields(ClusterSettings) if f.name.startswith("slurm_"))}
 
 
-def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], keep_jobs: bool = False) -> Settings:
-    """cli/ini map each setting name to a value or None (unset)."""
-
-    def pick(name: str) -> tuple[Any, str]:
-        flag = "--distperf-" + name.replace("_", "-")
-        if cli.get(name) not in (None, ""):
-            return cli[name], flag
-        if ini.get(name) not in (None, ""):
-            return ini[name], f"ini option distperf_{name}"
-        return DEFAULTS[name], f"default distperf_{name}"
-
-    device, where = pick("device")
-    ws, ws_where = pick("world_size")
-    timeout, t_where = pick("timeout")
-    repeats, r_where = pick("repeats")
-    shape_cpu, _ = pick("shape_cpu")
-    shape_cuda, _ = pick("shape_cuda")
-    clocks = parse_clock_setting(*pick("lock_gpu_clocks"))
-    max_repeats, m_where = pick("max_repeats")
-    test_budget, b_where = pick("test_budget")
-    session_budget, sb_where = pick("session_budget")
-    strict, s_where = pick("strict")
-    adaptive = dict(max_repeats=_max_repeats(max_repeats, m_where), test_budget=_positive(test_budget, float, b_where),
-                    session_budget=None if session_budget is None else _positive(session_budget, float, sb_where),
-                    strict=_flag(strict, s_where))
-    return Settings(enabled=enabled, device=_device(device, where), world_size=_positive(ws, int, ws_where),
-                    timeout=_positive(timeout, float, t_where),
-                    repeats=first_look(_positive(repeats, int, r_where), adaptive["max_repeats"]),
-                    shape_cpu=str(shape_cpu), shape_cuda=str(shape_cuda), keep_jobs=keep_jobs, lock_gpu_clocks=clocks,
-                    cluster=build_cluster(pick), world_size_override=ws_where.startswith("--"), **adaptive)
-
-
-LOCAL_AGENT_STARTS = ("local", "srun")
-_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^:\s\[\]]+):(\d+)$")
-_TORCHRUN_ONLY = ("rdzv_endpoint", "agents")
-_SLURM_ONLY = ("slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "slurm_cpus_per_task",
-               "slurm_agents_per_node")
-
-
-def build_cluster(pick: Callable[[str], tuple[Any, str]]) -> ClusterSettings:
-    """The launcher options, each checked against the launcher that uses it (docs/cluster.md)."""
-    launcher, where = pick("launcher")
-    if launcher not in LAUNCHERS:
-        raise SettingsError(f"{where}: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
-    for names, owner in ((_TORCHRUN_ONLY, "torchrun"), (_SLURM_ONLY, "slurm")):
+def _check_cluster(cluster: ClusterSettings, where: dict[str, str]) -> None:
+    """Each launcher option against the launcher that uses it (docs/cluster.md)."""
+    launcher = cluster.launcher
+    for owner, names in _ONLY.items():
         for name in names:
-            value, name_where = pick(name)
-            if launcher != owner and not name_where.startswith("default"):
-                raise SettingsError(f"{name_where} is an option of the {owner} launcher; this run uses "
+            if launcher != owner and not where[name].startswith("default"):
+                raise SettingsError(f"{where[name]} is an option of the {owner} launcher; this run uses "
                                     f"{launcher!r} (--distperf-launcher {owner})")
-    nodes_value, nodes_where = pick("nodes")
-    nodes = _positive(nodes_value, int, nodes_where)
-    if nodes > 1 and launcher == "local":
-        raise SettingsError(f"{nodes_where}: {nodes} nodes need --distperf-launcher torchrun or slurm "
+    if cluster.nodes > 1 and launcher == "local":
+        raise SettingsError(f"{where['nodes']}: {cluster.nodes} nodes need --distperf-launcher torchrun or slurm "
                             f"(the local launcher runs every rank on this host)")
-    endpoint, endpoint_where = pick("rdzv_endpoint")
-    match = _ENDPOINT.match(str(endpoint)) if endpoint is not None else None
-    if endpoint is not None and not (match and 0 < int(match.group(2)) < 65536):
-        raise SettingsError(f"{endpoint_where}: expected host:port (a host every node reaches, a port from 1 to "
-                            f"65535), got {endpoint!r}")
-    agents, agents_where = pick("agents")
-    if agents not in LOCAL_AGENT_STARTS and "{command}" not in str(agents):
-        raise SettingsError(f"{agents_where}: expected local, srun, or a command template with {{command}} "
-                            f"(and optionally {{index}}), e.g. \"ssh node{{index}} {{command}}\"; got {agents!r}")
-    shared, _ = pick("shared_dir")
-
-    def optional_positive(name: str) -> int | None:
-        value, name_where = pick(name)
-        return None if value is None else _positive(value, int, name_where)
-
-    per_node, per_node_where = pick("slurm_agents_per_node")
-    cluster = ClusterSettings(
-        launcher=launcher, nodes=nodes, rdzv_endpoint=endpoint, agents=str(agents),
-        shared_dir=os.path.abspath(os.path.expanduser(str(shared))) if shared else None,
-        slurm_partition=pick("slurm_partition")[0], slurm_account=pick("slurm_account")[0],
-        slurm_time_limit=optional_positive("slurm_time_limit"),
-        slurm_gpus_per_node=optional_positive("slurm_gpus_per_node"),
-        slurm_cpus_per_task=optional_positive("slurm_cpus_per_task"),
-        slurm_agents_per_node=_positive(per_node, int, per_node_where), fresh_agent=_flag(*pick("fresh_agent")))
     if launcher == "slurm":
         missing = [what for what, ok in (("the submitit package (pip install 'pytest-distperf[slurm]')",
                                           importlib.util.find_spec("submitit")),
                                          ("sbatch on PATH", shutil.which("sbatch"))) if not ok]
         if missing:
-            raise SettingsError(f"{where}: the slurm launcher needs {' and '.join(missing)}")
-    return cluster
+            raise SettingsError(f"{where['launcher']}: the slurm launcher needs {' and '.join(missing)}")
 
 
 def _nodes_and_gpus(cluster: ClusterSettings, nodes: int, ws: int, gpus: int) -> tuple[int, int]:
@@ -299,25 +372,24 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     if unknown:
         raise SettingsError(f"{where}: @pytest.mark.distperf has no argument(s) {unknown}; "
                             f"it takes {', '.join(MARKER_KEYS)}")
-    if "world_size" in marker_kwargs:  # checked also where the command line overrides it
-        _positive(marker_kwargs["world_size"], int, f"{where}: distperf(world_size=...)")
-    ws = (settings.world_size if getattr(settings, "world_size_override", False)
-          else _positive(marker_kwargs.get("world_size", settings.world_size), int,
-                         f"{where}: distperf(world_size=...)"))
-    timeout = _positive(marker_kwargs.get("timeout", settings.timeout), float, f"{where}: distperf(timeout=...)")
-    repeats = _positive(marker_kwargs.get("repeats", settings.repeats), int, f"{where}: distperf(repeats=...)")
-    max_repeats = _max_repeats(marker_kwargs.get("max_repeats", settings.max_repeats),
-                               f"{where}: distperf(max_repeats=...)")
-    test_budget = _positive(marker_kwargs.get("test_budget", settings.test_budget), float,
-                            f"{where}: distperf(test_budget=...)")
-    repeats = first_look(repeats, max_repeats)
-    nodes = _positive(marker_kwargs.get("nodes", settings.cluster.nodes), int, f"{where}: distperf(nodes=...)")
+    by_name = {s.name: s for s in declared()}
+
+    def marked(name: str, setting_value: Any) -> Any:
+        """The marker's value, checked as the setting's, else the setting's."""
+        if marker_kwargs.get(name) is None:
+            return setting_value
+        return by_name[name].parse(marker_kwargs[name], f"{where}: distperf({name}=...)")
+
+    ws = marked("world_size", settings.world_size)  # checked also where the command line overrides it
+    ws = settings.world_size if settings.world_size_override else ws
+    timeout, test_budget = marked("timeout", settings.timeout), marked("test_budget", settings.test_budget)
+    max_repeats = marked("max_repeats", settings.max_repeats)
+    repeats = first_look(marked("repeats", settings.repeats), max_repeats)
+    nodes = marked("nodes", settings.cluster.nodes)
+    marker_device = marked("device", None)  # None: the test follows --distperf-device
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
                             f"(ranks per node = world size / nodes)")
-    marker_device = marker_kwargs.get("device")
-    if marker_device is not None:
-        _device(marker_device, f"{where}: distperf(device=...)")
     device, reason = resolve_device(settings.device, marker_device, *_nodes_and_gpus(settings.cluster, nodes, ws, gpus))
     if nodes > 1 and settings.cluster.launcher == "local":
         device, reason = None, (f"needs {nodes} nodes (distperf(nodes={nodes})): run it with --distperf-launcher "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import warnings
 from typing import Any, Callable, Iterator
 
 from pytest_distperf.errors import UsageError, WorkloadError
@@ -134,17 +133,8 @@ def starts_as_script(profile: str) -> bool:
     return profiles.PROFILES[profile].starter == "script"
 
 
-def strategy_options(strategy: str, options: dict[str, Any] | None, legacy: dict[str, Any]) -> dict[str, Any]:
-    """Strategy options come in `options={...}`; as keyword arguments they still work, with a warning."""
+def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's strategy options, given as `options={...}`."""
     if options is not None and not isinstance(options, dict):
         raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
-    if legacy:
-        if options:
-            raise UsageError(f"distperf.job({strategy!r}): strategy options given both in options={{...}} and as "
-                             f"keyword arguments ({', '.join(sorted(legacy))}); put them all in options")
-        names = ", ".join(f"{k}=..." for k in sorted(legacy))
-        warnings.warn(DeprecationWarning(
-            f"distperf.job({strategy!r}, {names}): pass strategy options as options={{...}}; keyword strategy "
-            f"options will be removed in the next release"), stacklevel=3)
-        return dict(legacy)
     return dict(options or {})
