@@ -9,7 +9,7 @@ exit status was the same every time (an inconclusive check may warn; it must nev
                                   [--fresh-vs-warm] [-- extra pytest args]
 
 --output DIR: each run's whole terminal output goes to DIR/run-N.txt.
---fresh-vs-warm: alternate runs with `--distperf-fresh-agent` (before the warm agent) and without it (after),
+--fresh-vs-warm: alternate runs with `-o distperf_fresh_agent=true` (before the warm agent) and without it (after),
 fresh first, so both modes see the same drift of a shared box; prints each mode's wall times and outcomes.
 
 Each run also counts the ranks that died of a signal (the plugin's "died of SIGABRT"-style lines) and glibc's
@@ -98,7 +98,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every run's record here (rewritten after each run)")
     ap.add_argument("--output", help="write each run's terminal output to OUTPUT/run-N.txt")
     ap.add_argument("--fresh-vs-warm", action="store_true",
-                    help="alternate --distperf-fresh-agent runs (odd) with warm-agent runs (even)")
+                    help="alternate -o distperf_fresh_agent=true runs (odd) with warm-agent runs (even)")
     ap.add_argument("extra", nargs="*", help="more pytest arguments, after --")
     args = ap.parse_args()
     runs: list[dict] = []

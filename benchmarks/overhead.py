@@ -12,7 +12,7 @@
    reports (median step) against the untimed loop's wall time per step (its accuracy).
 4. Fixed cost per job, fresh agent vs warm agent (rank/warm_agent.py): interleaved launches of ranks running an
    empty function, and of a real small strategy job (ddp on the tiny shape, a few steps), each with a new agent
-   process (fresh_agent=True, as --distperf-fresh-agent) and forked from the warm agent (the default; its one-time
+   process (fresh_agent=True, as -o distperf_fresh_agent=true) and forked from the warm agent (the default; its one-time
    start is printed apart). For the strategy job also its start-up: launch to the build's start
    (measure/figures.run_time_split). Target (issue #32): <= 1.5 s a job on the 2-core box, <= 3 s plus the engine
    build on one GPU.
@@ -26,7 +26,7 @@
    (median over its N tests, and without the session's first job, which starts the warm agent), the start-up of
    job() and step_job() runs (launch to the build), and the session's "N warm agent(s) served M job(s)" (issue #45:
    a warm agent keyed on PYTEST_CURRENT_TEST served one test each). `--session-fresh-agent` runs the session with
-   --distperf-fresh-agent. `--session-tests` alone runs only this part.
+   -o distperf_fresh_agent=true. `--session-tests` alone runs only this part.
 
     python benchmarks/overhead.py [--device cpu|cuda] [--world-size 2] [--launches 5] [--rounds 8]
     python benchmarks/overhead.py --device cuda --world-size 1 --launches 0 --shape 1b   # loops only
@@ -347,7 +347,7 @@ def main() -> None:
     p.add_argument("--session-tests", type=int, default=0,
                    help="N tests of each job kind in one pytest session (run_function, job(), step_job()); "
                         "given alone, only this part runs")
-    p.add_argument("--session-fresh-agent", action="store_true", help="that session with --distperf-fresh-agent")
+    p.add_argument("--session-fresh-agent", action="store_true", help="that session with -o distperf_fresh_agent=true")
     p.add_argument("--json", default=None, help="write the fresh-vs-warm (or the session's) figures here")
     a = p.parse_args()
 

@@ -1,5 +1,5 @@
 """Where a baseline save's minutes go: a save of two jobs (DeepSpeed ZeRO-3 and FSDP2 on the built-in GPT, or on
-a workload factory such as examples/my_model.py, N runs each) through the plugin, once with fresh agents (`--distperf-fresh-agent`, before the warm agent)
+a workload factory such as examples/my_model.py, N runs each) through the plugin, once with fresh agents (`-o distperf_fresh_agent=true`, before the warm agent)
 and once with the warm agent, each in its own pytest process and its own baselines folder.
 
 Per mode it prints the pytest process's wall time, the runs' wall time split into start-up (launch to the engine

@@ -2,7 +2,7 @@
 same job (rank/warm_agent.py, issue #32).
 
 The same job (ddp on the tiny shape, 2 CPU ranks by default) runs in interleaved pairs, one run forked from the
-warm agent, one with a new agent process (as --distperf-fresh-agent), the order alternating (ABBA), so drift hits
+warm agent, one with a new agent process (as -o distperf_fresh_agent=true), the order alternating (ABBA), so drift hits
 both sides alike. Printed:
 - the warm/fresh ratio of the runs' step times (measure/figures.run_step_time) with the gate's own paired interval
   (measure/decision.paired, its 98 % interval at the planned look the pairs reach): no systematic difference

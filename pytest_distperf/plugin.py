@@ -258,24 +258,10 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     progress = _progress_writer(config) if config.get_verbosity() > 0 else None
     gate = None
     if session.gate is not None:
-        from pytest_distperf.decide import regression
-
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
-            from pytest_distperf.launch.base import make_launcher
-
-            inter_node = make_launcher(session.settings.cluster, plan.nodes).inter_node()
-            if session.against is not None:  # head vs base in the stored baselines' place (decide/against.py)
-                from pytest_distperf.decide.against import AgainstGate
-
-                gate = AgainstGate(session.against, request.node.nodeid, policy,
-                                   session.gate.machine(plan.device, plan.world_size, plan.nodes, inter_node),
-                                   session.gate.environment(plan.device), test_file=str(request.node.path))
-            else:
-                gate = regression.BaselineGate(
-                    session.gate, request.node.nodeid, plan.device, plan.world_size, policy, nodes=plan.nodes,
-                    inter_node=inter_node, test_file=str(request.node.path))
+            gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
         except BaselineError as e:
             problem = str(e)
         if problem:

@@ -248,7 +248,7 @@ def test_save_then_compare_round_trip_a_a_passes(pytester: pytest.Pytester):
     assert verdicts["optimizer_state_bytes"]["status"] == "pass"  # exact count, same code
     # The same code never fails the gate. It may read as "improved": run-to-run variation on the 2-core CI box is
     # ~10 % (benchmarks/noise_floor.py); an improvement is reported, and fails only with
-    # --distperf-fail-on-improvement.
+    # distperf_fail_on_improvement.
     # A decision needs its interval to clear the 5 % floor; 3 runs a side on a noisy box mostly stay inconclusive.
     assert not verdicts["step_time"]["fails"]
     assert verdicts["step_time"]["status"] in ("pass", "inconclusive", "improved")

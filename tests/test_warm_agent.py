@@ -1,6 +1,6 @@
 """The warm launch agent (rank/warm_agent.py, warm_pool.py), with real CPU launches: a job's results do not
 depend on it, every run still gets new rank processes with a fresh launch's threads, a failed or timed-out job
-ends the agent and the next job gets a new one, nothing outlives the session, and --distperf-fresh-agent turns
+ends the agent and the next job gets a new one, nothing outlives the session, and the distperf_fresh_agent ini key turns
 it off."""
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def test_no_warm_agent_or_rank_outlives_the_session(pytester, monkeypatch):
 def test_fresh_agent_option_starts_a_new_agent_per_job(pytester, monkeypatch):
     result, pids = _session(pytester, monkeypatch, "-o", "distperf_fresh_agent=true")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["distperf: agent: fresh, a new agent process per job (--distperf-fresh-agent)"])
+    result.stdout.fnmatch_lines(["distperf: agent: fresh, a new agent process per job (distperf_fresh_agent = true)"])
     assert pids["agents"] == []
     assert "warm agent(s) served" not in result.stdout.str()
 

@@ -12,7 +12,7 @@ against the stored runs, unpaired (the stored runs are fixed; only the candidate
   decided on (`job_metrics`).
 - counts (collectives, optimizer state bytes): exact.
 - an improvement (the whole interval beyond 1 / (1 + T) on the better side) reads "improved -- refresh the
-  baseline" and fails only with --distperf-fail-on-improvement.
+  baseline" and fails only with the distperf_fail_on_improvement ini key.
 - no baseline (file, job or metric): "new" -- a failure only with --distperf-require-baseline; a job
   whose configuration hash changed: "not comparable", never "regression".
 
@@ -354,7 +354,7 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
     if v.status == "inconclusive" and policy.strict:
         lines.append("  (an inconclusive verdict fails because of --distperf-strict)")
     if v.status == "improved":
-        lines.append("  (an improvement fails only because --distperf-fail-on-improvement was given)")
+        lines.append("  (an improvement fails only because distperf_fail_on_improvement is set)")
     return lines
 
 

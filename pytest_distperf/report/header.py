@@ -83,10 +83,10 @@ def agent_line(settings: Settings) -> str:
         return (f"distperf: agent: the {cluster.launcher} launcher's own node agents, a new set per job (a warm agent "
                 f"serves the local launcher only)")
     if getattr(cluster, "fresh_agent", False):
-        return "distperf: agent: fresh, a new agent process per job (--distperf-fresh-agent)"
+        return "distperf: agent: fresh, a new agent process per job (distperf_fresh_agent = true)"
     return ("distperf: agent: warm (one per device kind and environment imports torch and the strategy libraries "
             "once and holds no CUDA context; each run's agent and ranks are forked from it as new processes; jobs "
-            "launched as Lightning's users launch them start their own; --distperf-fresh-agent: a new agent a job)")
+            "launched as Lightning's users launch them start their own; distperf_fresh_agent: a new agent a job)")
 
 
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    # `from pytest_distperf import probes; probes.Recorder(...)` inside a rank, without making
+    # `from pytest_distperf.rank import probes; probes.Recorder(...)` inside a rank, without making
     # the pytest process import torch through this package.
     if name == "Recorder":
         from pytest_distperf.rank.probes.recorder import Recorder

@@ -2,7 +2,7 @@
 
 Inside a rank (a strategy's probe phase, or a function run by ``distperf.run_function``)::
 
-    from pytest_distperf import probes
+    from pytest_distperf.rank import probes
 
     with probes.Recorder(("comms",)) as rec:
         for batch in batches:
