@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from benchmarks.sequential_methods import critical_values, nominal_level
 from pytest_distperf.decide import decision as d
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
-from pytest_distperf.decide.sequential import (critical_values, nominal_level, normal_upper, planned_looks, t_upper,
-                                               t_upper_inv)
+from pytest_distperf.decide.sequential import normal_upper, planned_looks, t_upper, t_upper_inv
 from pytest_distperf.decide.stopping import Budget, Clock, session_share, stop_reason, until_decided
 from pytest_distperf.measure import wording
 
