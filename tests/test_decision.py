@@ -89,6 +89,7 @@ def _rates(verdicts):
     return {o: sum(v.outcome == o for v in verdicts) / n for o in (PASS, FAIL, INCONCLUSIVE)}
 
 
+@pytest.mark.slow
 def test_false_alarms_stay_below_one_percent_over_all_looks():
     # Worst case: the limit sits exactly at the true ratio (A/A against 1.0); the sequence starts below the first
     # look and steps through 3, 6 and 8 pairs. (Under normal noise the bound is exact: the levels sum to 1 %.)
