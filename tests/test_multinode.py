@@ -229,6 +229,7 @@ def test_a_killed_torchrun_agent_fails_the_test_naming_it(pytester, tag):
 
 
 # -- SLURM: one job, two node agents as its two tasks ------------------------------------------------------------
+@pytest.mark.slow
 def test_slurm_job_of_two_node_agents_trains_like_the_local_launcher(pytester, tag, local_reference):
     options = slurm_options()
     pytester.makepyfile("""
@@ -249,6 +250,7 @@ def test_slurm_job_of_two_node_agents_trains_like_the_local_launcher(pytester, t
     assert squeue_jobs() == []
 
 
+@pytest.mark.slow
 def test_a_killed_agent_in_a_slurm_job_fails_the_test_and_ends_the_job(pytester, tag):
     options = slurm_options()
     stamp = str(pytester.path / "killed-at.txt")
@@ -262,6 +264,7 @@ def test_a_killed_agent_in_a_slurm_job_fails_the_test_and_ends_the_job(pytester,
     assert squeue_jobs() == []
 
 
+@pytest.mark.slow
 def test_a_slurm_job_past_its_timeout_is_cancelled(pytester, tag):
     options = slurm_options()
     result, _, seconds = run_inner(pytester, options, "hang", arg=0, timeout=30)
