@@ -6,7 +6,7 @@ nominal levels).
 Each simulated sequence is one comparison as the harness runs it: the first look's pairs (3), then pairs while
 INCONCLUSIVE, up to the budget (12): the new design steps to its planned looks (3 -> 6 -> 12), the old one added
 one pair at a time and looked after each. The intervals are the core's own: its nominal levels (sequential.look_levels;
-for the old design sequential.critical_values with power-3 spending) and sequential.t_upper_inv, applied here to many
+for the old design sequential_methods.critical_values with power-3 spending) and sequential.t_upper_inv, applied to many
 sequences at once with numpy (the per-sequence decision, stopping.until_decided, is the same rule; tests/
 test_decision.py runs it on sequences).
 
@@ -40,6 +40,7 @@ try:
 except ImportError:  # pragma: no cover - a benchmark, not the plugin
     sys.exit("benchmarks/decision_power.py needs numpy (pip install numpy)")
 
+from benchmarks import sequential_methods  # noqa: E402
 from pytest_distperf.decide import decision, sequential  # noqa: E402
 
 N, FIRST = decision.DEFAULT_MAX_PAIRS, sequential.FIRST_LOOK
@@ -66,7 +67,7 @@ def old_design(method: str, m: int = 0) -> list[tuple[int, float]]:
     else:
         full = 1.0 / (1.0 / m + 1.0 / N)
         times = tuple(min(1.0, (1.0 / (1.0 / m + 1.0 / n)) / full) for n in range(2, N + 1))
-    crit = sequential.critical_values(times, ALPHA * 0.7, "power3")
+    crit = sequential_methods.critical_values(times, ALPHA * 0.7, "power3")
     return [(n, sequential.normal_upper(crit[n - 2])) for n in range(FIRST, N + 1)]
 
 

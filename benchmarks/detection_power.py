@@ -35,6 +35,7 @@ Analysis (re-sampling the recorded runs; --from-json re-analyses a file, also th
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -51,9 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_distperf.errors import DistPerfCheckFailed  # noqa: E402
 from pytest_distperf.decide import regression  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
-from pytest_distperf.decide.checks import Adaptive, Comparison, SideSummary  # noqa: E402
+from pytest_distperf.decide.checks import Adaptive, Comparison  # noqa: E402
 from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
-from pytest_distperf.measure.figures import KNOWN_METRICS  # noqa: E402
+from pytest_distperf.measure.figures import KNOWN_METRICS, JobRuns  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.decide.decision import Design  # noqa: E402
@@ -201,13 +202,16 @@ class Draws:
 def paired_trial(rng: random.Random, cond: list[RunResult], ref: list[RunResult], limit: float,
                  args: argparse.Namespace) -> tuple[str, int]:
     """One comparison as the harness runs it: (outcome, pairs used)."""
-    a, b = SideSummary("condition", []), SideSummary("ref", [])
+    a_runs: list[RunResult] = []
+    b_runs: list[RunResult] = []
+    a, b = JobRuns("condition", [a_runs]), JobRuns("ref", [b_runs])
     draws = Draws(rng, len(cond))
 
     def one_more_pair() -> None:
         i = draws.next()
-        a.runs.append(cond[i])
-        b.runs.append(ref[i])
+        # copies: JobRuns counts a run object once, and a pair drawn again is another pair
+        a_runs.append(copy.copy(cond[i]))
+        b_runs.append(copy.copy(ref[i]))
 
     for _ in range(args.repeats):
         one_more_pair()

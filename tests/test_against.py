@@ -55,6 +55,7 @@ def repo(pytester: pytest.Pytester) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_slower_head_fails_on_the_pairs_and_a_new_test_reads_new(pytester: pytest.Pytester, repo: Path):
     git(repo, "switch", "-q", "-c", "change")
     (repo / "steps.py").write_text(STEPS.format(delay=0.04))  # the change under test: twice the step's work

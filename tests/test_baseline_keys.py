@@ -53,6 +53,7 @@ def project(pytester, monkeypatch):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stray", ["baselines-option", "leftover-json-report"])
 def test_the_same_baseline_is_found_with_and_without_a_stray_path_argument(pytester, project, stray):
     out = pytester.path / "seen.json"
@@ -83,6 +84,7 @@ def test_the_same_baseline_is_found_with_and_without_a_stray_path_argument(pytes
     assert _seen(out) == {"path": first["path"], "found": True}
 
 
+@pytest.mark.slow
 def test_a_renamed_test_is_said_loudly_and_fails_when_a_baseline_is_required(pytester, project):
     out = pytester.path / "seen.json"
     _write_test(project / "tests", out, run_job=True)

@@ -220,6 +220,7 @@ def test_ddp(distperf):
 """
 
 
+@pytest.mark.slow
 def test_save_then_compare_round_trip_a_a_passes(pytester: pytest.Pytester):
     pytester.makepyfile(test_perf=PERF_TEST)
     saved = pytester.runpytest(*INNER_OPTS, "--distperf-save", "--distperf-json", "saved.json")
@@ -270,6 +271,7 @@ def test_b(distperf):
 """
 
 
+@pytest.mark.slow
 def test_subset_save_updates_only_the_tests_that_ran(pytester: pytest.Pytester):
     pytester.makepyfile(test_sub=SUBSET_TESTS)
     pytester.makeini("[pytest]\nmarkers =\n    other: a marker\n")
@@ -288,6 +290,7 @@ def test_subset_save_updates_only_the_tests_that_ran(pytester: pytest.Pytester):
     assert json.loads(a.read_text())["jobs"]["ddp tiny x2 cpu"]["config"]["steps"] == 3
 
 
+@pytest.mark.slow
 def test_a_failing_test_is_not_saved(pytester: pytest.Pytester):
     pytester.makepyfile(test_fail="""
 import pytest
@@ -308,6 +311,7 @@ def test_{i}(distperf):
 """ for i in range(4))
 
 
+@pytest.mark.slow
 def test_xdist_saving_loses_nothing(pytester: pytest.Pytester):
     pytester.makepyfile(test_par=XDIST_TESTS)
     folder = pytester.path / "baselines" / machine_dir()
@@ -365,6 +369,7 @@ def test_unusable_baselines_option_is_a_usage_error(pytester: pytest.Pytester):
     result.stderr.fnmatch_lines(["*--distperf-save needs --distperf*"])
 
 
+@pytest.mark.slow
 def test_ini_option_sets_the_baselines_folder(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makepyfile(test_perf=PERF_TEST)
     pytester.makeini("[pytest]\ndistperf_baselines = perf/baselines\n")

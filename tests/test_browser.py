@@ -125,6 +125,7 @@ def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
+@pytest.mark.slow
 def test_html_report_of_a_real_session_in_chromium(pytester: pytest.Pytester, tmp_path: Path):
     browser = chromium_path()
     pytester.makepyfile(test_perf=PERF_TESTS)

@@ -81,6 +81,7 @@ def test_a_cuda_job_keeps_the_gpus_it_was_given():
     assert "DS_ACCELERATOR" not in env or env["DS_ACCELERATOR"] != "cpu"
 
 
+@pytest.mark.slow
 def test_the_ranks_of_a_cpu_job_see_no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as on a GPU machine: the job must hide it
     values = launch(_job(rank_view), timeout=300, base_dir=str(tmp_path))

@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from benchmarks.sequential_methods import critical_values, nominal_level
 from pytest_distperf.decide import decision as d
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
-from pytest_distperf.decide.sequential import (critical_values, nominal_level, normal_upper, planned_looks, t_upper,
-                                               t_upper_inv)
+from pytest_distperf.decide.sequential import normal_upper, planned_looks, t_upper, t_upper_inv
 from pytest_distperf.decide.stopping import Budget, Clock, session_share, stop_reason, until_decided
 from pytest_distperf.measure import wording
 
@@ -89,6 +89,7 @@ def _rates(verdicts):
     return {o: sum(v.outcome == o for v in verdicts) / n for o in (PASS, FAIL, INCONCLUSIVE)}
 
 
+@pytest.mark.slow
 def test_false_alarms_stay_below_one_percent_over_all_looks():
     # Worst case: the limit sits exactly at the true ratio (A/A against 1.0); the sequence starts below the first
     # look and steps through 3, 6 and 8 pairs. (Under normal noise the bound is exact: the levels sum to 1 %.)

@@ -164,6 +164,7 @@ def run_fault(pytester, fn, timeout=120):
     return result, seconds, (ended_at - float(fault_at.read_text())) if fault_at.exists() else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn,lines", [
     ("raise_in_rank_one", ["*rank 1 exited with code 1 (root cause)*", "*ValueError: injected failure*"]),
     ("sigkill_rank_one", ["*rank 1 died of SIGKILL (root cause)*"]),
@@ -190,6 +191,7 @@ def test_a_dying_rank_fails_the_test_within_seconds(pytester, tag, fn, lines):
     assert seconds < 30, f"fault took {seconds:.1f} s to surface"
 
 
+@pytest.mark.slow
 def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):
     result, seconds, _ = run_fault(pytester, "hang_in_rank_one", timeout=12)
     result.assert_outcomes(failed=1)
@@ -203,6 +205,7 @@ def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):
     assert 12 <= seconds < 12 + 15
 
 
+@pytest.mark.slow
 def test_pytest_skip_in_a_rank_skips_the_test(pytester, tag):
     result, _, seconds = run_fault(pytester, "skip_in_rank_one")
     result.assert_outcomes(skipped=1)
@@ -210,12 +213,14 @@ def test_pytest_skip_in_a_rank_skips_the_test(pytester, tag):
     assert seconds < 30  # from the skip: measured 0.09-0.27 s (7 rounds, quiet and loaded, as above)
 
 
+@pytest.mark.slow
 def test_pytest_xfail_in_a_rank_xfails_the_test(pytester, tag):
     result, _, _ = run_fault(pytester, "xfail_in_rank_zero")
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines(["*rank 0: known broken widget*"])
 
 
+@pytest.mark.slow
 def test_a_rank_that_leaves_without_a_value_is_a_failure(pytester, tag):
     result, _, seconds = run_fault(pytester, "exit_quietly_in_rank_one")
     result.assert_outcomes(failed=1)
@@ -226,6 +231,7 @@ def test_a_rank_that_leaves_without_a_value_is_a_failure(pytester, tag):
     assert seconds < 40
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_no_rank_behind(pytester, tag):
     pytester.makepyfile(faults=FAULTS)
     pytester.makepyfile(TEST_FILE.format(fn="hang_in_rank_one", timeout=600))
@@ -314,6 +320,7 @@ print("torch._dynamo" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_the_agent_logs_a_failed_rank_without_importing_the_compiler_stack():
     # torch's own formatter imports torch._dynamo (seconds) for a record with an exception: every failure waited
     def imports_dynamo(mode):

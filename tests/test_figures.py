@@ -73,6 +73,7 @@ def test_mem(distperf):
 """
 
 
+@pytest.mark.slow
 def test_a_cpu_memory_check_decides_on_the_training_state_and_shows_host_rss_beside_it(pytester: pytest.Pytester):
     """Lightning's own parity case: Fabric's DDP and torch's DDP train the same model alike and hold the same
     training state, while what each rank imports makes their host RSS growth differ. The CPU memory check decides

@@ -401,6 +401,7 @@ def test_ddp(distperf):
 """
 
 
+@pytest.mark.slow
 def test_distperf_history_records_a_real_session(pytester: pytest.Pytester):
     """A real 2-rank CPU session with --distperf-history: its jobs land in the history at the end."""
     pytester.makepyfile(test_perf=PERF_TEST)

@@ -28,6 +28,7 @@ def raise_in_rank_one():
 """
 
 
+@pytest.mark.slow
 def test_user_function_runs_in_every_rank_and_values_come_back(pytester):
     pytester.makepyfile(helpers=USER_FUNCTIONS)
     pytester.makepyfile("""
@@ -46,6 +47,7 @@ def test_user_function_runs_in_every_rank_and_values_come_back(pytester):
     pytester.runpytest("--distperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester):
     pytester.makepyfile(helpers=USER_FUNCTIONS)
     pytester.makepyfile("""
@@ -63,6 +65,7 @@ def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester):
     ])
 
 
+@pytest.mark.slow
 def test_a_failed_job_is_not_run_again_for_the_next_test_that_shares_it(pytester):
     # DeepSpeed's own config model rejects the nested key inside the ranks: a real failure, after a launch.
     pytester.makepyfile("""
@@ -101,6 +104,7 @@ def test_local_function_is_rejected(pytester):
     result.stdout.fnmatch_lines(["*run_function needs a module-level function*"])
 
 
+@pytest.mark.slow
 def test_two_strategies_on_the_same_data_give_matching_losses(pytester):
     pytester.makepyfile("""
         def test_match(distperf):

@@ -40,6 +40,7 @@ def fails_on_rank_one():
 """
 
 
+@pytest.mark.slow
 def test_step_jobs_under_each_elastic_profile(pytester: pytest.Pytester):
     pytester.makepyfile(launchhelpers=HELPERS)
     pytester.makepyfile("""
@@ -76,6 +77,7 @@ def test_step_jobs_under_each_elastic_profile(pytester: pytest.Pytester):
     result.stdout.fnmatch_lines(["*test_bad_launch*launch='torchrun' is not one of 'controlled', 'as_user'*"])
 
 
+@pytest.mark.slow
 def test_lightning_as_its_users_launch_it(pytester: pytest.Pytester):
     pytester.makepyfile(launchhelpers=HELPERS)
     pytester.makepyfile("""

@@ -78,6 +78,7 @@ def one_step_each_way(offload):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offload", [None, "cpu"])
 def test_lightning_deepspeed_optimizer_is_the_one_deepspeed_builds_from_the_config(pytester, monkeypatch, offload):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", TORCH_EXTENSIONS_DIR)
@@ -95,6 +96,7 @@ def test_lightning_deepspeed_optimizer_is_the_one_deepspeed_builds_from_the_conf
     pytester.runpytest("--distperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lightning_trainer", "lightning_fabric", "accelerate"])
 def test_frontend_ddp_trains_like_raw_ddp_on_cpu(pytester, name):
     pytester.makepyfile(FRONTEND_VS_DDP.format(name=name))
@@ -102,6 +104,7 @@ def test_frontend_ddp_trains_like_raw_ddp_on_cpu(pytester, name):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_trainer_runs_its_loop_on_the_rank_main_thread(pytester):
     # Where users run Trainer.fit: a loop on a second thread ran the reporter's CPU-offloaded optimizer of
     # Lightning-AI/pytorch-lightning#18336 much slower (benchmarks/seed004_reporter.py --fit-thread).

@@ -64,6 +64,7 @@ def _namespace_unavailable() -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_every_socket_of_a_job_listens_on_loopback_where_the_hostname_resolves_to_the_network(tmp_path):
     reason = _namespace_unavailable()
     if reason:

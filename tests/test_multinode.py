@@ -158,6 +158,7 @@ def local_reference():
 
 
 # -- torchrun: two node agents on loopback ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_torchrun_agents_train_exactly_like_the_local_launcher(tmp_path, tag, local_reference):
     values = TorchrunLauncher(nodes=2).launch(ddp_job(), timeout=300, base_dir=str(tmp_path), keep=True)
     assert [values[r].losses for r in (0, 1)] == [local_reference[r].losses for r in (0, 1)]
@@ -169,6 +170,7 @@ def test_two_torchrun_agents_train_exactly_like_the_local_launcher(tmp_path, tag
     assert all(values[r].host for r in (0, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["local", "exec {command}"])
 def test_torchrun_launcher_through_the_plugin(pytester, tag, agents):
     """`exec {command}`: agent 1 started from a command template, as a user's engine (ssh, pdsh) would."""
@@ -204,6 +206,7 @@ def test_bad_cluster_options_are_usage_errors_naming_the_option(pytester, option
     result.stderr.fnmatch_lines([f"*{option}*{words}*"])
 
 
+@pytest.mark.slow
 def test_a_failing_rank_on_another_node_names_its_host_and_rank(pytester, tag):
     result, _, seconds = run_inner(pytester, TORCHRUN, "raise_on_agent_one", arg=0)
     result.assert_outcomes(failed=1)
@@ -212,6 +215,7 @@ def test_a_failing_rank_on_another_node_names_its_host_and_rank(pytester, tag):
                                  "*--- rank 0 on *", "*--- node agent 0 on *"])
 
 
+@pytest.mark.slow
 def test_a_killed_torchrun_agent_fails_the_test_naming_it(pytester, tag):
     stamp = str(pytester.path / "killed-at.txt")
     result, ended_at, _ = run_inner(pytester, TORCHRUN, "kill_agent_one", arg=stamp)
@@ -225,6 +229,7 @@ def test_a_killed_torchrun_agent_fails_the_test_naming_it(pytester, tag):
 
 
 # -- SLURM: one job, two node agents as its two tasks ------------------------------------------------------------
+@pytest.mark.slow
 def test_slurm_job_of_two_node_agents_trains_like_the_local_launcher(pytester, tag, local_reference):
     options = slurm_options()
     pytester.makepyfile("""
@@ -245,6 +250,7 @@ def test_slurm_job_of_two_node_agents_trains_like_the_local_launcher(pytester, t
     assert squeue_jobs() == []
 
 
+@pytest.mark.slow
 def test_a_killed_agent_in_a_slurm_job_fails_the_test_and_ends_the_job(pytester, tag):
     options = slurm_options()
     stamp = str(pytester.path / "killed-at.txt")
@@ -258,6 +264,7 @@ def test_a_killed_agent_in_a_slurm_job_fails_the_test_and_ends_the_job(pytester,
     assert squeue_jobs() == []
 
 
+@pytest.mark.slow
 def test_a_slurm_job_past_its_timeout_is_cancelled(pytester, tag):
     options = slurm_options()
     result, _, seconds = run_inner(pytester, options, "hang", arg=0, timeout=30)

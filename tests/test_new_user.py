@@ -198,6 +198,7 @@ def make_step():
 """
 
 
+@pytest.mark.slow
 def test_slot_wait_is_shown_and_reported(pytester: pytest.Pytester, tmp_path: Path, monkeypatch):
     locks = tmp_path / "locks"
     locks.mkdir()

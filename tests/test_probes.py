@@ -50,6 +50,7 @@ def three_gathers_one_reduce(numel, steps):
 """
 
 
+@pytest.mark.slow
 def test_user_function_collectives_counted_exactly_with_bytes(pytester):
     pytester.makepyfile(helpers=USER_FUNCTIONS)
     pytester.makepyfile("""
@@ -156,6 +157,7 @@ def test_unknown_probe_is_rejected(distperf):
 """
 
 
+@pytest.mark.slow
 def test_strategies_report_collectives_that_fit_the_model(pytester):
     pytester.makepyfile(STRATEGY_TESTS)
     result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "-rs", "-v")

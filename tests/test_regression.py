@@ -269,6 +269,7 @@ def machine_dir() -> str:
     return fingerprint.machine_class("cpu", 2).name
 
 
+@pytest.mark.slow
 def test_an_injected_regression_fails_with_a_message_that_says_how_to_accept_it(
         pytester: pytest.Pytester, saved_baselines, monkeypatch: pytest.MonkeyPatch):
     shutil.copytree(saved_baselines, pytester.path / "baselines")
@@ -298,6 +299,7 @@ def test_an_injected_regression_fails_with_a_message_that_says_how_to_accept_it(
     result.stdout.fnmatch_lines(["*test_ddp*ddp tiny x2 cpu*step_time*✗*"])
 
 
+@pytest.mark.slow
 def test_no_baseline_is_new_and_fails_only_with_require_baseline(pytester: pytest.Pytester,
                                                                   monkeypatch: pytest.MonkeyPatch):
     pytester.makepyfile(test_perf=PERF_TEST)
@@ -316,6 +318,7 @@ def test_no_baseline_is_new_and_fails_only_with_require_baseline(pytester: pytes
         "*pytest --distperf --distperf-save test_perf.py::test_ddp"])
 
 
+@pytest.mark.slow
 def test_a_changed_job_config_reads_not_comparable(pytester: pytest.Pytester, saved_baselines,
                                                     monkeypatch: pytest.MonkeyPatch):
     shutil.copytree(saved_baselines, pytester.path / "baselines")

@@ -36,6 +36,7 @@ def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
+@pytest.mark.slow
 def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makepyfile(test_perf=PERF_TESTS)
     pytester.runpytest(*INNER_OPTS, "--distperf-save", "-k", "test_ddp").assert_outcomes(passed=1, deselected=1)

@@ -255,6 +255,7 @@ def test_the_shared_folder_mode_is_checked(tmp_path):
 
 
 # -- 4. --distperf-save over a corrupt baseline --------------------------------------------------------------
+@pytest.mark.slow
 def test_save_over_a_corrupt_baseline_moves_it_aside_and_writes_a_new_one(pytester: pytest.Pytester):
     """Finding 4: "fast" in a run value; the error promised that --distperf-save writes a new one."""
     from pytest_distperf.store.baselines import parse
@@ -385,6 +386,7 @@ def test_the_fork_comment_is_capped_and_stripped_before_posting(tmp_path):
     assert "@octocat" not in text and "@org/team" not in text and "octocat" in text
 
 
+@pytest.mark.slow
 def test_an_agent_started_from_a_command_template_gets_the_key_on_stdin_only(pytester: pytest.Pytester):
     """As over ssh, agent 1's environment lacks $DISTPERF_JOB_KEY (the template drops it): the job still runs, the
     key having come on its stdin, and no command line carries it. One small 2-agent torchrun job on loopback."""

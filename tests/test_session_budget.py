@@ -183,6 +183,7 @@ def test_late_fixture(distperf, measured):  # its job is in its setup (as perf_t
 """
 
 
+@pytest.mark.slow
 def test_a_session_ends_at_its_budget_and_every_report_names_the_tests_left_out(pytester: pytest.Pytester,
                                                                                   monkeypatch):
     budget = 6

@@ -62,6 +62,7 @@ def make_distribution(site: Path, entry_points: str, modules: dict[str, str]) ->
         (site / f"{name}.py").write_text(text)
 
 
+@pytest.mark.slow
 def test_an_entry_point_strategy_runs_in_real_ranks(pytester: pytest.Pytester):
     site = pytester.path / "site"
     make_distribution(site, "plain_sgd = mystrat_reg:STRATEGY\n",
@@ -133,6 +134,7 @@ FIXTURE_ADAPTERS = {
 }
 
 
+@pytest.mark.slow
 def test_fixture_registered_adapters_that_break_the_protocol(pytester: pytest.Pytester):
     for name, text in FIXTURE_ADAPTERS.items():
         pytester.makepyfile(**{name: text})

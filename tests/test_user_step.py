@@ -97,6 +97,7 @@ def nested():
 """
 
 
+@pytest.mark.slow
 def test_exact_collectives_phases_and_the_object_form(pytester: pytest.Pytester):
     pytester.makepyfile(usersteps=USER_STEPS)
     pytester.makepyfile("""
@@ -139,6 +140,7 @@ def test_exact_collectives_phases_and_the_object_form(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines(["*= distperf =*", "*step:usersteps:gathers_and_reduces(1000) x2 cpu*1x4*"])
 
 
+@pytest.mark.slow
 def test_step_jobs_compare_gate_and_report(pytester: pytest.Pytester):
     pytester.makepyfile(usersteps=USER_STEPS)
     pytester.makepyfile(test_steps="""
@@ -171,6 +173,7 @@ def test_step_jobs_compare_gate_and_report(pytester: pytest.Pytester):
     again.stdout.fnmatch_lines(["*test_baseline*step:usersteps:sleeper(0.01) x2 cpu*step_time*"])
 
 
+@pytest.mark.slow
 def test_bad_steps_fail_with_messages_naming_them(pytester: pytest.Pytester):
     pytester.makepyfile(usersteps=USER_STEPS)
     pytester.makepyfile("""

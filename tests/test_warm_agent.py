@@ -60,6 +60,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_warm_and_fresh_launches_give_the_same_results(tmp_path, fresh_pool):
     fresh = launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path), fresh_agent=True)
     warm = launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path))
@@ -72,6 +73,7 @@ def test_warm_and_fresh_launches_give_the_same_results(tmp_path, fresh_pool):
     assert warm[0]["nvml_check"] == os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
 
 
+@pytest.mark.slow
 def test_a_strategy_job_measures_alike_warm_and_fresh(tmp_path, fresh_pool):
     job = JobSpec(world_size=2, device="cpu", strategy="ddp", shape="tiny", steps=3, warmup_steps=1, work_steps=0,
                   sys_path=[os.path.dirname(os.path.dirname(__file__))])
@@ -81,6 +83,7 @@ def test_a_strategy_job_measures_alike_warm_and_fresh(tmp_path, fresh_pool):
     assert all(warm[r].build_started_at is not None for r in (0, 1))
 
 
+@pytest.mark.slow
 def test_every_run_gets_new_rank_processes_from_one_warm_agent(tmp_path, fresh_pool):
     runs = [launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path)) for _ in range(3)]
     agents = warm_pool.agent_pids()
@@ -92,6 +95,7 @@ def test_every_run_gets_new_rank_processes_from_one_warm_agent(tmp_path, fresh_p
     assert all(_gone(p) for p in rank_pids + list(job_agents))
 
 
+@pytest.mark.slow
 def test_forked_ranks_get_the_threads_of_a_fresh_launch(tmp_path, fresh_pool):
     """libgomp read OMP_NUM_THREADS when the warm agent loaded torch: jobs of other rank counts, and a launch
     profile that leaves the variable unset (torch's default), must still get what a fresh launch gives."""
@@ -105,6 +109,7 @@ def test_forked_ranks_get_the_threads_of_a_fresh_launch(tmp_path, fresh_pool):
     assert len(warm_pool.agent_pids()) == 1  # one agent served them all
 
 
+@pytest.mark.slow
 def test_a_failed_job_ends_the_warm_agent_and_the_next_job_gets_a_new_one(tmp_path, fresh_pool):
     launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path))
     (first,) = warm_pool.agent_pids()
@@ -117,6 +122,7 @@ def test_a_failed_job_ends_the_warm_agent_and_the_next_job_gets_a_new_one(tmp_pa
     assert second != first
 
 
+@pytest.mark.slow
 def test_a_timed_out_job_ends_the_warm_agent_with_every_ranks_stack(tmp_path, fresh_pool):
     launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path))
     (first,) = warm_pool.agent_pids()
@@ -127,6 +133,7 @@ def test_a_timed_out_job_ends_the_warm_agent_with_every_ranks_stack(tmp_path, fr
     assert launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path))[1]["sum"] == 3.0
 
 
+@pytest.mark.slow
 def test_a_killed_warm_agent_is_replaced_by_the_next_job(tmp_path, fresh_pool):
     launch(_job(rank_facts), timeout=120, base_dir=str(tmp_path))
     (first,) = warm_pool.agent_pids()
@@ -163,6 +170,7 @@ def _session(pytester, monkeypatch, *args: str):
     return result, json.loads(pids.read_text())
 
 
+@pytest.mark.slow
 def test_no_warm_agent_or_rank_outlives_the_session(pytester, monkeypatch):
     result, pids = _session(pytester, monkeypatch)
     result.assert_outcomes(passed=1)
@@ -174,6 +182,7 @@ def test_no_warm_agent_or_rank_outlives_the_session(pytester, monkeypatch):
     assert all(_gone(p) for p in pids["agents"] + pids["ranks"])
 
 
+@pytest.mark.slow
 def test_fresh_agent_option_starts_a_new_agent_per_job(pytester, monkeypatch):
     result, pids = _session(pytester, monkeypatch, "-o", "distperf_fresh_agent=true")
     result.assert_outcomes(passed=1)
@@ -182,6 +191,7 @@ def test_fresh_agent_option_starts_a_new_agent_per_job(pytester, monkeypatch):
     assert "warm agent(s) served" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_fresh_agent_ini_option(pytester, monkeypatch):
     pytester.makeini("[pytest]\ndistperf_fresh_agent = true\n")
     result, pids = _session(pytester, monkeypatch)
@@ -205,6 +215,7 @@ def test_job(distperf, i):
 """
 
 
+@pytest.mark.slow
 def test_jobs_of_several_tests_share_one_warm_agent(pytester, monkeypatch):
     """PYTEST_CURRENT_TEST differs per test: it is a job's variable, not part of the warm agent's key (it was, and
     every test's run_function paid a new agent's imports); each job's ranks still see their own test's name."""

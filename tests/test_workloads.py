@@ -88,6 +88,7 @@ def bad_precision():
 """
 
 
+@pytest.mark.slow
 def test_user_workload_under_fsdp2_ddp_and_zero3(pytester: pytest.Pytester):
     pytester.makepyfile(userwork=USER_WORKLOAD)
     pytester.makepyfile("""
@@ -126,6 +127,7 @@ def test_user_workload_under_fsdp2_ddp_and_zero3(pytester: pytest.Pytester):
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_bad_workloads_fail_with_messages_naming_them(pytester: pytest.Pytester):
     pytester.makepyfile(userwork=USER_WORKLOAD)
     pytester.makepyfile("""
@@ -186,6 +188,7 @@ def test_bad_workloads_fail_with_messages_naming_them(pytester: pytest.Pytester)
     assert out.count("failed: rank") >= 5  # the rank-side ones name the rank, with its traceback
 
 
+@pytest.mark.slow
 def test_reporter_model_at_a_tiny_size_on_cpu(pytester: pytest.Pytester):
     # Lightning's demo Transformer as Lightning-AI/pytorch-lightning#18336 trained it (nll loss, Adam lr=0.1, fp32,
     # units = encoder/decoder layers), small: under fsdp2, ddp and the Lightning front-ends' CPU engine (ddp).

@@ -1,5 +1,7 @@
 """The group-sequential boundaries of the decision core (decide/decision.py): the planned looks, the error
-spent at each and the distribution functions they need (no scipy). Pure Python over numbers.
+spent at each (Lan-DeMets Pocock-type spending) and the Student's t quantiles they need (no scipy). Pure
+Python over numbers. The other spending functions and boundaries the benchmarks weigh it against are in
+benchmarks/sequential_methods.py.
 
 The design: repeated confidence intervals (RCIs) of a two-sided group-sequential design with a few
 *planned* looks, Pocock-type error spending, and a Bonferroni bound over the looks, on log ratios.
@@ -30,11 +32,12 @@ The design: repeated confidence intervals (RCIs) of a two-sided group-sequential
   estimate. Under normal log ratios each paired look's t interval misses on one side with probability
   exactly p_k, so by Bonferroni's inequality all K intervals hold the ratio with probability
   >= 1 - 2 sum p_k = 98 %, whatever the correlation of the looks: the spending bounds the error without
-  an approximation. (The recursive integration of Armitage, McPherson and Rowe 1969 -- `critical_values`,
-  Jennison and Turnbull ch. 19 -- gains from the looks' correlation when the variance is known, but
-  applied to Student's t at its nominal levels -- Jennison and Turnbull's significance-level approach --
-  it ran to 1.1 % per side with these 3 looks, simulated; the previous design spent 0.7 of the error to
-  stay under 1 % for the same reason, and needed 75.9 at 3 pairs.)
+  an approximation. (The recursive integration of Armitage, McPherson and Rowe 1969 --
+  benchmarks/sequential_methods.critical_values, Jennison and Turnbull ch. 19 -- gains from the looks'
+  correlation when the variance is known, but applied to Student's t at its nominal levels -- Jennison and
+  Turnbull's significance-level approach -- it ran to 1.1 % per side with these 3 looks, simulated; the
+  previous design spent 0.7 of the error to stay under 1 % for the same reason, and needed 75.9 at 3
+  pairs.)
 
 Alternatives weighed: Wald's SPRT and always-valid (confidence-sequence) intervals (Howard, Ramdas,
 McAuliffe and Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic confidence sequences", Ann.
@@ -47,7 +50,6 @@ from __future__ import annotations
 import math
 import statistics
 from functools import lru_cache
-from typing import Callable
 
 FIRST_LOOK = 3  # the default repeats: the fewest pairs whose interval can be narrow (2 pairs leave 1 df)
 
@@ -134,97 +136,9 @@ def t_upper_inv(p: float, df: float) -> float:
 
 
 # -- the group-sequential boundary ----------------------------------------------------------------------------
-def spent_obrien_fleming(t: float, alpha: float) -> float:
-    """Lan-DeMets O'Brien-Fleming-type spending of one side's error `alpha` by information fraction t (the
-    per-side form gsDesign and ldbounds use for symmetric two-sided boundaries; kept to check the
-    integration against their published boundaries)."""
-    if t <= 0.0:
-        return 0.0
-    if t >= 1.0:
-        return alpha
-    return 2.0 * normal_upper(normal_upper_inv(alpha / 2.0) / math.sqrt(t))
-
-
-def spent_power3(t: float, alpha: float) -> float:
-    """Kim-DeMets power family alpha t^rho with rho = 3, the member close to O'Brien-Fleming (the previous
-    design's, kept for benchmarks/decision_power.py's comparison)."""
-    return alpha * min(1.0, max(0.0, t)) ** 3
-
-
 def spent_pocock(t: float, alpha: float) -> float:
     """Lan-DeMets Pocock-type spending alpha ln(1 + (e - 1) t): the design's spending function."""
     return alpha * math.log1p((math.e - 1.0) * min(1.0, max(0.0, t)))
-
-
-SPENDING: dict[str, Callable[[float, float], float]] = {"pocock": spent_pocock, "power3": spent_power3,
-                                                        "obrien-fleming": spent_obrien_fleming}
-DESIGN_SPENDING = "pocock"
-
-
-_GRID = 81  # Simpson points over the continuation region (odd), at least; more where increments are small
-_C_MAX = 12.0  # a look that spends (next to) nothing: nominal level ~1e-33
-
-
-def _simpson(lo: float, hi: float, n: int) -> tuple[list[float], list[float]]:
-    h = (hi - lo) / (n - 1)
-    points = [lo + i * h for i in range(n)]
-    weights = [h / 3.0 * (1 if i in (0, n - 1) else (4 if i % 2 else 2)) for i in range(n)]
-    return points, weights
-
-
-def _phi(x: float) -> float:
-    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-
-
-@lru_cache(maxsize=256)
-def critical_values(times: tuple[float, ...], alpha: float, spending: str = DESIGN_SPENDING) -> tuple[float, ...]:
-    """Symmetric critical values z_1..z_K (known variance) at information fractions `times` (increasing, the
-    last 1) so that P(Z_k >= z_k first at look k) = spent(t_k) - spent(t_{k-1}) under no effect, on each
-    side: `alpha` is one side's error, `spending` a name in SPENDING.
-
-    Recursive integration of the sub-density of the score statistic S_k = Z_k sqrt(t_k), which has
-    independent N(0, t_k - t_{k-1}) increments, over the continuation region of the previous look."""
-    spent = SPENDING[spending]
-    crit: list[float] = []
-    mass: list[tuple[float, float]] = []  # (s, Simpson weight x sub-density) of the previous look
-    prev_t = prev_spent = 0.0
-    for k, t in enumerate(times):
-        target = max(0.0, spent(t, alpha) - prev_spent)
-        if k == 0:
-            c = _C_MAX if target <= 0 else min(_C_MAX, normal_upper_inv(target))
-        else:
-            sd = math.sqrt(t - prev_t)
-            root = math.sqrt(t)
-
-            def crossing(c: float) -> float:
-                b = c * root
-                return sum(w * (normal_upper((b - u) / sd) + normal_upper((b + u) / sd)) for u, w in mass)
-
-            target *= 2.0  # both sides
-            if target <= 0 or crossing(_C_MAX) >= target:
-                c = _C_MAX
-            else:
-                lo, hi = 0.0, _C_MAX
-                for _ in range(60):
-                    mid = 0.5 * (lo + hi)
-                    if crossing(mid) > target:
-                        lo = mid
-                    else:
-                        hi = mid
-                c = 0.5 * (lo + hi)
-        crit.append(c)
-        # The sub-density of S_k on the continuation region (|S_k| < c sqrt(t)), cut where it is negligible.
-        b = min(c, 9.0) * math.sqrt(t)
-        step_sd = math.sqrt(times[k + 1] - t) if k + 1 < len(times) else 1.0
-        points, weights = _simpson(-b, b, max(_GRID, 2 * math.ceil(3.0 * b / step_sd) + 1))  # spacing <= sd/3
-        if k == 0:
-            dens = [_phi(s / math.sqrt(t)) / math.sqrt(t) for s in points]
-        else:
-            sd = math.sqrt(t - prev_t)
-            dens = [sum(w * _phi((s - u) / sd) for u, w in mass) / sd for s in points]
-        mass = [(s, w * f) for s, w, f in zip(points, weights, dens)]
-        prev_t, prev_spent = t, spent(t, alpha)
-    return tuple(crit)
 
 
 def planned_looks(max_pairs: int, first: int = FIRST_LOOK) -> tuple[int, ...]:
@@ -250,27 +164,14 @@ def information(method: str, n: int, n_reference: int = 0) -> float:
 
 
 @lru_cache(maxsize=4096)
-def look_levels(method: str, looks: tuple[int, ...], alpha: float, n_reference: int = 0,
-                spending: str = DESIGN_SPENDING) -> tuple[float, ...]:
+def look_levels(method: str, looks: tuple[int, ...], alpha: float, n_reference: int = 0) -> tuple[float, ...]:
     """One side's nominal level at each planned look: the spending increment at its information fraction
     (Bonferroni over the looks: they sum to `alpha`, one side's error over all looks)."""
-    spent = SPENDING[spending]
     full = information(method, looks[-1], n_reference)
     out, prev = [], 0.0
     for n in looks:
-        now = spent(information(method, n, n_reference) / full, alpha)
+        now = spent_pocock(information(method, n, n_reference) / full, alpha)
         out.append(max(0.0, now - prev))
         prev = now
     return tuple(out)
 
-
-def nominal_level(method: str, n: int, n_max: int, alpha: float, n_reference: int = 0,
-                  first: int = FIRST_LOOK) -> float:
-    """One side's nominal level of the planned look that n pairs (or n candidate runs against n_reference)
-    have reached, looks `planned_looks(n_max, first)`; 0.0 before the first look (nothing is spent there).
-    `alpha` is spent as given: Design.level also applies UNPAIRED_SHARE to unpaired looks."""
-    looks = planned_looks(n_max, first)
-    reached = [k for k, look in enumerate(looks) if look <= n]
-    if not reached:
-        return 0.0
-    return look_levels(method, looks, alpha, n_reference)[reached[-1]]

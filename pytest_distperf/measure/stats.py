@@ -11,7 +11,8 @@ from typing import Sequence
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
+    """Linear interpolation between closest ranks: Hyndman and Fan (1996), "Sample quantiles in statistical
+    packages", Am. Stat. 50:361-365, definition 7 (numpy's and R's default)."""
     if not xs:
         raise ValueError("quantile of no samples")
     s = sorted(xs)
@@ -32,6 +33,7 @@ def relative_spread(values: Sequence[float]) -> float | None:
 
 
 def max_relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """Largest |a_i - b_i| / |b_i| over two loss curves of the same length (b the reference)."""
     if len(a) != len(b):
         raise ValueError(f"loss curves differ in length ({len(a)} vs {len(b)})")
     return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=0.0)
