@@ -151,12 +151,12 @@ def test_cuda_only_combinations_skip_on_cpu_with_the_reason(pytester):
         @pytest.mark.parametrize("name", ["lightning_trainer", "lightning_fabric"])
         @pytest.mark.parametrize("opts", [dict(engine="fsdp", offload=True), dict(engine="deepspeed", stage=2)])
         def test_lightning(distperf, name, opts):
-            distperf.job(name, **opts)
+            distperf.job(name, options=opts)
 
         @pytest.mark.parametrize("opts", [dict(engine="fsdp"), dict(engine="fsdp", offload=True),
                                           dict(engine="deepspeed")])
         def test_accelerate(distperf, opts):
-            distperf.job("accelerate", **opts)
+            distperf.job("accelerate", options=opts)
     """)
     result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=7)

@@ -177,10 +177,12 @@ def test_check_tables_show_the_pair_to_pair_variation():
 def test_a_job_shared_by_several_tests_is_one_row_in_the_job_table():
     from pytest_distperf.report import terminal
 
-    run = job_record()
-    grown = job_record(runs=5)  # the same comparison, extended for a later test: its own row
-    lines = terminal.render(documents_of(("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown])))
-    assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["3x10", "5x10"]
+    run = job_record(id="job-1")  # a job is one job by its id (its first run's)
+    grown = job_record(runs=5, id="job-1")  # the same job, extended for a later test: one row, its most runs
+    other = job_record(runs=5, id="job-2")  # another job of the same configuration: its own row
+    lines = terminal.render(documents_of(("t.py::test_a", [run]), ("t.py::test_b", [run]), ("t.py::test_c", [grown]),
+                                         ("t.py::test_d", [other])))
+    assert [line.split()[4] for line in lines if line.startswith("ddp tiny")] == ["5x10", "5x10"]
 
 
 def test_a_workload_that_counts_no_tokens_shows_no_rate():

@@ -303,7 +303,7 @@ def test_stale_temp_files_of_a_crashed_writer_are_removed_under_the_lock(tmp_pat
     jsonio.write_json_atomic(str(tmp_path / "t--test_slow.json"), {"a": 1})
     assert not crashed.exists() and not legacy.exists()
     assert live.exists() and unrelated.exists()
-    assert json.loads((tmp_path / "t--test_slow.json").read_text()) == {"a": 1}
+    assert json.loads((tmp_path / "t--test_slow.json").read_text()) == {"a": 1, "format_version": 1}
 
 
 def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path, monkeypatch):
