@@ -4,29 +4,17 @@ Every verdict of the plugin goes through here: ratio checks between two strategi
 of B"), probe checks, and the baseline gate (candidate against stored runs). Pure Python over numbers.
 
 The procedure: repeated confidence intervals (RCIs) of a two-sided group-sequential design with a few
-*planned* looks, Pocock-type error spending, and a Bonferroni bound over the looks, on log ratios. The
-looks, the spending and the bound over the looks, with their sources, are decide/sequential.py's; the
-stopping rule that steps from look to look is decide/stopping.py's.
+*planned* looks, Pocock-type error spending, and a Bonferroni bound over the looks, on log ratios
+(decide/sequential.py: the looks, the spending, the bound; decide/stopping.py: the stopping rule).
+A decision taken at whichever look stops the sequence is wrong with probability <= 1 % per direction.
 
 - Unpaired: Welch's statistic against t with Hsu's df min(n, m) - 1 is conservative under normality
-  (Mickey, M. R. and Brown, M. B. (1966), "Bounds on the distribution functions of the Behrens-Fisher
-  statistic", Ann. Math. Statist. 37:639-642), so the same bound holds. But a few candidate runs against
-  many quiet stored runs are nearly a one-sample t test, and its tail runs above the nominal level for
-  skewed log values (Pearson, E. S. and Please, N. W. (1975), Biometrika 62:223-241): with gamma run
-  times (CV 50 %) against 40 stored runs a quarter as spread, 1.4 % false FAILs at the full error (the
-  previous design: 1.5 %). Unpaired intervals therefore spend UNPAIRED_SHARE = 0.7 of it (0.9 % there).
-Simulated false FAILs and false PASSes with the limit at the true ratio (benchmarks/decision_power.py,
-results in benchmarks/results/decision-power.md; 100,000 sequences a case): paired <= 0.9 % for
-Gaussian, skewed (gamma run times) and t3 log noise; unpaired <= 0.9 % for 2-40 stored runs spread
-0.25-2x the candidate's. Beyond that contract, a pair log ratio (or a run) that is itself strongly
-skewed (stragglers on one side: a centred gamma of shape 2) passes falsely up to 4.5 % paired and 3.0 %
-unpaired (the previous design: 4.7 % and 4.4 %): a t test on 3-12 such values cannot be rescued by the
-spending. tests/test_decision.py checks the paired and unpaired cases.
-So a decision taken at whichever look stops the sequence -- "stop as soon as decided" -- is wrong with
-probability <= 1 % per direction: at most 1 % false FAILs for an A/A comparison or an unchanged job. A
-clear effect is decided at the first look: 10 pair-SDs beyond (or inside) the limit in 88-91 % of cases
-at 3 pairs (the previous design: 5-9 %), 12 pair-SDs in 95 % (7-12 %). The price is at small effects: 1
-pair-SD beyond the limit fails within 12 pairs in 60 % of cases instead of 66 %.
+  (Mickey and Brown 1966, Ann. Math. Statist. 37:639-642). A few candidate runs against many quiet stored
+  runs are nearly a one-sample t test, whose tail runs above the nominal level for skewed log values
+  (Pearson and Please 1975, Biometrika 62:223-241), so unpaired intervals spend UNPAIRED_SHARE of the error.
+  Simulated operating characteristic (false FAILs / PASSes, first-look power, the skewed cases beyond the
+  contract): benchmarks/decision_power.py, results in benchmarks/results/decision-power.md;
+  tests/test_decision.py checks the paired and unpaired cases.
 
 Two ways to form the log ratios:
 - paired: interleaved runs of A and B (A B, then B A, ...), d_i = log(a_i / b_i). Drift common to the
@@ -36,8 +24,7 @@ Two ways to form the log ratios:
   min(n, m) - 1. A side with a single run has no variance: the interval is unbounded unless the other
   side showed no variance at all (a deterministic metric such as CUDA peak allocated), where it is the
   point. The stored runs are fixed; only the candidate side grows (its planned looks count candidate
-  runs), so the information 1 / (1/m + 1/n) saturates at m: a baseline of few runs bounds what the
-  gate can resolve (2 stored runs leave 1 df at every look).
+  runs), so a baseline of few runs bounds what the gate can resolve (2 stored runs leave 1 df at every look).
 
 Decision against a limit L ("at_most": ratio <= L is good): PASS when hi <= L, FAIL when lo > L,
 INCONCLUSIVE while the interval holds L.

@@ -1,48 +1,28 @@
 """The group-sequential boundaries of the decision core (decide/decision.py): the planned looks, the error
 spent at each (Lan-DeMets Pocock-type spending) and the Student's t quantiles they need (no scipy). Pure
-Python over numbers. The other spending functions and boundaries the benchmarks weigh it against are in
-benchmarks/sequential_methods.py.
-
-The design: repeated confidence intervals (RCIs) of a two-sided group-sequential design with a few
-*planned* looks, Pocock-type error spending, and a Bonferroni bound over the looks, on log ratios.
+Python over numbers. The alternatives the benchmarks weigh it against are in benchmarks/sequential_methods.py;
+the critical values and power of each design are in benchmarks/results/decision-power.md.
 
 - Looks. The design looks at the first look n_1 (the test's repeats, 3 by default) and then at doubled
   pair counts up to the budget N (`planned_looks`: 3 -> 6 -> 12 for N = 12). Between planned looks it
-  does not look: an estimate taken at n pairs, n_1 <= n_k <= n < n_(k+1), is the one of look k, over the
-  first n_k pairs (the pairs after them wait for the next look), and the adaptive loops add pairs up to
-  the next planned look before looking again. So however often, and by however many tests sharing the
-  runs, a quantity is looked at, only the K planned tests are ever made on it. Few looks are what make an
-  early one able to decide: with a look after every pair (the previous design: 11 looks from 2 to 12
-  pairs) the error is spread so thin that the 3-pair critical value was 75.9 (Student's t with 2 df;
-  63.3 had it spent the full 1 %). Jennison and Turnbull's tables (2000, ch. 2) show most of a
-  sequential design's saving in expected sample size coming with its first few looks; Pocock (1977)
-  used 2-5 looks.
-- Spending. Lan, K. K. G. and DeMets, D. L. (1983), "Discrete sequential boundaries for clinical
-  trials", Biometrika 70:659-663: the Pocock-type spending function alpha(t) = alpha ln(1 + (e - 1) t),
-  t the information fraction (n / N paired; (1/m + 1/N) / (1/m + 1/n) against m stored runs). It is the
-  continuous form of Pocock, S. J. (1977), "Group sequential methods in the design and analysis of
-  clinical trials", Biometrika 64:191-199 (about equal nominal levels at equally spaced looks), and gives
-  the first look more of the error than the power family alpha t^rho for rho >= 1: 36 % of it at 3 of 12 pairs,
-  against 25 % for the Kim-DeMets power family with rho = 1 and 1.6 % with rho = 3 (Kim, K. and DeMets,
-  D. L. (1987), Biometrika 74:149-154), the previous design's. A ratio 10 pair-SDs beyond its limit
-  needs a 3-pair critical value of about 13 to be decided there in 80 % of cases; rho = 1 gives 14.1,
-  Pocock-type 11.8. The price is paid at the last look: 3.26 at 12 pairs instead of 3.17.
-- The bound over looks. Each look k gets the nominal one-sided level p_k = alpha(t_k) - alpha(t_(k-1)),
-  the spending increment, and its interval is  mean +- t_(p_k, df_k) SE_k  with the look's own variance
-  estimate. Under normal log ratios each paired look's t interval misses on one side with probability
-  exactly p_k, so by Bonferroni's inequality all K intervals hold the ratio with probability
-  >= 1 - 2 sum p_k = 98 %, whatever the correlation of the looks: the spending bounds the error without
-  an approximation. (The recursive integration of Armitage, McPherson and Rowe 1969 --
-  benchmarks/sequential_methods.critical_values, Jennison and Turnbull ch. 19 -- gains from the looks'
-  correlation when the variance is known, but applied to Student's t at its nominal levels -- Jennison and
-  Turnbull's significance-level approach -- it ran to 1.1 % per side with these 3 looks, simulated; the
-  previous design spent 0.7 of the error to stay under 1 % for the same reason, and needed 75.9 at 3
-  pairs.)
+  does not look: an estimate taken at n pairs, n_k <= n < n_(k+1), is the one of look k, over the first
+  n_k pairs, and the adaptive loops add pairs up to the next planned look before looking again. So however
+  often, and by however many tests sharing the runs, a quantity is looked at, only the K planned tests are
+  ever made on it. Few looks leave an early look able to decide (Jennison and Turnbull 2000, ch. 2: most
+  of a sequential design's saving comes with its first few looks; Pocock 1977 used 2-5).
+- Spending. Lan and DeMets (1983), Biometrika 70:659-663: alpha(t) = alpha ln(1 + (e - 1) t), t the
+  information fraction (n / N paired; (1/m + 1/N) / (1/m + 1/n) against m stored runs), the continuous
+  form of Pocock (1977), Biometrika 64:191-199. It gives the first look more of the error than the
+  Kim-DeMets power family alpha t^rho (rho >= 1), so a clear effect is decided at 3 pairs; the price is
+  a slightly wider last look.
+- The bound over looks. Each look k gets the nominal one-sided level p_k = alpha(t_k) - alpha(t_(k-1))
+  and its interval is  mean +- t_(p_k, df_k) SE_k  with the look's own variance estimate. By Bonferroni's
+  inequality all K intervals hold the ratio with probability >= 1 - 2 sum p_k = 98 %, whatever the
+  correlation of the looks: the spending bounds the error without an approximation.
 
-Alternatives weighed: Wald's SPRT and always-valid (confidence-sequence) intervals (Howard, Ramdas,
-McAuliffe and Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic confidence sequences", Ann.
-Statist. 49:1055-1080) allow a look after every pair, but with an unknown variance and 3-12 observations
-they are wider than a t interval of a few planned looks; a fixed-size t test decides only at its size.
+Alternatives weighed: Wald's SPRT and always-valid confidence sequences (Howard, Ramdas, McAuliffe and
+Sekhon 2021, Ann. Statist. 49:1055-1080) allow a look after every pair, but with an unknown variance and
+3-12 observations they are wider than a t interval of a few planned looks.
 """
 
 from __future__ import annotations
