@@ -13,10 +13,13 @@ import platform
 import statistics
 from typing import Any, Iterable
 
+from pytest_distperf.report import out_of_budget
 from pytest_distperf.report.document import SessionDocument, TestDocument, unique_jobs
-from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
+from pytest_distperf.report.outcomes import OUTCOME_MARK
+from pytest_distperf.report.rows import md_cell
+from pytest_distperf.report.terminal import baseline_row
 from pytest_distperf.fs.jsonio import write_json_atomic
-from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
+from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.measure.wording import pair_to_pair, short_test
 from pytest_distperf.measure.figures import SCOPES
 from pytest_distperf.measure.stats import quantile
@@ -36,72 +39,80 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
 # -- Markdown job summary ---------------------------------------------------------------------------------------
 def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
-    failed = [e for e in entries if e.outcome in ("failed", "error")]
-    classes = sorted({e.machine_class for e in entries if e.machine_class})
-    from pytest_distperf.report import out_of_budget
+    lines = _md_counts(entries) + out_of_budget.markdown_lines(entries)  # not measured: as visible as a failure
+    if lines[-1] != "":
+        lines.append("")
+    for section in (_md_undecided(entries), _md_jobs(entries), _md_verdicts(entries), _md_checks(entries)):
+        lines += section + ([""] if section else [])
+    for e in entries:
+        if e.outcome in ("failed", "error"):
+            reason = " ".join((e.failure or "").split())[:300]  # session.failure_text
+            reason = reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            lines += [f"<details><summary>✗ {md_cell(e.nodeid)}" + (f": {md_cell(reason)}" if reason else "")
+                      + "</summary>", "", "```text", (e.message or "(no message)").strip()[:4000], "```",
+                      "</details>", ""]
+    return "\n".join(lines) + "\n"
 
-    late = out_of_budget.markdown_lines(entries)
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(map(md_cell, cells)) + " |"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [_md_row(header), "|" + "---|" * len(header)] + [_md_row(r) for r in rows] if rows else []
+
+
+def _md_counts(entries: list[TestDocument]) -> list[str]:
+    failed = sum(e.outcome in ("failed", "error") for e in entries)
     unmeasured = len(out_of_budget.out_of_budget(entries))
-    lines = ["## distperf", "",
-             f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {len(failed)} failed"
-             + (f", {out_of_budget.count_text(unmeasured)}" if unmeasured else "")
-             + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
-    lines += late + ([""] if late else [])  # not measured: as visible as a failure
+    classes = sorted({e.machine_class for e in entries if e.machine_class})
+    return ["## distperf", "",
+            f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {failed} failed"
+            + (f", {out_of_budget.count_text(unmeasured)}" if unmeasured else "")
+            + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+
+
+def _md_undecided(entries: list[TestDocument]) -> list[str]:
+    """As visible as a failure: an undecided verdict is not a pass."""
     from pytest_distperf.report.undecided import STRICT_HINT, subject, undecided, undecided_text
 
     found = undecided(entries)
-    if found:  # as visible as a failure: an undecided verdict is not a pass
-        lines += [f"**⚠ {len(found)} undecided (inconclusive) verdict(s)**: neither passed nor failed "
-                  f"({STRICT_HINT})", ""]
-        lines += [f"- `{_md([short_test(n)])[0]}`: {_md([subject(r)])[0]}: {_md([undecided_text(r)])[0]}"
-                  for n, r in found] + [""]
-    jobs = [(e, j.figures) for e in entries for j in e.jobs]
-    if jobs:
-        lines += ["| test | job | runs | step time | run-to-run | peak memory |", "|---|---|---|---|---|---|"]
-        for e, f in jobs:
-            cv = "-" if f.run_cv is None else f"{f.run_cv:.1%}"
-            lines.append("| " + " | ".join(_md([short_test(e.nodeid), f.label, str(f.runs),
-                                                fmt_seconds(f.step_time), cv, fmt_bytes(f.peak_memory)])) + " |")
-        lines += ["", f"step time: {SCOPES['step_time'][1]}; peak memory: {SCOPES['peak_memory'][1]}", ""]
-    verdicts = [(e, v) for e in entries for v in e.verdicts]
-    if verdicts:
-        lines += ["| test | job | metric | baseline | current | Δ | 98% interval | status |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for e, v in verdicts:
-            lines.append("| " + " | ".join(_md([
-                short_test(e.nodeid), v.job, v.metric, fmt_value(v.baseline, v.unit), fmt_value(v.current, v.unit),
-                fmt_pct(v.delta), v.interval_text(), status_mark(v.status, v.fails)])) + " |")
-        lines.append("")
-    checks = [(e, c) for e in entries for c in e.checks]
-    if checks:
-        lines += ["| test | check | ratio A/B [98% interval] | pairs | pair-to-pair | limit | verdict |",
-                  "|---|---|---|---|---|---|---|"]
-        for e, c in checks:
-            ratio = f"{c.ratio:.3f}" if c.unit != "rel" else f"{c.ratio:.1e}"
-            if c.method == "paired":
-                ratio += f" {c.interval_text()}"  # in words where the design cannot bound it (wording.bound_text)
-            pairs = str(c.pairs) if c.method == "paired" else "-"
-            lines.append("| " + " | ".join(_md([short_test(e.nodeid), c.name, ratio, pairs,
-                                                pair_to_pair(c.method, c.pair_cv), f"{c.threshold:g}",
-                                                OUTCOME_MARK[c.outcome]])) + " |")
-        lines.append("")
-    for e in failed:
-        reason = " ".join((e.failure or "").split())[:300]  # session.failure_text
-        reason = reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        lines += [f"<details><summary>✗ {_md([e.nodeid])[0]}" + (f": {_md([reason])[0]}" if reason else "")
-                  + "</summary>", "", "```text",
-                  (e.message or "(no message)").strip()[:4000], "```", "</details>", ""]
-    return "\n".join(lines) + "\n"
+    if not found:
+        return []
+    return ([f"**⚠ {len(found)} undecided (inconclusive) verdict(s)**: neither passed nor failed ({STRICT_HINT})", ""]
+            + [f"- `{md_cell(short_test(n))}`: {md_cell(subject(r))}: {md_cell(undecided_text(r))}" for n, r in found])
+
+
+def _md_jobs(entries: list[TestDocument]) -> list[str]:
+    rows = [[short_test(e.nodeid), f.label, str(f.runs), fmt_seconds(f.step_time),
+             "-" if f.run_cv is None else f"{f.run_cv:.1%}", fmt_bytes(f.peak_memory)]
+            for e in entries for f in (j.figures for j in e.jobs)]
+    if not rows:
+        return []
+    return (_md_table(["test", "job", "runs", "step time", "run-to-run", "peak memory"], rows)
+            + ["", f"step time: {SCOPES['step_time'][1]}; peak memory: {SCOPES['peak_memory'][1]}"])
+
+
+def _md_verdicts(entries: list[TestDocument]) -> list[str]:
+    return _md_table(["test", "job", "metric", "baseline", "current", "Δ", "98% interval", "status"],
+                     [baseline_row(e.nodeid, v) for e in entries for v in e.verdicts])
+
+
+def _md_checks(entries: list[TestDocument]) -> list[str]:
+    rows = []
+    for e, c in ((e, c) for e in entries for c in e.checks):
+        ratio = f"{c.ratio:.3f}" if c.unit != "rel" else f"{c.ratio:.1e}"
+        if c.method == "paired":
+            ratio += f" {c.interval_text()}"  # in words where the design cannot bound it (wording.bound_text)
+        rows.append([short_test(e.nodeid), c.name, ratio, str(c.pairs) if c.method == "paired" else "-",
+                     pair_to_pair(c.method, c.pair_cv), f"{c.threshold:g}", OUTCOME_MARK[c.outcome]])
+    return _md_table(["test", "check", "ratio A/B [98% interval]", "pairs", "pair-to-pair", "limit", "verdict"], rows)
 
 
 def append_step_summary(path: str, text: str) -> None:
     """GitHub Actions shows the file named by $GITHUB_STEP_SUMMARY on the run's page; steps append to it."""
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
-
-
-def _md(cells: list[str]) -> list[str]:
-    return [str(c).replace("|", "\\|").replace("\n", " ") for c in cells]
 
 
 # -- pytest-benchmark export ------------------------------------------------------------------------------------

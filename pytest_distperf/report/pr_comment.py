@@ -25,16 +25,12 @@ from pytest_distperf.report.outcomes import counted, mark, rank, test_outcome
 from pytest_distperf.measure.wording import short_test
 from pytest_distperf.report.document import SessionDocument, unique_jobs
 from pytest_distperf.report.out_of_budget import count_text, markdown_lines, out_of_budget
-from pytest_distperf.report.rows import SharedRow, shared_rows, verdict_rows
+from pytest_distperf.report.rows import SharedRow, md_cell, shared_rows, verdict_rows
 
 MARKER = "<!-- distperf-pr-comment -->"
 MAX_LINES = 25
 HTML_URL_ENV = "DISTPERF_HTML_URL"
 LISTED = ("fail", "error", "xpass", "inconclusive", "warn", "improved")  # outcomes every one of which is listed
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _counts_line(rows: Sequence[SharedRow], session: SessionDocument) -> str:
@@ -62,8 +58,8 @@ def _listed_row(s: SharedRow) -> str:
     more = f" (+{len(s.tests) - 1} tests)" if len(s.tests) > 1 else ""
     verdict = f"✗ {r.outcome}, fails" if r.fails else f"{mark(r.outcome)} {r.outcome}"
     what = f"{r.subject}: {r.note}" if r.kind == "test" and r.note else r.subject  # the failure's reason
-    return (f"| {verdict} | `{_cell(short_test(s.tests[0]))}`{more} | {_cell(what)} | "
-            f"{_cell(r.value)} | {_cell(r.interval)} | {_cell(r.limit)} |")
+    return (f"| {verdict} | `{md_cell(short_test(s.tests[0]))}`{more} | {md_cell(what)} | "
+            f"{md_cell(r.value)} | {md_cell(r.interval)} | {md_cell(r.limit)} |")
 
 
 def _runs_line(session: SessionDocument) -> str:
@@ -143,7 +139,7 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
     found = undecided(session.tests)
     if found:  # estimate, why undecided, the noise: never mistaken for a pass (listed, never cut)
         table += ["", f"**⚠ {len(found)} undecided** (not failing; {STRICT_HINT}):"]
-        table += [f"- `{_cell(short_test(n))}` {_cell(subject(r))}: {_cell(undecided_text(r))}" for n, r in found]
+        table += [f"- `{md_cell(short_test(n))}` {md_cell(subject(r))}: {md_cell(undecided_text(r))}" for n, r in found]
     xfails = [s for s in rows if s.row.outcome == "xfail"]
     room = MAX_LINES - len(head) - len(table) - len(tail)
     if xfails and room >= 2:  # known gaps, by name, when the budget has room (a blank line ends a table)

@@ -23,6 +23,11 @@ from pytest_distperf.report.outcomes import LIMIT_SIGN, record_outcome, test_out
 Decided = Union[Check, MetricVerdict]  # a record with an interval
 
 
+def md_cell(text: object) -> str:
+    """A Markdown table cell's text: `|` escaped, one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def fmt_unit(value: float | None, unit: str) -> str:
     if value is None:
         return "–"

@@ -79,8 +79,8 @@ def _work_row(r: JobFigures) -> list[str]:
             fmt_bytes(w["train_memory"]) if "train_memory" in w else "-", note]
 
 
-def _baseline_row(nodeid: str, v: MetricVerdict) -> list[str]:
-    """One metric of one job against its baseline."""
+def baseline_row(nodeid: str, v: MetricVerdict) -> list[str]:
+    """One metric of one job against its baseline (the terminal's and the Markdown summary's cells)."""
     return [short_test(nodeid), v.job, v.metric, fmt_value(v.baseline, v.unit), fmt_value(v.current, v.unit),
             fmt_pct(v.delta), v.interval_text(), status_mark(v.status, v.fails)]
 
@@ -123,87 +123,124 @@ def _check_row(nodeid: str, r: Check) -> list[str]:
 
 
 def render(tests: Iterable[TestDocument]) -> list[str]:
+    """The session's tables, each section after a blank line: jobs, where their time went, work figures,
+    checks, probes, baseline verdicts, head vs base, jobs without a baseline, saved baselines."""
     tests = list(tests)
-    checks: list[list[str]] = []
-    probes: list[list[str]] = []
+    jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
+    lines = _jobs_section(tests, jobs)
+    for section in (_time_split_section(jobs), _work_section(jobs), _checks_section(tests), _probes_section(tests),
+                    _baselines_section(tests), *_against_sections(tests), _unrecorded_section(tests),
+                    _saved_section(tests)):
+        if section:
+            lines += [""] + section
+    return lines
+
+
+def _secondary_lines(secondaries: dict[str, str]) -> list[str]:
+    """A figure shown beside the one that decided, never decided on (CPU memory: host RSS growth)."""
+    return [f"  {where}: {text}" for where, text in secondaries.items()]
+
+
+def _jobs_section(tests: list[TestDocument], jobs: list[JobFigures]) -> list[str]:
+    if not jobs:
+        return []
     departures: dict[str, dict[str, str]] = {}  # job -> where its adapter departs from its library's defaults
-    baselines: list[list[str]] = []
-    unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
-    against: dict[str, list[list[str]]] = {}  # "head ... vs base ..." -> its verdict rows, each with its note
-    saved: list[list[str]] = []  # what each baseline just saved lets the gate decide (decide/verdicts.Resolution)
-    saved_jobs: set[tuple[str, str]] = set()
-    # a figure shown beside the one that decided, never decided on (CPU memory: host RSS growth), said under the table
+    for j in (j for t in tests for j in t.jobs if j.departures):
+        departures.setdefault(j.figures.label, j.departures)
+    return (_table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
+                    "opt B/param"], [_job_row(r) for r in jobs]) + [f"  {LEGEND}"]
+            + [f"  {label} departs from its library's defaults: " + "; ".join(f"{k} {v}" for k, v in sorted(d.items()))
+               for label, d in departures.items()])
+
+
+def _time_split_section(jobs: list[JobFigures]) -> list[str]:
+    splits = [(r.label, r.time_split) for r in jobs if r.time_split]
+    return time_split_lines(splits) if splits else []
+
+
+def _work_section(jobs: list[JobFigures]) -> list[str]:
+    rows = [_work_row(r) for r in jobs if r.work]
+    if not rows:
+        return []
+    return (_table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops", "instructions",
+                    "train mem"], [row[:-1] for row in rows])
+            + [f"  {WORK_LEGEND}"] + [f"  {row[0]}: {row[-1]}" for row in rows if row[-1]])
+
+
+def _checks_section(tests: list[TestDocument]) -> list[str]:
+    rows = [_check_row(t.nodeid, c) for t in tests for c in t.checks]
+    if not rows:
+        return []
     secondaries: dict[str, str] = {}
-    check_secondaries: dict[str, str] = {}
-    against_secondaries: dict[str, dict[str, str]] = {}
     for t in tests:
-        nodeid = t.nodeid
-        for j in t.jobs:
-            if j.departures:
-                departures.setdefault(j.figures.label, j.departures)
-        checks += [_check_row(nodeid, c) for c in t.checks]
-        probes += [_probe_row(p) for p in t.probes]
-        for r in t.saved:
-            saved_jobs.add((nodeid, r.job))
-            saved.append(_saved_row(nodeid, r))
-        for v in t.verdicts:
-            if v.reference:  # head vs base (decide/against.py)
-                against.setdefault(v.reference, []).append(_baseline_row(nodeid, v) + [v.note])
-                if v.secondary:
-                    against_secondaries.setdefault(v.reference, {}).setdefault(f"{v.job} {v.metric}", v.secondary)
-            elif v.status == "new":
-                unrecorded.setdefault((nodeid, v.job), []).append(v.metric)
-            else:
-                baselines.append(_baseline_row(nodeid, v))
-                if v.secondary:
-                    secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
         for c in t.checks:
             if getattr(c, "secondary", ""):
-                check_secondaries.setdefault(f"{short_test(nodeid)} {c.name}", c.secondary)
-    lines: list[str] = []
-    jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
-    if jobs:
-        lines += _table(["job", "runs x steps", "step time", "run-to-run", "steps p10 - p90", "tok/s", "peak mem",
-                         "opt B/param"], [_job_row(r) for r in jobs])
-        lines += [f"  {LEGEND}"]
-        lines += [f"  {label} departs from its library's defaults: "
-                  + "; ".join(f"{k} {v}" for k, v in sorted(d.items())) for label, d in departures.items()]
-    splits = [(r.label, r.time_split) for r in jobs if r.time_split]
-    if splits:
-        lines += [""] + time_split_lines(splits)
-    unique_work = [_work_row(r) for r in jobs if r.work]
-    if unique_work:
-        lines += [""] + _table(["job: work per step", "GPU time", "GPU busy", "kernels", "FLOP", "ops",
-                                "instructions", "train mem"], [list(row[:-1]) for row in unique_work])
-        lines += [f"  {WORK_LEGEND}"]
-        lines += [f"  {row[0]}: {row[-1]}" for row in unique_work if row[-1]]
-    if checks:
-        lines += [""] + _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit",
-                                "verdict"], checks)
-        lines += [f"  {where}: {text}" for where, text in check_secondaries.items()]
-    if probes:
-        lines += [""] + _table(["probed job (worst rank)", "steps", "collectives/step/rank", "AG median", "overlap", "exposed/step",
-                                "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], probes)
-    if baselines:
-        lines += [""] + _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
-                               _merge_shared(baselines))
-        lines += [f"  {where}: {text}" for where, text in secondaries.items()]
-    for reference, rows in against.items():
-        lines += ["", f"{reference}:"] + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval",
-                                                 "status"], _merge_shared([row[:-1] for row in rows]))
-        lines += [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark(
-            "pass")]  # why each undecided, failed or incomparable verdict is so
-        lines += [f"  {where}: {text}" for where, text in against_secondaries.get(reference, {}).items()]
-    unrecorded = {k: v for k, v in unrecorded.items() if k not in saved_jobs}
-    if unrecorded:
-        lines += ["", f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
-        lines += [f"  {job} ({len(metrics)} metrics) in {short_test(nodeid)}: "
-                  f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()]
-    if saved:
-        lines += ["", "saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
-        lines += _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
-                        saved)
-    return lines
+                secondaries.setdefault(f"{short_test(t.nodeid)} {c.name}", c.secondary)
+    return _table(["test", "check", "A", "B", "A/B [98% interval]", "pairs", "pair-to-pair", "limit", "verdict"],
+                  rows) + _secondary_lines(secondaries)
+
+
+def _probes_section(tests: list[TestDocument]) -> list[str]:
+    rows = [_probe_row(p) for t in tests for p in t.probes]
+    return _table(["probed job (worst rank)", "steps", "collectives/step/rank", "AG median", "overlap", "exposed/step",
+                   "copies/step (bytes)", "pageable/step", "optimizer.step()", "CPU cores busy"], rows) if rows else []
+
+
+def _baselines_section(tests: list[TestDocument]) -> list[str]:
+    rows: list[list[str]] = []
+    secondaries: dict[str, str] = {}
+    for t in tests:
+        for v in t.verdicts:
+            if not v.reference and v.status != "new":
+                rows.append(baseline_row(t.nodeid, v))
+                if v.secondary:
+                    secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
+    if not rows:
+        return []
+    return _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
+                  _merge_shared(rows)) + _secondary_lines(secondaries)
+
+
+def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
+    """Head vs base (decide/against.py): a table per "head ... vs base ...", then why each undecided, failed or
+    incomparable verdict is so."""
+    against: dict[str, list[list[str]]] = {}
+    secondaries: dict[str, dict[str, str]] = {}
+    for t in tests:
+        for v in t.verdicts:
+            if v.reference:
+                against.setdefault(v.reference, []).append(baseline_row(t.nodeid, v) + [v.note])
+                if v.secondary:
+                    secondaries.setdefault(v.reference, {}).setdefault(f"{v.job} {v.metric}", v.secondary)
+    return [[f"{reference}:"]
+            + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval", "status"],
+                     _merge_shared([row[:-1] for row in rows]))
+            + [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark("pass")]
+            + _secondary_lines(secondaries.get(reference, {})) for reference, rows in against.items()]
+
+
+def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
+    saved = {(t.nodeid, r.job) for t in tests for r in t.saved}
+    unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
+    for t in tests:
+        for v in t.verdicts:
+            if not v.reference and v.status == "new" and (t.nodeid, v.job) not in saved:
+                unrecorded.setdefault((t.nodeid, v.job), []).append(v.metric)
+    if not unrecorded:
+        return []
+    return ([f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
+            + [f"  {job} ({len(metrics)} metrics) in {short_test(nodeid)}: "
+               f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()])
+
+
+def _saved_section(tests: list[TestDocument]) -> list[str]:
+    """What each baseline just saved lets the gate decide (decide/verdicts.Resolution)."""
+    rows = [_saved_row(t.nodeid, r) for t in tests for r in t.saved]
+    if not rows:
+        return []
+    return (["saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
+            + _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
+                     rows))
 
 
 def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
