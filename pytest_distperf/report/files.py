@@ -32,10 +32,6 @@ def json_report(entries: Iterable[TestDocument], environment: dict[str, Any], in
     return SessionDocument(list(entries), environment, invocation).to_json()
 
 
-def write_json(path: str, doc: dict[str, Any]) -> None:
-    write_json_atomic(path, doc, lock=False)
-
-
 # -- Markdown job summary ---------------------------------------------------------------------------------------
 def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
@@ -157,7 +153,7 @@ def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any])
         "commit_info": {"id": environment.get("git_commit") or "unknown", "time": None, "author_time": None,
                         "dirty": False, "project": "pytest-distperf", "branch": "(unknown)"},
         "benchmarks": benchmarks,
-        "datetime": _now(),
+        "datetime": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "version": BENCHMARK_FORMAT_VERSION,
     }
 
@@ -206,22 +202,16 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
     # The one redaction (redact.py): every report below is drawn from these redacted documents.
     environment = redact(session_environment(entries, rootdir, device))
     doc = redact(json_report(entries, environment, invocation))
-    html_url = redact_text(html_url) if html_url else html_url
     if json_path:
-        write_json(json_path, doc)
+        write_json_atomic(json_path, doc, lock=False)
         written.append(f"JSON report {json_path}")
     history: list[Any] = []
     history_error = None
     if history_url and entries:
-        from pytest_distperf.report.charts import trend_series
-        from pytest_distperf.store.history import HistoryError, record_session, session_trends
+        from pytest_distperf.store.history import HistoryError
 
         try:
-            recorded = record_session(history_url, doc)
-            written.append(f"history: session {recorded.session_id} ({recorded.rows} values"
-                           f"{', already recorded' if recorded.duplicate else ''}) in {recorded.where}")
-            if html_path:
-                history = trend_series(session_trends(history_url, doc))
+            history = _record_history(history_url, doc, bool(html_path), written)
         except HistoryError as e:  # the other reports are still written; the error fails the run after them
             history_error = e
     if html_path:
@@ -232,10 +222,10 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
     if pr_comment_path:
         from pytest_distperf.report.pr_comment import write_pr_comment
 
-        write_pr_comment(pr_comment_path, doc, html_url, html_path)
+        write_pr_comment(pr_comment_path, doc, redact_text(html_url) if html_url else html_url, html_path)
         written.append(f"PR comment {pr_comment_path}")
     if benchmark_path:
-        write_json(benchmark_path, redact(benchmark_json(entries, environment)))
+        write_json_atomic(benchmark_path, redact(benchmark_json(entries, environment)), lock=False)
         written.append(f"pytest-benchmark JSON {benchmark_path}")
     if step_summary_path and entries:
         append_step_summary(step_summary_path, redact_text(markdown_summary(entries)))
@@ -245,5 +235,12 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
     return written
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+def _record_history(history_url: str, doc: dict[str, Any], trends: bool, written: list[str]) -> list[Any]:
+    """Append the session's document to the history; with `trends`, the trend series of its metrics."""
+    from pytest_distperf.report.charts import trend_series
+    from pytest_distperf.store.history import record_session, session_trends
+
+    recorded = record_session(history_url, doc)
+    written.append(f"history: session {recorded.session_id} ({recorded.rows} values"
+                   f"{', already recorded' if recorded.duplicate else ''}) in {recorded.where}")
+    return trend_series(session_trends(history_url, doc)) if trends else []

@@ -25,12 +25,8 @@ Verdict = Union[Check, MetricVerdict]
 STRICT_HINT = "--distperf-strict makes an undecided verdict fail the test"
 
 
-def _pct(x: float) -> str:
-    return f"{x:.0%}".replace("%", " %")
-
-
-def _signed_pct(x: float) -> str:
-    return f"{x:+.0%}".replace("%", " %")
+def _pct(x: float, sign: str = "") -> str:
+    return f"{x:{sign}.0%}".replace("%", " %")
 
 
 def undecided_text(record: Verdict) -> str:
@@ -41,22 +37,16 @@ def undecided_text(record: Verdict) -> str:
     stop = f"; stopped: {stopped}" if stopped and stopped not in ("decided", "fixed runs") else ""
     if isinstance(record, Check):
         head = f"{record.ratio:.3g}x estimated against a {record.threshold:.3g}x limit"
-        if record.method == "paired" and record.pair_cv is not None:
-            noise = f"this machine's pair-to-pair variation is {_pct(record.pair_cv)}"
-        elif record.run_cv_a is not None:
-            noise = f"this machine's run-to-run is {_pct(record.run_cv_a)}"
-        else:
-            noise = "too few runs to measure the noise"
-        n = f"{record.pairs} pairs; " if record.pairs else ""
-        if not interval.startswith("["):  # words: the design could not bound it (wording.bound_text)
-            return f"{head}, undecided: {noise} ({interval}{stop})"
-        return f"{head}, undecided: {noise} ({n}interval {interval} holds the limit{stop})"
-    delta = record.delta
-    head = f"{_signed_pct(delta)} estimated" if delta is not None else "change not estimated"
-    cv = record.current_cv if record.current_cv is not None else record.baseline_cv
-    noise = f"this machine's run-to-run is {_pct(cv)}" if cv is not None else "too few runs to measure the noise"
-    limit = f" the {record.threshold:+.1%} limit" if record.threshold is not None else " the limit"
-    runs = f"{record.current_runs} runs; " if record.current_runs else ""
+        cv, noise = ((record.pair_cv, "pair-to-pair variation") if record.method == "paired" and record.pair_cv
+                     is not None else (record.run_cv_a, "run-to-run"))
+        runs, limit = (f"{record.pairs} pairs; " if record.pairs else ""), " the limit"
+    else:
+        delta = record.delta
+        head = f"{_pct(delta, '+')} estimated" if delta is not None else "change not estimated"
+        cv, noise = (record.current_cv if record.current_cv is not None else record.baseline_cv), "run-to-run"
+        runs = f"{record.current_runs} runs; " if record.current_runs else ""
+        limit = f" the {record.threshold:+.1%} limit" if record.threshold is not None else " the limit"
+    noise = f"this machine's {noise} is {_pct(cv)}" if cv is not None else "too few runs to measure the noise"
     if not interval.startswith("["):  # words: the design could not bound it (wording.bound_text)
         return f"{head}, undecided: {noise} ({interval}{stop})"
     return f"{head}, undecided: {noise} ({runs}interval {interval} holds{limit}{stop})"
