@@ -23,7 +23,7 @@ from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import (WORK_METRICS, JobRuns, breakdown_lines, geometric_mean, memory_metric,
                                              memory_words, run_peak_memory, run_step_time, run_work,
-                                             secondary_memory_metric, work_not_measured)
+                                             secondary_memory_metric, secondary_words, work_not_measured)
 from pytest_distperf.measure.stats import max_relative_difference, relative_spread
 from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
 from pytest_distperf.measure.wording import bound_text, is_words
@@ -261,8 +261,7 @@ class Comparison:
         """The secondary memory figure of both sides, in words: shown beside the one that decided, never decided."""
         a, b = _memory(self.a, metric), _memory(self.b, metric)
         ratio = f", {a / b:.3f}x" if b > 0 else ""
-        return (f"{memory_words(metric, _device(self.a))} ({metric}; shown, not decided on: it counts imports and "
-                f"one-time allocations): A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}")
+        return f"{secondary_words(metric, _device(self.a))}: A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}"
 
     def assert_gpu_time_within(self, k: float) -> Check:
         """Fail unless A's GPU kernel time per step (compute + memcpy/memset, measure/figures.py) is at most k x

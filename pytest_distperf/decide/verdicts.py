@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from pytest_distperf.store.baselines import MetricSeries
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
-from pytest_distperf.measure.figures import WORK_METRICS, memory_metric, memory_words, secondary_memory_metric
+from pytest_distperf.measure.figures import WORK_METRICS, memory_metric, secondary_memory_metric, secondary_words
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
 from pytest_distperf.measure.wording import bound_text, is_words
@@ -149,8 +149,7 @@ def secondary_text(metric: str, device: str | None, reference: MetricSeries | No
     if reference is not None and reference.runs:
         values = (f"{sides[0]} {fmt_bytes(reference.center)}, {values}"
                   + (f" ({fmt_pct(cur / reference.center - 1)})" if reference.center else ""))
-    return (f"{memory_words(secondary, device or 'cpu')} ({secondary}; shown, not decided on: it counts imports and "
-            f"one-time allocations): {values}")
+    return f"{secondary_words(secondary, device or 'cpu')}: {values}"
 
 
 def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:

@@ -299,6 +299,12 @@ def memory_words(metric: str, device: str) -> str:
     return MEMORY_WORDS.get(metric) or memory_kind(device)
 
 
+def secondary_words(metric: str, device: str) -> str:
+    """How a secondary memory figure is named beside the one that decided (a check's, a baseline verdict's)."""
+    return (f"{memory_words(metric, device)} ({metric}; shown, not decided on: it counts imports and one-time "
+            "allocations)")
+
+
 TIME_PARTS = ("startup", "build", "warmup", "timed", "other")
 
 
