@@ -3,20 +3,19 @@
 Needs the `history` extra (`pip install "pytest-distperf[history]"`: SQLAlchemy, psycopg 3, ruptures); this
 package's `__init__` imports none of them, so importing it is cheap and the error for a missing extra is ours.
 
-Public functions (the only ones other modules should call):
+Public functions (the only ones other modules should call; errors are `HistoryError`s whose message starts
+with `option`):
 
-- `record_session(url, report_doc, *, session_id=None, commit=None, option="--distperf-history") -> Recorded`
-  Append a session's `--distperf-json` document (the dict `report.files.json_report` returns) to the history
-  at `url`: a file path or `sqlite:///path/history.db` (SQLite, created with its folder if missing) or
-  `postgresql://user:password@host:port/db`. Every test's jobs, every metric, one row per run. `commit`
-  overrides the report's `environment.git_commit` (e.g. `$GITHUB_SHA`). The same document twice is stored once
-  (`Recorded.duplicate`). Errors are `HistoryError`s whose message starts with `option`.
+- `record_session(url, report_doc, ...) -> Recorded`: append a session's `--distperf-json` document (the dict
+  `report.files.json_report` returns) to the history at `url`: a file path or `sqlite:///path/history.db`
+  (SQLite, created with its folder if missing) or `postgresql://user:password@host:port/db`. One row per run of
+  every metric of every test's jobs. `commit` overrides the report's `environment.git_commit` (e.g.
+  `$GITHUB_SHA`). The same document twice is stored once (`Recorded.duplicate`).
 
-- `check_url(url, option="--distperf-history") -> str`: validate a URL's form without connecting (for option
-  checking before any job starts); returns it with the password hidden. Raises `HistoryUrlError`.
+- `check_url(url, option) -> str`: validate a URL's form without connecting (for option checking before any job
+  starts); returns it with the password hidden. Raises `HistoryUrlError`.
 
-- `trends(url, *, test=None, job=None, metric=None, machine_class=None, alpha=0.001, min_size=3,
-  min_change=0.0, option="history URL") -> list[Trend]`
+- `trends(url, *, test, job, metric, machine_class, alpha, min_size, min_change, option) -> list[Trend]`
   One `Trend` per (machine class, test, job, metric) whose fields contain the given substrings. A `Trend` has
   `key` (`machine_class`, `test`, `job`, `metric`), `unit` ("s", "bytes", "calls", ...), `direction` ("lower" or
   "higher" is better), `kind`, `points` (one `TrendPoint` per session, oldest first: `created_at`,
@@ -25,8 +24,7 @@ Public functions (the only ones other modules should call):
   `commit_range`, `before_mean`, `after_mean`, `change` = after/before - 1, `pvalue`, `tstat`, `verdict`
   = regression | improvement | change, `config_changed`, `environment_changes`); with none, `strongest` is the
   split that was tried first and did not hold (a `ChangePoint` with its p-value), or None. `Trend.to_dict()` is
-  JSON-ready. `comms.*` values are per step, per rank (the rank with the most). This is the data the HTML report
-  draws.
+  JSON-ready. `comms.*` values are per step, per rank (the rank with the most).
 
 - `render_text(trends, points=False) -> str`: the CLI's text.
 
