@@ -47,8 +47,7 @@ def step_timeline(trace: Trace, rank: int) -> StepTimeline:
 
 def _cpu_lanes(trace: Trace, start: float, end: float) -> tuple[list[Interval], list[tuple[float, float, str]]]:
     """(compute, communication) of the CPU step in [start, end]."""
-    step_threads = {e.get("tid") for e in trace.events
-                    if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK}
+    step_threads = trace.step_threads
     inside = [e for e in trace.events
               if start <= float(e["ts"]) <= end and e.get("cat") in ("cpu_op", "user_annotation")]
     comm_events = [e for e in inside if _is_comm_name(e.get("name", ""))]
