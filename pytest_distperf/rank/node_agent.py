@@ -1,15 +1,9 @@
 """One node's agent: `python -m pytest_distperf.rank.node_agent JOB_DIR AGENT_INDEX`.
 
-Runs torch's own launcher, torchrun (`torch.distributed.run`), with the node plan the pytest
-process wrote into the shared job folder:
-
-    torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT
-             --rdzv-id JOB --max-restarts 0 ... -m pytest_distperf.rank.entry JOB_DIR
-
-in this process (as `python -m torch.distributed.run` does), so that what torchrun raises -- which
-rank failed, with which exit code or signal and traceback -- lands in `result-agent{i}.pkl` with
-this host's name, instead of only in a table on the agent's stderr. The exact torchrun command is
-printed first, to reproduce one node by hand.
+Runs torchrun (`torch.distributed.run --nnodes N ... -m pytest_distperf.rank.entry JOB_DIR`) with the node
+plan the pytest process wrote into the shared job folder, in this process, so that what torchrun raises (which
+rank failed, how, with which traceback) lands in `result-agent{i}.pkl` with this host's name. The exact torchrun
+command is printed first, to reproduce one node by hand.
 """
 
 from __future__ import annotations

@@ -106,10 +106,7 @@ def import_adapter(strategy: str, adapter: str | None) -> Any:
 
 
 def build(loaded: Loaded) -> Prepared:
-    job = loaded.job
-    if job.step is not None:
-        return _build_user_step(loaded)
-    return _build_strategy(loaded)
+    return _build_user_step(loaded) if loaded.job.step is not None else _build_strategy(loaded)
 
 
 def _build_user_step(loaded: Loaded) -> Prepared:

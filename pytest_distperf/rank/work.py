@@ -1,30 +1,22 @@
 """The work phase: what a step asks of the machine, measured in steps of its own after the timed ones.
 
-Wall-clock step time on a host-bound step (Python hooks, launches, a shared CPU) varies run to run with the host;
-what the step asks the machine to do does not. Per profiled step, per rank:
+Wall-clock time of a host-bound step varies run to run with the host; what the step asks the machine to do does
+not. Per profiled step, per rank:
 
-- ``gpu_time``: summed duration of the step's compute kernels, memcpys and memsets (CUPTI, through
-  ``torch.profiler``); communication kernels are summed apart (``gpu_comm_time``): an NCCL kernel's duration
-  includes waiting for the peer ranks, which is the host's noise again.
-- ``gpu_busy``: the union of every GPU activity's interval (all streams, communication included): the time the
-  GPU was doing anything. ``gpu_busy / step_time`` is the host-bound share (measure/figures.py).
-- ``kernels``: GPU kernels launched (communication included).
-- ``flops``: ``torch.utils.flop_counter.FlopCounterMode``'s count (matmuls, convolutions, attention).
-- ``aten_ops``: operators dispatched (ATen and c10d, every call a dispatch mode sees).
+- ``gpu_time``: summed duration of the step's compute kernels, memcpys and memsets (CUPTI); communication
+  kernels apart (``gpu_comm_time``), as their duration includes waiting for the peers;
+- ``gpu_busy``: the union of every GPU activity's interval, all streams (``gpu_busy / step_time`` is the
+  host-bound share, measure/figures.py); ``kernels``: GPU kernels launched;
+- ``flops`` (``FlopCounterMode``) and ``aten_ops`` (every operator call a dispatch mode sees);
 - ``instructions``: user-space instructions of the rank's main thread (``perf_event_open``), where the kernel
-  exposes a hardware PMU; otherwise ``not_measured`` says why.
-- on CPU, ``state_bytes`` (parameters, gradients and optimizer state, tensor bytes by storage) and
-  ``step_peak_bytes`` (the most tensor bytes a step allocates above its start: activations, gradients,
-  temporaries; the profiler's allocation events): the training state, where host RSS counts whatever the rank
-  imports.
+  exposes a hardware PMU;
+- on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
+  a step allocates above its start): the training state, where host RSS counts whatever the rank imports.
 
-Three passes, so no figure is measured under another one's overhead: plain steps under the instruction counter,
-steps under the counting modes (FLOPs, operators), steps under the profiler (kernels, busy time, CPU allocations).
-The counting pass runs in a job's first run of a session only (`counts`): its figures are exact, the same in every
-run of one configuration, and are gated exactly; the timed figures (``gpu_time``, ``instructions``) and what the
-profiler pass gives with them are measured in every run, since their verdicts need one value a run for an interval.
-Dispatch modes are per thread: a library that runs the step on a thread of its own (Lightning's Trainer loop) has
-its operators and FLOPs reported as not measured, never as zero.
+Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
+the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
+Dispatch modes are per thread: a step run on a library's own thread (Lightning's Trainer loop) has its operators
+and FLOPs reported as not measured, never as zero. Whatever is not measured, `not_measured` says why.
 """
 
 from __future__ import annotations

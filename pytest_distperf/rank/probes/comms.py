@@ -27,6 +27,7 @@ arguments counts, with its size unknown (``CollectiveStats.unsized``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -123,10 +124,7 @@ SCALAR_TYPE_BYTES = {
 
 
 def _tensor_bytes(meta: Any) -> int:
-    n = 1
-    for s in meta.sizes:
-        n *= s
-    return n * meta.dtype.itemsize
+    return math.prod(meta.sizes) * meta.dtype.itemsize
 
 
 def _arg_bytes(arg: Any) -> int | None:
@@ -147,11 +145,8 @@ def _first_dtype(args: list[Any]) -> str | None:
 
 
 def walk(roots: list[Any]) -> Any:
-    """Every operator / record_function event of the profiler's event tree, depth first.
-
-    Only TorchOp events: with CUDA the tree also holds Kineto's GPU-side copies of ranges
-    (e.g. a `gpu_user_annotation` named distperf:step), which must not count twice.
-    """
+    """Every operator / record_function event (TorchOp) of the profiler's event tree, depth first: not Kineto's
+    GPU-side copies of ranges, which must not count twice."""
     stack = list(reversed(roots))
     while stack:
         e = stack.pop()
@@ -183,9 +178,8 @@ def collective_calls(roots: list[Any], group_size: int) -> list[CollectiveCall]:
         kind, rule = COLLECTIVE_OPS[e.name]
         raw = list(getattr(e.extra_fields, "inputs", None) or [])
         sizes = [_arg_bytes(a) for a in raw] + [None] * 4  # schemas with trailing defaults
-        calls.append(CollectiveCall(op=e.name, kind=kind, start_ns=e.start_time_ns, size=rule(sizes, raw + [None] * 4,
-                                                                                               group_size),
-                                    dtype=_first_dtype(raw)))
+        size = rule(sizes, raw + [None] * 4, group_size)
+        calls.append(CollectiveCall(op=e.name, kind=kind, start_ns=e.start_time_ns, size=size, dtype=_first_dtype(raw)))
     return calls
 
 

@@ -30,6 +30,7 @@ from pytest_distperf.rank.probes import comms, overlap, placement
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
 from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, export
+from pytest_distperf.rank.timing import StepTimer
 from pytest_distperf.spec.probes import PROBES, validate
 
 NEEDS_CUDA = "needs CUDA: on CPU there are no kernels, streams or host/device copies to measure"
@@ -65,6 +66,7 @@ class Recorder:
                              f"{', '.join(PROBES)}")
         self.device = torch.device(device) if device is not None else _default_device()
         self.cuda = self.device.type == "cuda"
+        self._sync = StepTimer(self.device).sync
         self.trace_path = trace_path
         self.optimizer = optimizer
         self.group_size = group_size or (dist.get_world_size() if dist.is_initialized() else 1)
@@ -91,10 +93,6 @@ class Recorder:
         self._cpu += time.process_time() - c0
         self._wall += time.perf_counter() - w0
         self._steps += 1
-
-    def _sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
 
     def __exit__(self, *exc: Any) -> None:
         assert self._prof is not None

@@ -88,12 +88,8 @@ class Trace:
         self._starts = [s for s, _ in self.steps]
 
     def check_launch_threads(self) -> None:
-        """Refuse to attribute GPU work when launch calls and CPU ranges do not share thread ids.
-
-        Kernels are tied to an optimizer step by the thread of their launch call; if the trace
-        ever wrote the two kinds of events with different thread ids, every kernel would look
-        launched from elsewhere and "no GPU kernels in optimizer.step()" would pass falsely.
-        """
+        """Refuse to attribute GPU work when launch calls and CPU ranges do not share thread ids: every kernel
+        would look launched from elsewhere, and "no GPU kernels in optimizer.step()" would pass falsely."""
         if self.launch_ts and not any(tid in self.step_threads for _, tid in self.launch_ts.values()):
             raise RuntimeError(f"probe trace: no CUDA launch call ran on the thread of the {STEP_MARK} ranges "
                                f"(threads {sorted(map(str, self.step_threads))}); cannot attribute GPU work to CPU "
@@ -110,11 +106,8 @@ class Trace:
         return None
 
     def gpu_step(self, e: dict[str, Any]) -> int | None:
-        """The step a GPU activity belongs to: the step its launch call ran in.
-
-        Falls back to the activity's own start: every profiled step ends with a device
-        synchronisation inside its range, so a step's GPU work also runs inside it.
-        """
+        """The step a GPU activity belongs to: the step its launch call ran in, else the one its own start lies in
+        (every profiled step ends with a device synchronisation inside its range)."""
         corr = (e.get("args") or {}).get("correlation")
         if corr in self.launch_ts:
             return self.step_index(self.launch_ts[corr][0])
