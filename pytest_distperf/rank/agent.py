@@ -15,7 +15,7 @@ import sys
 import uuid
 from typing import Any
 
-SHUTDOWN_GRACE_SECONDS = 3
+SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
 # CPU ranks are forked from this agent, which has torch imported already: they skip their own `import torch`
 # and interpreter teardown. This agent runs no tensor op (no OpenMP pool to break in a child). CUDA ranks are
 # spawned, as CUDA does not survive fork, except under the warm agent, where nothing has initialised CUDA.

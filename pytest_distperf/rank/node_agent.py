@@ -18,10 +18,10 @@ import time
 
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.nodes import free_port
+from pytest_distperf.rank.agent import SHUTDOWN_GRACE_SECONDS, rank_failures
 
 RANK_ENTRY = "pytest_distperf.rank.entry"
 MONITOR_INTERVAL_SECONDS = 0.1
-SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
 ENDPOINT_POLL_SECONDS = 0.1
 STACKS_POLL_SECONDS = 0.2
 
@@ -79,8 +79,6 @@ def main(job_dir: str, agent: int) -> int:
         os.environ.pop("TORCHELASTIC_ERROR_FILE", None)  # each rank gets its own from torchrun
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import parse_args, run
-
-        from pytest_distperf.rank.agent import rank_failures
 
         try:
             run(parse_args(args))

@@ -143,9 +143,8 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     prepared = prepare.build(loaded)
 
     def measure() -> RankResult:
-        result = _measure(job, prepared, loaded.ctx, timer, t0, rss_before, rank, device, job_dir, progress)
-        result.build_started_at = build_started_at
-        return result
+        return _measure(job, prepared, loaded.ctx, timer, t0, build_started_at, rss_before, rank, device, job_dir,
+                        progress)
 
     # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as
     # its users do, and the measurement on a second thread: a loop on a second thread is not the users' loop
@@ -154,8 +153,8 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     return run_loop(measure) if run_loop else measure()
 
 
-def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_before: int, rank: int,
-             device: Any, job_dir: str, progress: "jobfiles.Progress | None") -> RankResult:
+def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build_started_at: float, rss_before: int,
+             rank: int, device: Any, job_dir: str, progress: "jobfiles.Progress | None") -> RankResult:
     """Warm-up, timing, probes and breakdown of a built adapter; ends with the adapter's close()."""
     from pytest_distperf import strategies
     from pytest_distperf.rank import breakdown, prepare
@@ -233,6 +232,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
         num_params=prepared.num_params,
         tokens_per_step=prepared.tokens_per_step,
         build_seconds=build_seconds,
+        build_started_at=build_started_at,
         warmup_seconds=warmup_seconds,
         probes=probe_result,
         step_breakdown=step_breakdown,
