@@ -15,13 +15,10 @@ import sys
 import uuid
 from typing import Any
 
-SHUTDOWN_GRACE_SECONDS = 3
-# CPU ranks are forked from this agent, which has torch imported already: a rank skips its own `import torch`
-# and, leaving through os._exit, its interpreter teardown -- the larger part of a short job's launch. This agent
-# runs no tensor op (so no OpenMP pool exists to break in a child) and passes the ranks' OMP_NUM_THREADS in its
-# own environment, so a forked rank gets the same threads as a spawned one. CUDA ranks are spawned: CUDA does
-# not survive fork. A job agent forked from the warm agent (rank/warm_agent.py) forks CUDA ranks too: nothing
-# in its process tree has initialised CUDA.
+SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
+# CPU ranks are forked from this agent, which has torch imported already: they skip their own `import torch`
+# and interpreter teardown. This agent runs no tensor op (no OpenMP pool to break in a child). CUDA ranks are
+# spawned, as CUDA does not survive fork, except under the warm agent, where nothing has initialised CUDA.
 START_METHODS = {"cpu": "fork", "cuda": "spawn"}
 
 
@@ -126,9 +123,7 @@ def forked_rank_setup(warm: WarmRankSetup | None) -> None:
     """A spawned rank starts with Python's signal handlers; a forked one would keep torch elastic's from this
     agent (they raise in the main thread instead of ending the rank), so restore them. A rank of a warm agent
     also takes the job's threads and drops the agent's own variables."""
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    python_signal_handlers()
     if warm is None:
         return
     for name in warm.drop_env:
@@ -137,6 +132,13 @@ def forked_rank_setup(warm: WarmRankSetup | None) -> None:
         import torch
 
         torch.set_num_threads(warm.threads)
+
+
+def python_signal_handlers(*more: signal.Signals) -> None:
+    """The handlers a new Python process starts with, for a process forked from one that changed them."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *more):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:
@@ -181,10 +183,9 @@ def record_rank_exits(job_dir: str) -> None:
 
 
 def plain_torch_log_format() -> None:
-    """torch's log formatter imports torch._dynamo and torch._inductor (sympy, the compiler stack: 3-4 s on the
-    2-core box, more on a busy one) the first time it formats a record that carries an exception -- and torch
-    elastic logs one when a rank fails, so every failure report waited for that import. torch elastic's and the
-    launcher's records go to a plain handler of their own instead (same stream, same levels)."""
+    """torch's log formatter imports the compiler stack (seconds) the first time it formats a record with an
+    exception, which torch elastic logs when a rank fails (benchmarks/results/abort-latency.md). torch elastic's
+    and the launcher's records go to a plain handler of their own instead (same stream, same levels)."""
     import logging
     import sys
 

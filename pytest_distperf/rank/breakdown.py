@@ -1,13 +1,9 @@
-"""Where the time of a step goes: forward, backward, optimizer, and the rest.
+"""Where the time of a step goes: forward, backward, optimizer, and the rest ("other": a framework's hooks,
+bookkeeping, per-step collectives).
 
-Measured inside the ranks by a strategy's optional `step_breakdown(inputs, targets)`, in a
-short phase of its own after the timing phase (the device synchronisations between phases
-would otherwise slow the timed steps). Read back by measure/figures.py (run_breakdown, side_breakdown,
-breakdown_lines) for a failing step-time check, so the message says which phase one side spends its extra
-time in.
-
-"other" is the step's wall time minus the three phases: a framework's own loop work
-(hooks, bookkeeping, per-step collectives) lands there.
+Measured inside the ranks by a strategy's optional `step_breakdown(inputs, targets)`, in a short phase after the
+timing phase (its device synchronisations would slow timed steps); measure/figures.py reads it back, so a failing
+step-time check says which phase one side spends its extra time in.
 """
 
 from __future__ import annotations

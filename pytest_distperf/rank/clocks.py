@@ -1,16 +1,10 @@
 """What a rank's GPU did while its steps were timed: SM and memory clocks, clock-event (throttle) reasons,
 power and temperature, read through NVML.
 
-Read inside the rank (which holds a CUDA context anyway): a sample when the window opens, one every
-`INTERVAL_S` from a background thread (NVML calls through ctypes release the GIL, so the training loop
-hardly notices), and one when it closes, after the window's synchronisation. Only a summary crosses back to
-the pytest process (`GpuWindow`), which warns when a window was throttled or the clocks were not locked
-(`window_problems`, `clock_warning`; a test's warnings, `ClockWarnings`). Locked clocks still slow down at the
-power or thermal limit, so the reasons are read whether or not the session locked the clocks
-(launch/gpuclocks.py).
-
-This module is import-light (no torch, no pynvml at import): the pytest process reads `GpuWindow` and the
-pure helpers below.
+The rank samples when the window opens, every `INTERVAL_S` from a background thread (NVML calls release the
+GIL), and when it closes. Only the summary, `GpuWindow`, crosses back to the pytest process, which warns when a
+window was throttled or the clocks were not locked (`clock_warning`, `ClockWarnings`). Locked clocks still slow
+down at the power or thermal limit, so the reasons are always read. No torch or pynvml at import.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""Was the machine busy with other work while the ranks were timed?
+"""Was the machine busy with other work while the ranks were timed? Step times are only as honest as it is quiet.
 
-Step times are only as honest as the machine is quiet. On 2xH200 a DeepSpeed op build
-running next to the Lightning jobs turned Trainer/Fabric ratios of 1.03 and 0.85 into
-failing 1.25 and 1.13, and nothing in the report said so. So each rank reads, around its
-timed loop, the busy time of the cores it may run on (``/proc/stat``, per CPU) and its own
-process's CPU time (all threads); the pytest process subtracts what the ranks used from
-what the cores did, and warns when the rest is more than a core or a tenth of the cores.
-
-Ranks pinned to disjoint slices (CPU jobs) each read their own slice; unpinned ranks (CUDA
-jobs) all read the same cores, which then count once. Linux only; elsewhere nothing is read
-and nothing is said. Other tenants of a shared host count as load only on the cores this
-job may use (a container's cpuset), which is what slows it.
+Each rank reads, around its timed loop, the busy time of the cores it may run on (``/proc/stat``, per CPU) and
+its own process's CPU time (all threads); the pytest process subtracts what the ranks used from what the cores
+did, and warns when the rest is more than a core or a tenth of the cores. Ranks pinned to disjoint slices (CPU
+jobs) each read their own slice; unpinned ranks (CUDA jobs) read the same cores, which count once. Only the
+cores this job may use count (a container's cpuset). Linux only; elsewhere nothing is read and nothing is said.
 """
 
 from __future__ import annotations

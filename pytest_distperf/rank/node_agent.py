@@ -1,15 +1,9 @@
 """One node's agent: `python -m pytest_distperf.rank.node_agent JOB_DIR AGENT_INDEX`.
 
-Runs torch's own launcher, torchrun (`torch.distributed.run`), with the node plan the pytest
-process wrote into the shared job folder:
-
-    torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT
-             --rdzv-id JOB --max-restarts 0 ... -m pytest_distperf.rank.entry JOB_DIR
-
-in this process (as `python -m torch.distributed.run` does), so that what torchrun raises -- which
-rank failed, with which exit code or signal and traceback -- lands in `result-agent{i}.pkl` with
-this host's name, instead of only in a table on the agent's stderr. The exact torchrun command is
-printed first, to reproduce one node by hand.
+Runs torchrun (`torch.distributed.run --nnodes N ... -m pytest_distperf.rank.entry JOB_DIR`) with the node
+plan the pytest process wrote into the shared job folder, in this process, so that what torchrun raises (which
+rank failed, how, with which traceback) lands in `result-agent{i}.pkl` with this host's name. The exact torchrun
+command is printed first, to reproduce one node by hand.
 """
 
 from __future__ import annotations
@@ -24,10 +18,10 @@ import time
 
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.nodes import free_port
+from pytest_distperf.rank.agent import SHUTDOWN_GRACE_SECONDS, rank_failures
 
 RANK_ENTRY = "pytest_distperf.rank.entry"
 MONITOR_INTERVAL_SECONDS = 0.1
-SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
 ENDPOINT_POLL_SECONDS = 0.1
 STACKS_POLL_SECONDS = 0.2
 
@@ -85,8 +79,6 @@ def main(job_dir: str, agent: int) -> int:
         os.environ.pop("TORCHELASTIC_ERROR_FILE", None)  # each rank gets its own from torchrun
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import parse_args, run
-
-        from pytest_distperf.rank.agent import rank_failures
 
         try:
             run(parse_args(args))

@@ -106,10 +106,7 @@ def import_adapter(strategy: str, adapter: str | None) -> Any:
 
 
 def build(loaded: Loaded) -> Prepared:
-    job = loaded.job
-    if job.step is not None:
-        return _build_user_step(loaded)
-    return _build_strategy(loaded)
+    return _build_user_step(loaded) if loaded.job.step is not None else _build_strategy(loaded)
 
 
 def _build_user_step(loaded: Loaded) -> Prepared:
@@ -230,12 +227,14 @@ def launch_facts(job: JobSpec, ctx: Any, adapter: Any) -> dict[str, Any]:
 
     import torch
 
+    from pytest_distperf.launch.devices import usable_cores
+
     threads = getattr(adapter, "intra_op_threads", None)  # a front-end's own loop thread (Lightning's fit)
     return {
         "profile": job.launch_profile,
         "started_by": "torch elastic" if "TORCHELASTIC_RUN_ID" in os.environ else "lightning",
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "intra_op_threads": threads if threads is not None else torch.get_num_threads(),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus": usable_cores(),
         **ctx.extra,
     }

@@ -25,9 +25,9 @@ def _own_logs(job_dir: str, rank: int) -> None:
 
     folder = os.path.join(job_dir, jobfiles.LOGS, "script", "attempt_0", str(rank))
     os.makedirs(folder, exist_ok=True)
-    for stream, fd in (("stdout", 1), ("stderr", 2)):
-        sys.stdout.flush() if fd == 1 else sys.stderr.flush()
-        f = os.open(os.path.join(folder, f"{stream}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for name, stream, fd in (("stdout", sys.stdout, 1), ("stderr", sys.stderr, 2)):
+        stream.flush()
+        f = os.open(os.path.join(folder, f"{name}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(f, fd)
         os.close(f)
 

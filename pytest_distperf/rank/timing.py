@@ -1,19 +1,13 @@
 """The one timer and the memory readings, used inside ranks.
 
-Timed steps (`StepTimer.window`): on CUDA each step is bracketed by two CUDA events recorded on
-the current stream, and the window synchronises once, at its end, to read them. A device
-synchronisation around every step drains the queue that the next step's launches would
-otherwise overlap with, so it adds to what it times; an event does not wait for anything.
-A step's time is the GPU time from its start event to its end event: the host's launch time
-when the GPU keeps up, the GPU's work when the host runs ahead. Work a step leaves on a side
-stream that nothing on the current stream waits for is counted where a later step waits for it.
-On CPU a step is wall time (perf_counter); the work is done when the step returns.
+Timed steps (`StepTimer.window`): on CUDA each step is bracketed by two events recorded on the current stream,
+and the window synchronises once, at its end: a synchronisation around every step would drain the queue the
+next step's launches overlap with, and add to what it times. A step's time runs from its start event to its end
+event: the host's launch time when the GPU keeps up, the GPU's work when the host runs ahead. On CPU a step is
+wall time. `StepTimer.sync` is the device synchronisation for what is timed whole (build, warm-up, breakdown).
 
-`StepTimer.sync` is the device synchronisation for what is timed whole (build, warm-up) and for
-the breakdown phase's laps (rank/breakdown.py), which run after timing.
-
-Host memory peaks come from the kernel's high-water mark (VmHWM), which Linux lets a process
-reset (`/proc/self/clear_refs`, value 5).
+Host memory peaks come from the kernel's high-water mark (VmHWM), which Linux lets a process reset
+(`/proc/self/clear_refs`, value 5).
 """
 
 from __future__ import annotations

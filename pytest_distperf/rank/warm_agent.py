@@ -1,17 +1,12 @@
 """The warm launch agent: `python -m pytest_distperf.rank.warm_agent`, one per session, device kind and agent
 environment (launch/warm_pool.py starts and keeps it).
 
-It imports torch, torch elastic, the harness's rank code and the installed strategy libraries once, holds no
-CUDA context, and for each job forks a child that becomes that job's elastic agent (rank/agent.py), exactly
-as `python -m pytest_distperf.rank.agent JOB_DIR` would be: its own session, its output in the job's agent
-log, the job's environment, working directory and CPU affinity. The child forks the job's ranks (CPU and, as
-CUDA is uninitialised here, CUDA ones too), so every run is still a new process with its own allocator, engine
-and rendezvous; only the imports are shared.
-
-It stays single-threaded on the Python side (a forked child must not inherit a lock some thread holds) and
-never runs a tensor op (no OpenMP pool to break in a child). libgomp reads OMP_NUM_THREADS when torch loads:
-this process is started without it, and each forked rank sets the job's own (agent.forked_rank_setup), so a
-rank gets the threads a fresh launch gives.
+It imports torch, the harness's rank code and the installed strategy libraries once, holds no CUDA context, and
+for each job forks a child that becomes that job's elastic agent (rank/agent.py) as a fresh
+`python -m pytest_distperf.rank.agent JOB_DIR` would be: own session, log, environment, working directory and
+CPU affinity. That child forks the job's ranks (CUDA ones too), so every run is still a new process; only the
+imports are shared. This process stays single-threaded on the Python side and runs no tensor op, so a fork
+inherits no held lock and no OpenMP pool; each rank sets the job's threads itself (agent.forked_rank_setup).
 
 Protocol, one JSON object a line: on its stdin the launcher sends {"job_dir", "env", "cwd", "affinity",
 "log"}; on its stdout this agent answers once {"ready": true, ...} (or {"ready": false, "reason"}) after the
@@ -38,13 +33,11 @@ HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.mult
                    "torch.distributed.launcher.api", "pytest_distperf.rank.agent",
                    "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
                    "pytest_distperf.rank.timing", "pytest_distperf.strategies")
-# Not lightning: importing it starts a native thread, and with it preloaded 1 in 15 ddp jobs' ranks aborted in the
-# work phase's profiler stop ("malloc(): unsorted double linked list corrupted"; 0 in 60 without it, 0 in 15 with
-# fresh agents, 2-core box). Lightning's jobs import it in their ranks, as with a fresh agent.
+# Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop
+# (benchmarks/results/warm-agent.md). Lightning's jobs import it in their ranks, as with a fresh agent.
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
-# What the libraries import on first use rather than at import, each only where its library is installed:
-# DeepSpeed's engine and ZeRO optimizers (every ZeRO optimizer imports its Muon module, which calls torch.compile
-# at import time and so pulls in torch._dynamo and inductor: ~3,000 modules, seconds of every DeepSpeed build).
+# What the libraries import on first use, each only where its library is installed: DeepSpeed's engine and ZeRO
+# optimizers (their Muon module calls torch.compile at import: seconds of every DeepSpeed build).
 LAZY_IMPORTS = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
                 "deepspeed.runtime.zero.muon.muon_optimizer")
 
@@ -78,21 +71,13 @@ def preload(device: str = "cpu") -> tuple[list[str], str | None]:
     for name in HARNESS_MODULES:
         importlib.import_module(name)
         loaded.append(name)
-    for name in STRATEGY_LIBRARIES:
-        if importlib.util.find_spec(name) is None:
-            continue
+    for name in STRATEGY_LIBRARIES + LAZY_IMPORTS:
+        library = name.split(".")[0]
+        if importlib.util.find_spec(library) is None or (name != library and library not in loaded):
+            continue  # not installed, or its library failed to import
         try:
             importlib.import_module(name)
-        except Exception as e:  # a broken optional library: its jobs import (and fail on) it in the ranks
-            print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
-            continue
-        loaded.append(name)
-    for name in LAZY_IMPORTS:
-        if name.split(".")[0] not in loaded:
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # another version's layout: the ranks import what they need themselves
+        except Exception as e:  # a broken library, another version's layout: the ranks import it themselves
             print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         loaded.append(name)
@@ -111,9 +96,9 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
     os.setsid()  # own session and process group: the launcher ends the job's tree by it
     os.close(channel.read_fd)
     os.close(channel.write_fd)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from pytest_distperf.rank.agent import python_signal_handlers
+
+    python_signal_handlers(signal.SIGUSR1)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -142,11 +127,6 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
             except Exception:
                 pass
         os._exit(code)
-
-
-def exit_status(status: int) -> int:
-    """waitpid's status as Popen's returncode: the exit code, or minus the signal."""
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def main() -> int:
@@ -179,7 +159,7 @@ def main() -> int:
             run_job(request, channel)  # never returns
         channel.send({"started": pid})
         _, status = os.waitpid(pid, 0)
-        channel.send({"exited": pid, "status": exit_status(status)})
+        channel.send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
 
 
 if __name__ == "__main__":

@@ -1,45 +1,35 @@
 """The work phase: what a step asks of the machine, measured in steps of its own after the timed ones.
 
-Wall-clock step time on a host-bound step (Python hooks, launches, a shared CPU) varies run to run with the host;
-what the step asks the machine to do does not. Per profiled step, per rank:
+Wall-clock time of a host-bound step varies run to run with the host; what the step asks the machine to do does
+not. Per profiled step, per rank:
 
-- ``gpu_time``: summed duration of the step's compute kernels, memcpys and memsets (CUPTI, through
-  ``torch.profiler``); communication kernels are summed apart (``gpu_comm_time``): an NCCL kernel's duration
-  includes waiting for the peer ranks, which is the host's noise again.
-- ``gpu_busy``: the union of every GPU activity's interval (all streams, communication included): the time the
-  GPU was doing anything. ``gpu_busy / step_time`` is the host-bound share (measure/figures.py).
-- ``kernels``: GPU kernels launched (communication included).
-- ``flops``: ``torch.utils.flop_counter.FlopCounterMode``'s count (matmuls, convolutions, attention).
-- ``aten_ops``: operators dispatched (ATen and c10d, every call a dispatch mode sees).
+- ``gpu_time``: summed duration of the step's compute kernels, memcpys and memsets (CUPTI); communication
+  kernels apart (``gpu_comm_time``), as their duration includes waiting for the peers;
+- ``gpu_busy``: the union of every GPU activity's interval, all streams (``gpu_busy / step_time`` is the
+  host-bound share, measure/figures.py); ``kernels``: GPU kernels launched;
+- ``flops`` (``FlopCounterMode``) and ``aten_ops`` (every operator call a dispatch mode sees);
 - ``instructions``: user-space instructions of the rank's main thread (``perf_event_open``), where the kernel
-  exposes a hardware PMU; otherwise ``not_measured`` says why.
-- on CPU, ``state_bytes`` (parameters, gradients and optimizer state, tensor bytes by storage) and
-  ``step_peak_bytes`` (the most tensor bytes a step allocates above its start: activations, gradients,
-  temporaries; the profiler's allocation events): the training state, where host RSS counts whatever the rank
-  imports.
+  exposes a hardware PMU;
+- on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
+  a step allocates above its start): the training state, where host RSS counts whatever the rank imports.
 
-Three passes, so no figure is measured under another one's overhead: plain steps under the instruction counter,
-steps under the counting modes (FLOPs, operators), steps under the profiler (kernels, busy time, CPU allocations).
-The counting pass runs in a job's first run of a session only (`counts`): its figures are exact, the same in every
-run of one configuration, and are gated exactly; the timed figures (``gpu_time``, ``instructions``) and what the
-profiler pass gives with them are measured in every run, since their verdicts need one value a run for an interval.
-Dispatch modes are per thread: a library that runs the step on a thread of its own (Lightning's Trainer loop) has
-its operators and FLOPs reported as not measured, never as zero.
+Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
+the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
+Dispatch modes are per thread: a step run on a library's own thread (Lightning's Trainer loop) has its operators
+and FLOPs reported as not measured, never as zero. Whatever is not measured, `not_measured` says why.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import platform
-import tempfile
 from typing import Any, Callable
 
-from pytest_distperf.rank.probes.trace import STEP_MARK
+from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, export, interval,
+                                               is_comm_kernel)
+from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
-
-DEFAULT_STEPS = 2
 
 # perf_event_open(2): a hardware counter of user-space instructions on the calling thread.
 _PERF_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -153,7 +143,7 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     counting pass (FLOPs, operators)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from pytest_distperf.rank.probes.recorder import _all_threads
+    from pytest_distperf.rank.probes.recorder import profile_all_threads
 
     cuda = device.type == "cuda"
     result = WorkResult(steps=steps)
@@ -175,29 +165,23 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
         _count(result, step, steps, sync)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    fd, path = tempfile.mkstemp(prefix="distperf-work-", suffix=".json")
-    os.close(fd)
-    try:
-        # Every thread's launches on CUDA (autograd's device threads); on CPU that switch would drop the
-        # allocation events, and a CPU step's allocations happen on the thread that runs it.
-        with profile(activities=activities, profile_memory=not cuda, **(_all_threads() if cuda else {})) as prof:
-            for i in range(steps):
+    # Every thread's launches on CUDA (autograd's device threads); on CPU that switch would drop the
+    # allocation events, and a CPU step's allocations happen on the thread that runs it.
+    with profile(activities=activities, profile_memory=not cuda, **(profile_all_threads() if cuda else {})) as prof:
+        for i in range(steps):
+            sync()
+            with record_function(STEP_MARK):
+                step(i)
                 sync()
-                with record_function(STEP_MARK):
-                    step(i)
-                    sync()
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            data = json.load(f)
-    finally:
-        os.remove(path)
-    events = data["traceEvents"] if isinstance(data, dict) else data
+    events = export(prof, complete_only=False)
+    trace = Trace([e for e in events if e.get("ph") == "X"])
+    if len(trace.steps) != steps:
+        raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
     if cuda:
-        _gpu_figures(result, [e for e in events if e.get("ph") == "X"], steps)
+        _gpu_figures(result, trace)
     else:
         result.not_measured["gpu_time"] = "needs CUDA: a CPU job runs no kernels"
-        result.step_peak_bytes = _step_peaks([e for e in events if e.get("ph") == "X"],
-                                             [e for e in events if e.get("name") == "[memory]"], steps)
+        result.step_peak_bytes = _step_peaks(trace.steps, [e for e in events if e.get("name") == "[memory]"])
         result.state_bytes = state_bytes(model, optimizer)
     return result
 
@@ -225,13 +209,8 @@ def _count(result: WorkResult, step: Callable[[int], Any], steps: int, sync: Cal
         result.aten_ops, result.flops = op_counts, flop_counts
 
 
-def _gpu_figures(result: WorkResult, events: list[dict[str, Any]], steps: int) -> None:
-    from pytest_distperf.rank.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, Trace, interval, is_comm_kernel
-    from pytest_distperf.rank.probes.trace import length as union_length
-
-    trace = Trace(events)
-    if len(trace.steps) != steps:
-        raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
+def _gpu_figures(result: WorkResult, trace: Trace) -> None:
+    steps = len(trace.steps)
     compute = [0.0] * steps
     comm = [0.0] * steps
     copies = [0.0] * steps
@@ -257,13 +236,9 @@ def _gpu_figures(result: WorkResult, events: list[dict[str, Any]], steps: int) -
     result.kernels = kernels
 
 
-def _step_peaks(x_events: list[dict[str, Any]], memory: list[dict[str, Any]], steps: int) -> list[int]:
-    """Per step, the most CPU tensor bytes allocated above the step's start (the profiler's allocation events:
-    its running total counts what was allocated while it profiled)."""
-    ranges = sorted((e["ts"], e["ts"] + e["dur"]) for e in x_events
-                    if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK)
-    if len(ranges) != steps:
-        raise RuntimeError(f"work phase: the trace holds {len(ranges)} {STEP_MARK} ranges for {steps} steps")
+def _step_peaks(ranges: list[tuple[float, float]], memory: list[dict[str, Any]]) -> list[int]:
+    """Per step range, the most CPU tensor bytes allocated above the step's start (the profiler's allocation
+    events: its running total counts what was allocated while it profiled)."""
     cpu = sorted(((e["ts"], int((e.get("args") or {}).get("Total Allocated", 0))) for e in memory
                   if (e.get("args") or {}).get("Device Type", 0) == 0), key=lambda x: x[0])
     peaks = []

@@ -37,18 +37,18 @@ def rank_main(job_dir: str) -> Any:
 
     jobfiles.die_with_parent()
     jobfiles.no_core_dumps()  # a crash is reported only once its core is written: none is
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     # On timeout the launcher sends SIGUSR1 to every rank: each dumps its Python stacks to its stderr log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # On a fatal signal (SIGSEGV, SIGABRT, ...) the stacks go to a file the launcher watches: the failure shows
     # them, and a death the agent is slow to report (the kernel still busy with the process) fails the job anyway.
-    faulthandler.enable(jobfiles.fatal_report_file(job_dir, int(os.environ["RANK"])), all_threads=True)
+    faulthandler.enable(jobfiles.fatal_report_file(job_dir, rank), all_threads=True)
     job = jobfiles.read_job(job_dir)
-    jobfiles.mark_started(job_dir, int(os.environ["RANK"]))
+    jobfiles.mark_started(job_dir, rank)
     for p in reversed(job.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
 
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if job.device == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -56,7 +56,7 @@ def rank_main(job_dir: str) -> Any:
     else:
         device = torch.device("cpu")
         if PROFILES[job.launch_profile].pin_cpu:  # launched as the user launches: no pinning (spec/profiles.py)
-            _pin_to_own_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
+            _pin_to_own_cores(local_rank, int(os.environ["LOCAL_WORLD_SIZE"]))
         dist.init_process_group("gloo")
     progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
     try:
@@ -143,9 +143,8 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     prepared = prepare.build(loaded)
 
     def measure() -> RankResult:
-        result = _measure(job, prepared, loaded.ctx, timer, t0, rss_before, rank, device, job_dir, progress)
-        result.build_started_at = build_started_at
-        return result
+        return _measure(job, prepared, loaded.ctx, timer, t0, build_started_at, rss_before, rank, device, job_dir,
+                        progress)
 
     # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as
     # its users do, and the measurement on a second thread: a loop on a second thread is not the users' loop
@@ -154,8 +153,8 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
     return run_loop(measure) if run_loop else measure()
 
 
-def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_before: int, rank: int,
-             device: Any, job_dir: str, progress: "jobfiles.Progress | None") -> RankResult:
+def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build_started_at: float, rss_before: int,
+             rank: int, device: Any, job_dir: str, progress: "jobfiles.Progress | None") -> RankResult:
     """Warm-up, timing, probes and breakdown of a built adapter; ends with the adapter's close()."""
     from pytest_distperf import strategies
     from pytest_distperf.rank import breakdown, prepare
@@ -163,14 +162,19 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
     from pytest_distperf.rank.hostload import CpuMeter
     from pytest_distperf.rank.timing import host_peak_rss, read_cuda_peaks, reset_cuda_peaks, reset_host_peak
 
+    say = progress.update if progress else (lambda text: None)
     trainer, batches = prepared.adapter, prepared.batches
+    timed = batches[job.warmup_steps:]
+
+    def extra_step(i: int) -> Any:  # the work, probe and breakdown phases' steps, on the timed steps' batches
+        return trainer.step(*timed[i % len(timed)])
+
     timer.sync()
     build_seconds = time.perf_counter() - t0  # an adapter's run_loop calls measure once its setup is done
 
     t0 = time.perf_counter()
     for i in range(job.warmup_steps):
-        if progress:
-            progress.update(f"warm-up step {i + 1}/{job.warmup_steps}")
+        say(f"warm-up step {i + 1}/{job.warmup_steps}")
         trainer.step(*batches[i])
     timer.sync()
     warmup_seconds = time.perf_counter() - t0
@@ -185,41 +189,36 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
     if clocks:
         clocks.start()
     for i in range(job.steps):
-        if progress:
-            progress.update(f"timed step {i + 1}/{job.steps}")
-        losses.append(window.time(lambda b=batches[job.warmup_steps + i]: trainer.step(*b)))
+        say(f"timed step {i + 1}/{job.steps}")
+        losses.append(window.time(lambda b=timed[i]: trainer.step(*b)))
     step_times = window.finish()  # on CUDA the window's one synchronisation
     gpu_window = clocks.stop() if clocks else None
     cpu_window = cpu.stop()
     peaks = read_cuda_peaks(device)
     peak_rss = host_peak_rss()
 
+    # After timing and the memory reads, so that what follows never changes what they report.
     optimizer = getattr(trainer, "torch_optimizer", lambda: None)()  # optional in the adapter protocol
-    timed = batches[job.warmup_steps:]
     work = None
-    if job.work_steps:  # after timing and the memory reads, like the probes: what the step asks of the machine
+    if job.work_steps:  # what the step asks of the machine
         from pytest_distperf.rank import work as work_phase
 
-        if progress:
-            progress.update("work figures")
-        work = work_phase.measure(lambda i: trainer.step(*timed[i % len(timed)]), job.work_steps, timer.sync,
-                                  device, model=prepared.model, optimizer=optimizer, counts=job.measure_once)
+        say("work figures")
+        work = work_phase.measure(extra_step, job.work_steps, timer.sync, device, model=prepared.model,
+                                  optimizer=optimizer, counts=job.measure_once)
     probe_result = None
-    if job.probes:  # after timing and the memory reads, so probes never change what they report
+    if job.probes:
         from pytest_distperf.rank.probes.runner import run_probe_phase
 
-        probe_result = run_probe_phase(
-            probes=job.probes, steps=job.probe_steps, step=lambda i: trainer.step(*timed[i % len(timed)]),
-            sync=timer.sync, device=device, optimizer=optimizer, group_size=job.world_size,
-            rank=rank, job_dir=job_dir, progress=progress.update if progress else None)
-
-    # Where the time goes: a few extra device-synchronised steps, after timing so the syncs slow no timed step;
-    # in a job's first run of the session only (reports and checks read one run's breakdown).
+        probe_result = run_probe_phase(probes=job.probes, steps=job.probe_steps, step=extra_step, sync=timer.sync,
+                                       device=device, optimizer=optimizer, group_size=job.world_size, rank=rank,
+                                       job_dir=job_dir, progress=say)
+    # Where the time goes: a few extra device-synchronised steps, in a job's first run of the session only
+    # (reports and checks read one run's breakdown).
     step_breakdown: dict[str, float] = {}
     if job.measure_once:
-        if progress:
-            progress.update("step breakdown")
-        step_breakdown = breakdown.collect(trainer, batches[job.warmup_steps:])
+        say("step breakdown")
+        step_breakdown = breakdown.collect(trainer, timed)
 
     result = RankResult(
         rank=rank,
@@ -233,6 +232,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, rss_b
         num_params=prepared.num_params,
         tokens_per_step=prepared.tokens_per_step,
         build_seconds=build_seconds,
+        build_started_at=build_started_at,
         warmup_seconds=warmup_seconds,
         probes=probe_result,
         step_breakdown=step_breakdown,

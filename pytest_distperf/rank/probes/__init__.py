@@ -5,10 +5,9 @@
 - ``placement``: host/device copies (CUDA), the optimizer's ``step()`` split into CPU time and
   GPU kernels, where the optimizer state lives, and process CPU utilisation during the step.
 
-The probe phase runs after the timing phase, under ``torch.profiler``, so probes never change
-the reported step time (see ``runner.py``). The names a job may ask for, and their validation, are a
-setting (spec/probes.py); the range that marks each profiled step, STEP_MARK, is the trace's (trace.py).
-This module stays free of torch: the pytest process imports the probes' results (results.py) through it.
+The probe phase runs after the timing phase, under ``torch.profiler`` (``runner.py``), so probes never change
+the reported step time. The probe names are a setting (spec/probes.py). No torch here: the pytest process
+imports the probes' results (results.py) through this package.
 """
 
 from __future__ import annotations

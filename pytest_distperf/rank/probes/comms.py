@@ -1,63 +1,33 @@
 """Collectives per step and per kind: count, bytes, message sizes. Works on gloo and NCCL.
 
-Which profiler events each backend gives, in torch 2.13. The c10d and gloo events below were
-read from real 2-rank gloo traces (tests/test_probes.py counts them exactly); the NCCL ones
-come from torch 2.13's own headers (``torch/csrc/profiler/util.h``: kCommsName "Collective
-name", kDtype "dtype", kInMsgNelems "In msg nelems", ...; ``ParamCommsUtils.hpp``:
-RECORD_PARAM_COMMS -> a ``record_param_comms`` event) and Kineto's CUPTI records, and were
-confirmed on 2xH200 (torch 2.11, NCCL 2.28), where the kernels carry those arguments too:
+What torch.profiler records (torch 2.13; tests/test_probes.py counts the gloo events exactly):
+- every ``torch.distributed`` collective, DDP's reducer included, is a c10d dispatcher op
+  (``c10d::allgather_``, ``c10d::_reduce_scatter_base_``, ...) recorded as a ``cpu_op`` on the calling thread
+  when issued; functional collectives (DTensor, compiled code) are ``_c10d_functional::*`` ops, which on gloo
+  nest a c10d op;
+- gloo also records ``gloo:*`` ranges on its worker threads, but not one per call (it runs reduce_scatter as
+  all_reduce), so they are not counted;
+- NCCL also runs one GPU kernel per collective, or per coalesced group (``ncclDevKernel_AllGather_RING_LL``;
+  ``ncclKernel_*`` before NCCL 2.19), to which Kineto attaches the op's ``Collective name``, ``dtype``,
+  ``In msg nelems`` and ``Out msg nelems``.
 
-- Both backends: every ``torch.distributed`` collective goes through a c10d dispatcher op,
-  recorded as a ``cpu_op`` on the *calling* thread when it is issued (also for
-  ``async_op=True``): ``c10d::allgather_``, ``c10d::_allgather_base_``
-  (``all_gather_into_tensor``), ``c10d::allgather_into_tensor_coalesced_``,
-  ``c10d::allreduce_``, ``c10d::_reduce_scatter_base_`` (``reduce_scatter_tensor``),
-  ``c10d::reduce_scatter_``, ``c10d::broadcast_``, ``c10d::barrier`` ... DDP's reducer and
-  ProcessGroup's C++ methods dispatch through the same ops. Functional collectives
-  (``torch.distributed._functional_collectives``, used by compiled code and DTensor) are
-  ``_c10d_functional::all_gather_into_tensor`` etc.; on gloo they nest a c10d op.
-- gloo additionally records ``gloo:all_gather``, ``gloo:all_reduce``, ``gloo:broadcast`` ...
-  as ``user_annotation`` ranges on its *worker* threads, with the input tensor's shape and
-  dtype. They are not one-per-call: gloo implements reduce_scatter as all_reduce (one
-  ``gloo:all_reduce`` per ``_reduce_scatter_base_``), so we do not count them.
-- NCCL additionally records, nested in the c10d op, ``nccl:all_gather`` /
-  ``nccl:_all_gather_base`` ... ranges and a ``record_param_comms`` event whose Chrome-trace
-  args carry ``Collective name``, ``dtype``, ``In msg nelems``, ``Out msg nelems``,
-  ``Group size``; and on the GPU one kernel per collective (or per coalesced group):
-  ``ncclDevKernel_AllGather_RING_LL(...)``, ``ncclDevKernel_ReduceScatter_Sum_f32_RING_LL``,
-  ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclDevKernel_Broadcast_RING_LL``,
-  ``ncclDevKernel_SendRecv`` (``ncclKernel_*`` before NCCL 2.19).
+How we count:
+- gloo (CPU): one collective = one outermost c10d / functional op of the profiler's event tree (which keeps
+  each tensor's dtype and shape, also inside tensor lists), in the ``distperf:step`` range holding its start.
+- NCCL (CUDA): one collective = one NCCL kernel of the Chrome trace, in the step its launch call ran in
+  (``Trace.gpu_step``); a coalesced group counts once. Not the c10d ops: those issued from autograd's device
+  thread (FSDP2's and ZeRO-3's backward) can be missing from the CPU-side record; the kernels are all there.
 
-How we read them depends on the backend:
-
-- gloo (CPU): one collective = one outermost c10d / functional op (an op nested in another
-  collective op is part of it), taken from the profiler's event tree
-  (``experimental_event_tree``), which keeps each tensor's dtype and shape also inside tensor
-  lists (the Chrome trace writes only ``TensorList`` there). A call belongs to the profiled
-  step whose ``distperf:step`` range contains its start. Backward runs on the calling thread
-  on CPU, so the calling thread's record is the whole record.
-- NCCL (CUDA): one collective = one NCCL kernel on the GPU timeline, counted from the Chrome
-  trace; Kineto attaches the issuing op's arguments to the kernel (``Collective name``,
-  ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, seen on 2xH200 with torch
-  2.11 / NCCL 2.28), which give its size. A group of collectives that NCCL runs as one kernel
-  (a coalesced call) counts once: that is one launch on the wire. Why not the c10d ops: on
-  2xH200 the CPU-side record was incomplete in 3 of 4 runs -- FSDP2's backward all-gathers
-  and reduce-scatters (issued from autograd's device thread) missing on one rank, and ZeRO-3's
-  event tree short by 15 all-gathers a step on both ranks while the kernels were all there --
-  whereas the kernels are on the GPU timeline whichever thread issued them. A kernel belongs
-  to the step its launch call ran in (``Trace.gpu_step``).
-
-Message size (bytes) follows nccl-tests: the full buffer the collective covers. From the
-kernel's arguments: the larger of the input and output element counts times the dtype's
-size. From c10d ops: where the op's arguments show only the shard side (list-form
-``allgather_``/``reduce_scatter_``/``gather_``/``scatter_``: the other side is a list of
-lists the profiler does not record), size = shard x group size, with the group size taken as
-the job's world size: gloo records no group, and every strategy here uses one data-parallel
-group. A kernel without size arguments counts, with its size unknown (``CollectiveStats.unsized``).
+Message size (bytes) follows nccl-tests: the full buffer the collective covers. From a kernel: the larger of
+its element counts times the dtype's size. From a c10d op whose arguments show only the shard side (list-form
+``allgather_``, ``reduce_scatter_``, ``gather_``, ``scatter_``): shard x group size, the group being the job's
+world size (gloo records no group; every strategy here uses one data-parallel group). A kernel without size
+arguments counts, with its size unknown (``CollectiveStats.unsized``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -154,10 +124,7 @@ SCALAR_TYPE_BYTES = {
 
 
 def _tensor_bytes(meta: Any) -> int:
-    n = 1
-    for s in meta.sizes:
-        n *= s
-    return n * meta.dtype.itemsize
+    return math.prod(meta.sizes) * meta.dtype.itemsize
 
 
 def _arg_bytes(arg: Any) -> int | None:
@@ -178,11 +145,8 @@ def _first_dtype(args: list[Any]) -> str | None:
 
 
 def walk(roots: list[Any]) -> Any:
-    """Every operator / record_function event of the profiler's event tree, depth first.
-
-    Only TorchOp events: with CUDA the tree also holds Kineto's GPU-side copies of ranges
-    (e.g. a `gpu_user_annotation` named distperf:step), which must not count twice.
-    """
+    """Every operator / record_function event (TorchOp) of the profiler's event tree, depth first: not Kineto's
+    GPU-side copies of ranges, which must not count twice."""
     stack = list(reversed(roots))
     while stack:
         e = stack.pop()
@@ -214,9 +178,8 @@ def collective_calls(roots: list[Any], group_size: int) -> list[CollectiveCall]:
         kind, rule = COLLECTIVE_OPS[e.name]
         raw = list(getattr(e.extra_fields, "inputs", None) or [])
         sizes = [_arg_bytes(a) for a in raw] + [None] * 4  # schemas with trailing defaults
-        calls.append(CollectiveCall(op=e.name, kind=kind, start_ns=e.start_time_ns, size=rule(sizes, raw + [None] * 4,
-                                                                                               group_size),
-                                    dtype=_first_dtype(raw)))
+        size = rule(sizes, raw + [None] * 4, group_size)
+        calls.append(CollectiveCall(op=e.name, kind=kind, start_ns=e.start_time_ns, size=size, dtype=_first_dtype(raw)))
     return calls
 
 

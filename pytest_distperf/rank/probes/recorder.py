@@ -18,8 +18,6 @@ step) is recorded in the trace but belongs to no step.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 from typing import Any, Iterator
 
@@ -31,7 +29,8 @@ from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.rank.probes import comms, overlap, placement
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
-from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, load
+from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, export
+from pytest_distperf.rank.timing import StepTimer
 from pytest_distperf.spec.probes import PROBES, validate
 
 NEEDS_CUDA = "needs CUDA: on CPU there are no kernels, streams or host/device copies to measure"
@@ -43,12 +42,10 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _all_threads() -> dict[str, Any]:
-    """Record ops of every thread, not only the one that started the profiler: on CUDA the backward
-    pass (FSDP2's backward all-gathers and reduce-scatters, ZeRO-3's hooks) runs on autograd's device
-    threads, and Lightning's Trainer runs its loop on another thread than the measurement. The first GPU run, without
-    this, counted FSDP2's 25 forward all-gathers of a step but none of its backward collectives, while
-    75 NCCL kernels ran. Older torch has no such switch: it then records the calling thread only."""
+def profile_all_threads() -> dict[str, Any]:
+    """Record ops of every thread, not only the one that started the profiler: on CUDA the backward pass
+    (FSDP2's collectives, ZeRO-3's hooks) runs on autograd's device threads, and Lightning's Trainer runs its
+    loop on another thread than the measurement. Older torch has no such switch: it records the calling thread."""
     try:
         from torch._C._profiler import _ExperimentalConfig
 
@@ -69,6 +66,7 @@ class Recorder:
                              f"{', '.join(PROBES)}")
         self.device = torch.device(device) if device is not None else _default_device()
         self.cuda = self.device.type == "cuda"
+        self._sync = StepTimer(self.device).sync
         self.trace_path = trace_path
         self.optimizer = optimizer
         self.group_size = group_size or (dist.get_world_size() if dist.is_initialized() else 1)
@@ -81,7 +79,7 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         # record_shapes: the comms probe reads each collective's tensor shapes and dtypes.
-        self._prof = profile(activities=activities, record_shapes=True, **_all_threads())
+        self._prof = profile(activities=activities, record_shapes=True, **profile_all_threads())
         self._prof.__enter__()
         return self
 
@@ -95,10 +93,6 @@ class Recorder:
         self._cpu += time.process_time() - c0
         self._wall += time.perf_counter() - w0
         self._steps += 1
-
-    def _sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
 
     def __exit__(self, *exc: Any) -> None:
         assert self._prof is not None
@@ -114,25 +108,15 @@ class Recorder:
     def _analyse(self, prof: profile) -> ProbeResult:
         if self._steps == 0:
             raise RuntimeError("the Recorder saw no step: wrap each step in `with recorder.step():`")
-        path = self.trace_path
-        tmp = path is None
-        if tmp:
-            fd, path = tempfile.mkstemp(prefix="distperf-probe-", suffix=".json")
-            os.close(fd)
-        prof.export_chrome_trace(path)
-        try:
-            # the event tree is read only where collectives are counted from c10d ops (gloo; comms.py)
-            roots = (prof.profiler.kineto_results.experimental_event_tree()
-                     if "comms" in self.probes and not self.cuda else [])
-            trace = Trace(load(path))
-        finally:
-            if tmp:
-                os.remove(path)
+        # the event tree is read only where collectives are counted from c10d ops (gloo; comms.py)
+        gloo_comms = "comms" in self.probes and not self.cuda
+        roots = prof.profiler.kineto_results.experimental_event_tree() if gloo_comms else []
+        trace = Trace(export(prof, self.trace_path))
         if len(trace.steps) != self._steps:
             raise RuntimeError(f"the probe trace holds {len(trace.steps)} {STEP_MARK} ranges for "
                                f"{self._steps} steps; nested Recorder.step() blocks are not supported")
         result = ProbeResult(rank=self.rank, device=self.device.type, steps=self._steps, probes=list(self.probes),
-                             trace_path=None if tmp else path, timeline=step_timeline(trace, self.rank))
+                             trace_path=self.trace_path, timeline=step_timeline(trace, self.rank))
         if "comms" in self.probes:
             result.comms = comms.measure(roots, self.group_size, trace if self.cuda else None)
             for kind, st in result.comms.by_kind.items():

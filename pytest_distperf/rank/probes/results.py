@@ -195,9 +195,6 @@ class ProbeResult:
     timeline: StepTimeline | None = None  # one profiled step's compute and communication, from that trace
     not_measured: dict[str, str] = field(default_factory=dict)  # probe -> why it has nothing to measure
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def metrics(self) -> dict[str, float]:
         """Flat numbers for reports and baselines (counts are exact per-step medians)."""
         m: dict[str, float] = {}

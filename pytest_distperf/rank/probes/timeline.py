@@ -47,8 +47,6 @@ def step_timeline(trace: Trace, rank: int) -> StepTimeline:
 
 def _cpu_lanes(trace: Trace, start: float, end: float) -> tuple[list[Interval], list[tuple[float, float, str]]]:
     """(compute, communication) of the CPU step in [start, end]."""
-    step_threads = {e.get("tid") for e in trace.events
-                    if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK}
     inside = [e for e in trace.events
               if start <= float(e["ts"]) <= end and e.get("cat") in ("cpu_op", "user_annotation")]
     comm_events = [e for e in inside if _is_comm_name(e.get("name", ""))]
@@ -56,10 +54,10 @@ def _cpu_lanes(trace: Trace, start: float, end: float) -> tuple[list[Interval], 
     # issues them (and waits, when the collective is synchronous).
     worker = [e for e in comm_events if e.get("name", "").startswith("gloo:")]
     comm = [(*interval(e), e["name"]) for e in worker or comm_events]
-    issued = [interval(e) for e in comm_events if e.get("tid") in step_threads]
+    issued = [interval(e) for e in comm_events if e.get("tid") in trace.step_threads]
     compute = []
     for e in inside:
-        if e.get("cat") != "cpu_op" or e.get("tid") not in step_threads or _is_comm_name(e.get("name", "")):
+        if e.get("cat") != "cpu_op" or e.get("tid") not in trace.step_threads or _is_comm_name(e.get("name", "")):
             continue
         s, f = interval(e)
         if not any(s <= a and b <= f for a, b in issued):  # an op around a collective call is not compute

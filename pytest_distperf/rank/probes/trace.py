@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -41,11 +43,27 @@ def is_comm_kernel(name: str) -> bool:
     return name.startswith("nccl")
 
 
-def load(path: str) -> list[dict[str, Any]]:
+def load(path: str, complete_only: bool = True) -> list[dict[str, Any]]:
+    """The events of a Chrome trace file: the complete ('X') ones, or all of them."""
     with open(path) as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X"]
+    return [e for e in events if e.get("ph") == "X"] if complete_only else events
+
+
+def export(prof: Any, path: str | None = None, complete_only: bool = True) -> list[dict[str, Any]]:
+    """The events (as `load`) of a finished torch.profiler's Chrome trace, written to `path` (kept) or to a
+    temporary file (removed)."""
+    keep = path is not None
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="distperf-trace-", suffix=".json")
+        os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        return load(path, complete_only)
+    finally:
+        if not keep:
+            os.remove(path)
 
 
 @dataclass
@@ -54,11 +72,13 @@ class Trace:
 
     events: list[dict[str, Any]]
     steps: list[Interval] = field(init=False)  # the distperf:step ranges, in order
+    step_threads: set[Any] = field(init=False)  # the CPU threads those ranges ran on
     launch_ts: dict[int, tuple[float, Any]] = field(init=False)  # correlation -> (launch ts, CPU thread)
 
     def __post_init__(self) -> None:
-        self.steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in self.events
-                            if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK)
+        marks = [e for e in self.events if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK]
+        self.steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in marks)
+        self.step_threads = {e.get("tid") for e in marks}
         self.launch_ts = {}
         for e in self.events:
             if e.get("cat") in LAUNCH_CATS:
@@ -68,17 +88,12 @@ class Trace:
         self._starts = [s for s, _ in self.steps]
 
     def check_launch_threads(self) -> None:
-        """Refuse to attribute GPU work when launch calls and CPU ranges do not share thread ids.
-
-        Kernels are tied to an optimizer step by the thread of their launch call; if the trace
-        ever wrote the two kinds of events with different thread ids, every kernel would look
-        launched from elsewhere and "no GPU kernels in optimizer.step()" would pass falsely.
-        """
-        range_tids = {e.get("tid") for e in self.events
-                      if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK}
-        if self.launch_ts and not any(tid in range_tids for _, tid in self.launch_ts.values()):
+        """Refuse to attribute GPU work when launch calls and CPU ranges do not share thread ids: every kernel
+        would look launched from elsewhere, and "no GPU kernels in optimizer.step()" would pass falsely."""
+        if self.launch_ts and not any(tid in self.step_threads for _, tid in self.launch_ts.values()):
             raise RuntimeError(f"probe trace: no CUDA launch call ran on the thread of the {STEP_MARK} ranges "
-                               f"(threads {sorted(map(str, range_tids))}); cannot attribute GPU work to CPU ranges")
+                               f"(threads {sorted(map(str, self.step_threads))}); cannot attribute GPU work to CPU "
+                               f"ranges")
 
     def of_cat(self, *cats: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("cat") in cats]
@@ -91,11 +106,8 @@ class Trace:
         return None
 
     def gpu_step(self, e: dict[str, Any]) -> int | None:
-        """The step a GPU activity belongs to: the step its launch call ran in.
-
-        Falls back to the activity's own start: every profiled step ends with a device
-        synchronisation inside its range, so a step's GPU work also runs inside it.
-        """
+        """The step a GPU activity belongs to: the step its launch call ran in, else the one its own start lies in
+        (every profiled step ends with a device synchronisation inside its range)."""
         corr = (e.get("args") or {}).get("correlation")
         if corr in self.launch_ts:
             return self.step_index(self.launch_ts[corr][0])
