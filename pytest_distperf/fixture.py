@@ -4,7 +4,7 @@ Two ways in:
 - `distperf.run("fsdp2")` / `distperf.compare(distperf.job("deepspeed", stage=3), distperf.job("fsdp2"))`:
   named strategies on the built-in workload;
 - `distperf.job("fsdp2", workload="pkg.mod:make_workload")`: a named strategy on the user's own model
-  (pytest_distperf.spec.workloads); `distperf.step_job(make_step)` / `distperf.measure_function(make_step)`:
+  (pytest_distperf.spec.workloads); `distperf.measure(distperf.step_job(make_step))`:
   the user's own training step, measured like a strategy (rank/userstep.py);
 - `distperf.run_function(fn, *args)`: the user's module-level function in every rank
   (process group initialised, device set); returns the per-rank values.
@@ -209,11 +209,6 @@ class DistPerf:
         return JobSpec(world_size=world_size or self.world_size, device=self.device, step=ref, args=args,
                        kwargs=kwargs, steps=steps, warmup_steps=warmup, seed=seed, sys_path=list(sys.path),
                        progress=self._progress is not None, probes=probes, probe_steps=probe_steps, **user)
-
-    def measure_function(self, make_step: Callable[..., Any] | str, *, repeats: int | None = None,
-                         **job_kwargs: Any) -> list[RunResult]:
-        """`measure(step_job(make_step, ...))`: the user's step run `repeats` times and gated against its baseline."""
-        return self.measure(self.step_job(make_step, **job_kwargs), repeats=repeats)
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec, remember_failure: bool = True) -> dict[int, Any]:

@@ -142,7 +142,7 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
             distperf.step_job(mybench.make_step, args=(4,), kwargs={"scaling": 2.0})
 
         def test_step_missing_arg(distperf):
-            distperf.measure_function("mybench:make_step")
+            distperf.measure(distperf.step_job("mybench:make_step"))
 
         def test_right_ones(distperf):
             distperf.job("fsdp2", workload="mybench:make_workload", workload_kwargs={"depth": 2})

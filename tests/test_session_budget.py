@@ -169,7 +169,7 @@ def test_late(distperf):
 
 @pytest.mark.distperf(world_size=2)
 def test_late_measure(distperf):
-    distperf.measure_function("steps:make_step", steps=2, warmup=1)
+    distperf.measure(distperf.step_job("steps:make_step", steps=2, warmup=1))
 
 
 @pytest.fixture
