@@ -255,7 +255,6 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     plan = request.node.stash.get(plan_key, None)
     if plan is None:
         plan = plan_test(session.settings, {}, visible_gpu_count(), request.node.nodeid)
-    progress = _progress_writer(config) if config.get_verbosity() > 0 else None
     gate = None
     if session.gate is not None:
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
@@ -266,16 +265,16 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             problem = str(e)
         if problem:
             pytest.fail(f"distperf baseline: {problem}", pytrace=False)
-    dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
-                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, deadline=session.deadline,
-                  pairs_share=session.pairs_share(_tests_left(request)), check_budget=session.check_budget)
+    dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
+                  str(tmp_path_factory.getbasetemp()), say=_terminal_writer(config), verbose=config.get_verbosity() > 0,
+                  gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),
+                  check_budget=session.check_budget)
     request.node.stash[fixture_key] = dp
-    dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp
     session.test_seconds.append(dp.clock.elapsed())  # what later tests' shares reserve for each (pairs_share)
 
 
-def _progress_writer(config: pytest.Config) -> Any:
+def _terminal_writer(config: pytest.Config) -> Any:
     """Live lines on the terminal during a test: output capture is suspended for each write
     (as pytest's live logging does), else the lines would land in the test's captured stdout."""
     from pytest_distperf.store.redact import redact_text

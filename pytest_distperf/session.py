@@ -1,7 +1,7 @@
 """The session plugin object: what one pytest session of distperf owns.
 
 One `DistPerfSession` is registered per pytest process (as pytest-xdist registers its `DSession`). It holds the
-resolved settings, the runs shared between tests (`RunCache`), the baseline gate, and what the reports need
+resolved settings, what its tests share (`SessionLedger`), the baseline gate, and what the reports need
 (the records each test's report carries, also those xdist workers send), and it writes the session's reports.
 plugin.py only forwards pytest's hooks here. Nothing heavy is imported at module import: torch loads only when a
 distperf test runs.
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RunCache:
-    """Runs measured earlier in this session, so tests that share a job share its runs."""
+class SessionLedger:
+    """What the session's tests share: runs (shared comparisons and probe runs), failed jobs, jobs measured once,
+    and the time spent waiting for a measurement slot (off the budgets' clock)."""
 
     # (A's config hash, B's) -> both sides' runs (lists that adaptive repeats extend) and the test that began them
     comparisons: dict[tuple[str, str], tuple[list["RunResult"], list["RunResult"], str]] = field(
@@ -67,7 +68,7 @@ class DistPerfSession:
     def __init__(self, config: pytest.Config, settings: Settings, gate: "GateSession | None") -> None:
         self.config = config
         self.settings = settings
-        self.cache = RunCache()
+        self.ledger = SessionLedger()
         self.gate = gate
         self.is_controller = not hasattr(config, "workerinput")  # xdist workers send their reports here
         self.summary: list["TestDocument"] = []  # the tests whose calls carried records, for the terminal
@@ -78,9 +79,9 @@ class DistPerfSession:
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
         # --distperf-session-budget: the session's one deadline. Measured on the session's wall clock from here
         # (pytest_configure), less the seconds this process's jobs waited for the CPU measurement slot or their
-        # GPUs while another process held them (RunCache.budget_now): a wait is not this session's own time.
+        # GPUs while another process held them (SessionLedger.budget_now): a wait is not this session's own time.
         # No job, and no DeepSpeed op build, starts after it (check_budget); no adaptive step is planned past it.
-        self.deadline = (self.cache.budget_now() + settings.session_budget) if settings.session_budget else None
+        self.deadline = (self.ledger.budget_now() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
         self.against: Any = None  # --distperf-against: REF's checkout (decide/against.BaseCheckout)
 
@@ -89,7 +90,7 @@ class DistPerfSession:
         session's deadline has passed (on the budget's clock: waits for the measurement slot left out)."""
         if self.deadline is None:
             return
-        now = self.cache.budget_now()
+        now = self.ledger.budget_now()
         if now >= self.deadline:
             from pytest_distperf.errors import SessionBudgetSpent
 
