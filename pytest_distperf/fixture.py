@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import math
 import os
 import sys
@@ -36,7 +35,7 @@ from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
 from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError
 from pytest_distperf.rank.probes.results import probe_summary
-from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import JobRuns
@@ -78,20 +77,16 @@ class DistPerf:
                  deadline: float | None = None, pairs_share: tuple[Any, str] | None = None,
                  check_budget: Callable[[str], None] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
-        self.settings, self.plan, self.ledger, self.nodeid = settings, plan, ledger, nodeid
-        self.base_dir = base_dir
+        self.settings, self.plan, self.ledger, self.nodeid, self.base_dir = settings, plan, ledger, nodeid, base_dir
         self.say, self.verbose = say, verbose  # verbose (-v): also each job's progress, waits and pairs
         self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
         self.gate = gate  # this test's gate (decide/regression.Gate); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
-        # --distperf-session-budget: no job or op build starts past the session's deadline (session.check_budget);
-        # a test it stops before its first look is done is out of budget (_within_budget).
+        # no job or op build starts past the session's deadline (session.check_budget)
         self._check_budget = check_budget or (lambda what: None)
-        self.out_of_budget: str | None = None
-        # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
-        # wall clock runs from here, and the session's deadline (--distperf-session-budget).
-        # Pairs step from planned look to planned look (sequential.planned_looks: the first at the test's repeats);
-        # a third or later look also keeps to the test's share of the session budget (stopping.session_share).
+        self.out_of_budget: str | None = None  # why the session budget stopped the test (_within_budget)
+        # Adaptive repeats: an INCONCLUSIVE verdict gets more pairs up to the test's budget (its clock runs from
+        # here), the session's deadline and, from a third look, the test's share of it (stopping.session_share).
         self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
                              if settings.session_budget else "", first_look=plan.repeats,
@@ -115,7 +110,7 @@ class DistPerf:
             self.ledger.slot_wait_seconds += waited
             if self.verbose and self.say and waited >= 0.5:
                 self.say(f"{owner}: got {what} after waiting {waited:.1f} s (not counted against the test's "
-                               f"or the session's budget)")
+                         f"or the session's budget)")
             yield env
 
     @property
@@ -329,10 +324,7 @@ class DistPerf:
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
                      **kwargs: Any) -> list[Any]:
         """Call `fn(*args, **kwargs)` in every rank; return the values ordered by rank."""
-        if "<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>":
-            raise TypeError(f"run_function needs a module-level function (ranks import it by name); "
-                            f"{fn.__qualname__!r} is not")
-        ref = FunctionRef(module=fn.__module__, qualname=fn.__qualname__, file=inspect.getsourcefile(fn))
+        ref = userjobs.function_ref(fn, "distperf.run_function", "function")
         job = JobSpec(world_size=world_size or self.world_size, device=self.device, function=ref, args=tuple(args),
                       kwargs=kwargs, sys_path=list(sys.path), progress=False)
         values = self._launch(job)
@@ -387,18 +379,16 @@ class DistPerf:
         if not job.probes:
             raise UsageError(f"distperf.probe() needs a job with probes, e.g. distperf.job(..., probes=('comms',)); "
                              f"{job.describe()} has none")
-        key = job.config_hash()
-        cached = self.ledger.probe_runs.get(key) if shared else None
-        if cached is None:
+        key, runs = job.config_hash(), self.ledger.probe_runs if shared else {}
+        if key not in runs:
             try:
-                cached = self._run(job)
+                runs[key] = self._run(job)
             except BaseException as e:
-                if shared and type(e).__name__ == "Skipped":  # true for every test of this job
-                    self.ledger.probe_runs[key] = e
+                if type(e).__name__ == "Skipped":  # true for every test of this job
+                    runs[key] = e
                 raise
-            if shared:
-                self.ledger.probe_runs[key] = cached
-            self._record_run(_label(job), [cached])
+            self._record_run(_label(job), [runs[key]])
+        cached = runs[key]
         if isinstance(cached, BaseException):
             import pytest
 

@@ -77,9 +77,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import sys
 
     strategies = sys.modules.get("pytest_distperf.strategies")
-    session = config.stash.get(session_key, None)
-    if session is not None and session.against is not None:
-        session.against.remove()
     if strategies is not None and config.stash.get(registry_session_key, False):
         strategies.REGISTRY.end_session()
     elif strategies is not None:  # first imported during this session: nothing earlier to bring back
@@ -177,10 +174,6 @@ def _project_root(config: pytest.Config) -> str:
 
 def _is_distperf(item: pytest.Item) -> bool:
     return item.get_closest_marker("distperf") is not None or "distperf" in getattr(item, "fixturenames", ())
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    return config.stash[session_key].report_header()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -136,7 +136,7 @@ class DistPerfSession:
                            self.gate.environment(plan.device), test_file=test_file)
 
     # -- what the session prints first ---------------------------------------------------------------------
-    def report_header(self) -> list[str]:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from pytest_distperf.store.redact import redact_text
         from pytest_distperf.report.header import header_lines
 
@@ -148,7 +148,8 @@ class DistPerfSession:
             self.gpu_clocks.header_lines() if self.gpu_clocks else [])]  # e.g. an agents template, a URL
 
     # -- GPU clocks: locked for the session where asked, always unlocked (launch/gpuclocks.py) -------------
-    def start_gpu_clocks(self) -> None:
+    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers: they inherit the lock state's path
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.settings.enabled or self.settings.device == "cpu":
             return
         from pytest_distperf.errors import SettingsError, UnsafeFolderError
@@ -172,7 +173,7 @@ class DistPerfSession:
         return dataclasses.replace(plan, device=None, skip_reason=reason)
 
     # -- collecting what tests report (also from xdist workers) --------------------------------------------
-    def collect(self, report: pytest.TestReport) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The test's document (report/document.py), made once from the records its report carried."""
         records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
         context = getattr(report, "distperf_context", None)  # decide/regression.GateContext's JSON; {}: none
@@ -195,19 +196,18 @@ class DistPerfSession:
             out_of_budget=late)
         self.entries[report.nodeid] = doc
         if report.when == "call" and records:
+            from pytest_distperf.report.undecided import undecided
+
             self.summary.append(doc)
-            self._count_undecided(report, doc)
+            if undecided([doc]):  # '4 passed, 1 undecided' in yellow; the outcome and exit status stay
+                self._add_stat("undecided", report)
         if late:
             from pytest_distperf.report.out_of_budget import STAT
 
             self._add_stat(STAT, report)  # '2 skipped, 2 out of budget': never read as a pass
 
     # -- the end of the session ----------------------------------------------------------------------------
-    def session_device(self) -> str:
-        """cuda when any collected test was planned on CUDA, else cpu (for the session-level environment)."""
-        return "cuda" if any(p.device == "cuda" for p in self.plans) else "cpu"
-
-    def write_reports(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.is_controller:
             return
         from pytest_distperf.errors import BaselineError
@@ -215,11 +215,11 @@ class DistPerfSession:
         from pytest_distperf.store.redact import redact_args, redact_text
         from pytest_distperf.report import files
 
-        gate = self.gate
+        gate, opt = self.gate, self.config.getoption
         try:
             self.written = files.write_session_reports(
-                list(self.entries.values()), str(self.config.rootpath), self.config.getoption("distperf_json"),
-                self.config.getoption("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
+                list(self.entries.values()), str(self.config.rootpath), opt("distperf_json"),
+                opt("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
                 invocation={"args": redact_args(self.config.invocation_params.args),  # no password in a report
                             "baselines": gate.settings.baselines_dir if gate else None,
                             "save": bool(gate and gate.settings.save),
@@ -227,23 +227,14 @@ class DistPerfSession:
                             "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement),
                             "gpu_clocks": self.gpu_clocks.record() if self.gpu_clocks else None,
                             "against": self.against.to_json() if self.against else None},
-                device=self.session_device(), html_path=self.config.getoption("distperf_html"),
-                pr_comment_path=self.config.getoption("distperf_pr_comment"),
-                html_url=self.config.getoption("distperf_html_url"),
-                history_url=self.config.getoption("distperf_history", None))
+                device="cuda" if any(p.device == "cuda" for p in self.plans) else "cpu",  # the environment's
+                html_path=opt("distperf_html"), pr_comment_path=opt("distperf_pr_comment"),
+                html_url=opt("distperf_html_url"), history_url=self.config.getoption("distperf_history", None))
         except (BaselineError, HistoryError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
             self.write_errors.append(redact_text(str(e)))
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _count_undecided(self, report: pytest.TestReport, doc: "TestDocument") -> None:
-        """A test with an undecided (inconclusive) verdict also counts as `undecided` in pytest's stats line
-        ('4 passed, 1 undecided'), which turns it yellow; its outcome (and the exit status) stay as they are."""
-        from pytest_distperf.report.undecided import undecided
-
-        if undecided([doc]):
-            self._add_stat("undecided", report)
 
     def _add_stat(self, key: str, report: pytest.TestReport) -> None:
         """One more `key` in pytest's stats line ('4 passed, 1 undecided')."""
@@ -256,7 +247,7 @@ class DistPerfSession:
         else:
             tr.stats.setdefault(key, []).append(report)
 
-    def terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_distperf.report import out_of_budget
 
         late = out_of_budget.summary_lines(self.entries.values(), self.settings.strict)
@@ -280,23 +271,11 @@ class DistPerfSession:
         for line in self.write_errors:
             terminalreporter.write_line(f"distperf: could not write a report: {line}", red=True)
 
-    # -- pytest hooks this object receives as a registered plugin -----------------------------------------
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.collect(report)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.write_reports(session)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        self.terminal_summary(terminalreporter)
-
-    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers: they inherit the lock state's path
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.start_gpu_clocks()
-
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         from pytest_distperf.launch import warm_pool
 
         warm_pool.stop_all()  # the session's warm agents end with it
+        if self.against is not None:
+            self.against.remove()
         if self.gpu_clocks is not None:
             self.gpu_clocks.restore()
