@@ -273,27 +273,25 @@ class DistPerf:
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
         """One run of a job. Gated against its baseline on that run alone (one run has no run-to-run variation:
         a time verdict needs measure() or compare())."""
-        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        runs = [self._run(job)]
-        self._record_run(_label(job), runs)
-        self._gate(job, runs)
-        return runs[0]
+        return self._measured(strategy, 1, kwargs, adaptive=False)[0]
 
     @_within_budget
     def measure(self, strategy: str | JobSpec, *, repeats: int | None = None, **kwargs: Any) -> list[RunResult]:
         """Run one job `repeats` times (the test's repeats by default): the run-level repeats a baseline
         verdict needs to tell a regression from run-to-run drift. While its baseline verdict is INCONCLUSIVE
         the job runs again, up to the test's budget (max_repeats, test_budget); the list holds every run."""
+        return self._measured(strategy, repeats or self.plan.repeats, kwargs, adaptive=True)
+
+    def _measured(self, strategy: str | JobSpec, repeats: int, kwargs: dict, adaptive: bool) -> list[RunResult]:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        label = _label(job)
-        runs = [self._run(job) for _ in range(repeats or self.plan.repeats)]
+        label, runs = _label(job), [self._run(job) for _ in range(repeats)]
         self._record_run(label, runs)
 
         def one_more() -> None:
             runs.append(self._run(job))
             self._record_run(label, runs)
 
-        self._gate(job, runs, one_more)
+        self._gate(job, runs, one_more if adaptive else None)
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
@@ -337,14 +335,8 @@ class DistPerf:
 
         `shared=True`: tests of this session that compare the same two jobs share one set of runs; a test that
         needs more pairs extends that set once for every later test."""
-        repeats = repeats or self.plan.repeats
-        key = (a.config_hash(), b.config_hash())
-        if shared and key in self.ledger.comparisons:
-            runs_a, runs_b, _ = self.ledger.comparisons[key]
-        else:
-            runs_a, runs_b = [], []
-            if shared:
-                self.ledger.comparisons[key] = (runs_a, runs_b, self.nodeid)
+        key, fresh = (a.config_hash(), b.config_hash()), ([], [], self.nodeid)
+        runs_a, runs_b, _ = self.ledger.comparisons.setdefault(key, fresh) if shared else fresh
         label_a, label_b = _label(a), _label(b)
 
         def one_more_pair() -> None:
@@ -362,10 +354,10 @@ class DistPerf:
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
-        while len(runs_a) < repeats:
+        while len(runs_a) < (repeats or self.plan.repeats):
             one_more_pair()
         side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
-        # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
+        # Every test that uses these runs (also shared ones) is gated on them against its own baseline.
         self._gate(a, runs_a, one_more_pair)
         self._gate(b, runs_b, one_more_pair)
         adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock,

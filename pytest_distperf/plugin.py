@@ -222,11 +222,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _tests_left(request: pytest.FixtureRequest) -> int:
-    """This test and the later ones of this process that may run adaptive pairs (distperf tests their plan does not
-    skip), in run order: what the session budget is shared between (session.pairs_share). Each pytest-xdist worker
-    has its own budget and deadline but the whole collection in `session.items`, of which it runs about one in
-    `workercount` (the schedulers deal the tests out as workers free up, so which ones is not known in advance):
-    the later tests are divided between the workers."""
+    """This test and the later distperf tests of this process its plan does not skip: what the session budget is
+    shared between (session.pairs_share). An xdist worker sees the whole collection but runs about one test in
+    `workercount` (which ones is not known in advance): the later tests are divided between the workers."""
     items = request.session.items
     if request.node not in items:
         return 1
@@ -251,13 +249,10 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     gate = None
     if session.gate is not None:
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
-        problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
         except BaselineError as e:
-            problem = str(e)
-        if problem:
-            pytest.fail(f"distperf baseline: {problem}", pytrace=False)
+            pytest.fail(f"distperf baseline: {e}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
                   str(tmp_path_factory.getbasetemp()), say=_terminal_writer(config), verbose=config.get_verbosity() > 0,
                   gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),
@@ -298,10 +293,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if dp is None or rep.when != "call":
         return
     records = dp.test_records()  # its jobs as they ended, checks, probes
-    if dp.gate is not None:
-        landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with
+    if dp.gate is not None:  # the baseline verdict, decided on all the runs the test's jobs ended with, lands on
+        landing = dp.gate.finish(test_passed=rep.passed)  # the test's report; its context travels with it (xdist)
         records += landing.records
-        _land_baseline(rep, landing)
+        rep.distperf_context = landing.context.to_json() if landing.context else {}
+        rep.user_properties += landing.properties
+        if landing.failed and landing.message and rep.passed:
+            rep.outcome, rep.longrepr = "failed", landing.message
+        elif landing.failed and landing.message and rep.failed:
+            rep.sections.append(("distperf baseline", landing.message))
     if not records:
         return
     from pytest_distperf.decide.checks import Check
@@ -324,13 +324,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     # (built from the item, like record_property does): put them on the item too.
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]
 
-
-def _land_baseline(rep: pytest.TestReport, landing: "regression.Landing") -> None:
-    """The baseline verdict lands on the test's own report; its context travels with it (xdist) to the reports."""
-    rep.distperf_context = landing.context.to_json() if landing.context else {}
-    rep.user_properties += landing.properties
-    if landing.failed and landing.message:
-        if rep.passed:
-            rep.outcome, rep.longrepr = "failed", landing.message
-        elif rep.failed:
-            rep.sections.append(("distperf baseline", landing.message))
