@@ -3,8 +3,7 @@
 One `DistPerfSession` is registered per pytest process (as pytest-xdist registers its `DSession`). It holds the
 resolved settings, what its tests share (`SessionLedger`), the baseline gate, and what the reports need
 (the records each test's report carries, also those xdist workers send), and it writes the session's reports.
-plugin.py only forwards pytest's hooks here. Nothing heavy is imported at module import: torch loads only when a
-distperf test runs.
+Nothing heavy is imported at module import: torch loads only when a distperf test runs.
 """
 
 from __future__ import annotations
@@ -36,19 +35,15 @@ class SessionLedger:
     comparisons: dict[tuple[str, str], tuple[list["RunResult"], list["RunResult"], str]] = field(
         default_factory=dict)
     probe_runs: dict[str, "RunResult | BaseException"] = field(default_factory=dict)  # config hash -> run or skip
-    # config hash -> (test that ran it, its error): a job that failed is not launched again for the next test
-    # that shares it.
+    # config hash -> (test that ran it, its error): not launched again for the next test that shares it
     failed_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # (side, config hash) of the jobs whose first run of the session is done: their later runs leave out what one
-    # run suffices for (JobSpec.measure_once). Head and base of one job count apart (their code differs).
+    # (side, config hash) whose first run is done: later runs leave out what one run suffices for
+    # (JobSpec.measure_once); head and base count apart (their code differs)
     measured_once: set[tuple[str, str]] = field(default_factory=set)
-    # seconds this process's jobs waited for the CPU measurement slot or their GPUs (another job held them):
-    # not the tests' own time, so the test and session budgets do not count it (budget_now)
-    slot_wait_seconds: float = 0.0
+    slot_wait_seconds: float = 0.0  # waits for a measurement slot another process's job held: not our time
 
     def budget_now(self) -> float:
-        """The budgets' clock (the test's and the session's): the monotonic wall clock less what this process's
-        jobs spent waiting for the CPU measurement slot or their GPUs while another process's job held them."""
+        """The test's and the session's budget clock: monotonic time less the slot waits."""
         return time.monotonic() - self.slot_wait_seconds
 
 
@@ -77,10 +72,7 @@ class DistPerfSession:
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
-        # --distperf-session-budget: the session's one deadline. Measured on the session's wall clock from here
-        # (pytest_configure), less the seconds this process's jobs waited for the CPU measurement slot or their
-        # GPUs while another process held them (SessionLedger.budget_now): a wait is not this session's own time.
-        # No job, and no DeepSpeed op build, starts after it (check_budget); no adaptive step is planned past it.
+        # --distperf-session-budget, on the budget clock from here: no job or op build starts after it (check_budget)
         self.deadline = (self.ledger.budget_now() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
         self.against: Any = None  # --distperf-against: REF's checkout (decide/against.BaseCheckout)
@@ -88,10 +80,8 @@ class DistPerfSession:
     def check_budget(self, what: str) -> None:
         """Before a job or a DeepSpeed op build starts: SessionBudgetSpent, naming the budget and `what`, once the
         session's deadline has passed (on the budget's clock: waits for the measurement slot left out)."""
-        if self.deadline is None:
-            return
         now = self.ledger.budget_now()
-        if now >= self.deadline:
+        if self.deadline is not None and now >= self.deadline:
             from pytest_distperf.errors import SessionBudgetSpent
 
             budget = self.settings.session_budget
@@ -99,12 +89,10 @@ class DistPerfSession:
                                      f"run, waits for the measurement slot left out): {what} not started")
 
     def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
-        """A starting test's share of --distperf-session-budget (stopping.session_share), decided when its third
-        look is due: the time left but a reserve for each of the later tests that may run adaptive pairs, the
-        median of what the finished tests and this one's own first two looks have taken (so a cheap test that
-        shares another's runs does not starve, and an expensive first test does not spend later tests' looks).
-        Its first two planned looks are held only to the session's deadline. (share, how a stop names it); None
-        without a session budget."""
+        """A starting test's share of --distperf-session-budget for its third and later looks (stopping.session_share):
+        the time left but a reserve for each later test, the median of what tests' looks have taken (so a cheap test
+        does not starve, and an expensive first test does not spend later tests' looks). (share, how a stop names
+        it); None without a session budget."""
         if self.deadline is None:
             return None
         from pytest_distperf.decide.stopping import session_share

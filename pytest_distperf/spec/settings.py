@@ -81,15 +81,13 @@ class Setting:
 
 
 def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
-    what = "a positive integer" if kind is int else "a positive number"
-    if kind is int and isinstance(value, float) and not value.is_integer():
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     try:
         v = kind(value)
     except (TypeError, ValueError):
+        v = 0
+    if v <= 0 or (kind is int and isinstance(value, float) and not value.is_integer()):
+        what = "a positive integer" if kind is int else "a positive number"
         raise SettingsError(f"{where}: expected {what}, got {value!r}") from None
-    if v <= 0:
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     return v
 
 
