@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_distperf import strategies
 from pytest_distperf.strategies import ds_ops
 from pytest_distperf.spec import userjobs
+from pytest_distperf.spec.profiles import PROFILES
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.rank.clocks import ClockWarnings
@@ -138,16 +139,17 @@ class DistPerf:
         after the timing phase (pytest_distperf.rank.probes)."""
         options = userjobs.strategy_options(strategy, options)
         with userjobs.naming(self.nodeid):
-            strategies.validate(strategy, options)
+            full_options = strategies.validate(strategy, options)
         reason = strategies.unsupported_reason(strategy, options, self.device)
         if reason:
             import pytest
 
             pytest.skip(reason)
         with userjobs.naming(self.nodeid):
-            user: dict[str, Any] = userjobs.strategy_fields(strategy, options, launch, "distperf.job")
-            launcher = getattr(getattr(self.settings, "cluster", None), "launcher", "local")
-            if userjobs.starts_as_script(user["launch_profile"]) and launcher != "local":
+            user: dict[str, Any] = userjobs.strategy_fields(strategy, full_options, launch, "distperf.job")
+            launcher = self.settings.cluster.launcher
+            # rank 0 runs as the user's script and the framework starts the others: only the local launcher can
+            if PROFILES[user["launch_profile"]].starter == "script" and launcher != "local":
                 raise UsageError(f"distperf.job({strategy!r}, launch='as_user') starts rank 0 as a script and lets "
                                  f"{user['launch_profile']}'s own launcher start the rest, on this host only; the "
                                  f"{launcher} launcher cannot (use launch='controlled')")

@@ -101,13 +101,12 @@ def _source_file(obj: Any, module: Any) -> str | None:
         return getattr(module, "__file__", None)
 
 
-def strategy_fields(strategy: str, options: dict[str, Any], launch: str, where: str) -> dict[str, Any]:
+def strategy_fields(strategy: str, full_options: dict[str, Any], launch: str, where: str) -> dict[str, Any]:
     """The JobSpec fields the ranks need about a strategy: adapter module, full options, launch profile."""
     from pytest_distperf import strategies
 
     record = strategies.REGISTRY.get(strategy)
-    full = strategies.validate(strategy, options)
-    return dict(adapter=record.adapter, full_options=full, **launch_fields(launch, record.user_launch, where))
+    return dict(adapter=record.adapter, full_options=full_options, **launch_fields(launch, record.user_launch, where))
 
 
 def launch_fields(launch: str, user_launch: str, where: str) -> dict[str, str]:
@@ -122,11 +121,6 @@ def check_step_arguments(args: Any, kwargs: Any, where: str) -> tuple[tuple, dic
     if kwargs is not None and not isinstance(kwargs, dict):
         raise UsageError(f"{where}(kwargs=...) must be a dict, got {type(kwargs).__name__}")
     return args, dict(kwargs or {})
-
-
-def starts_as_script(profile: str) -> bool:
-    """Rank 0 runs as the user's script and the framework starts the others (only the local launcher can)."""
-    return profiles.PROFILES[profile].starter == "script"
 
 
 def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str, Any]:
