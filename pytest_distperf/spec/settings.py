@@ -91,14 +91,15 @@ def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     return v
 
 
+_YES, _NO = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+
+
 def _flag(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", ""):
-        return False
+    if text in _YES or text in _NO:
+        return text in _YES
     raise SettingsError(f"{where}: expected true or false, got {value!r}")
 
 
@@ -126,9 +127,9 @@ def parse_clock_setting(value: Any, where: str) -> str | int | None:
     if value is None or value is False:
         return None
     text = str(value).strip().lower()
-    if text in ("", "false", "0", "no", "off"):
+    if text in _NO:
         return None
-    if text in ("true", "1", "yes", "on", CLOCKS_DEFAULT):
+    if text in _YES or text == CLOCKS_DEFAULT:
         return CLOCKS_DEFAULT
     if text == CLOCKS_EXTERNAL:
         return CLOCKS_EXTERNAL
