@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -154,11 +154,7 @@ class DistPerfSession:
     def with_clock_skip(self, plan: TestPlan) -> TestPlan:
         """A CUDA test skips when locked clocks were asked for and refused (the reason says why)."""
         reason = self.gpu_clocks.skip_reason() if self.gpu_clocks and plan.device == "cuda" else None
-        if not reason:
-            return plan
-        import dataclasses
-
-        return dataclasses.replace(plan, device=None, skip_reason=reason)
+        return replace(plan, device=None, skip_reason=reason) if reason else plan
 
     # -- collecting what tests report (also from xdist workers) --------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
