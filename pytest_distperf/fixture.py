@@ -4,7 +4,7 @@ Two ways in:
 - `distperf.run("fsdp2")` / `distperf.compare(distperf.job("deepspeed", stage=3), distperf.job("fsdp2"))`:
   named strategies on the built-in workload;
 - `distperf.job("fsdp2", workload="pkg.mod:make_workload")`: a named strategy on the user's own model
-  (pytest_distperf.spec.workloads); `distperf.step_job(make_step)` / `distperf.measure_function(make_step)`:
+  (pytest_distperf.spec.workloads); `distperf.measure(distperf.step_job(make_step))`:
   the user's own training step, measured like a strategy (rank/userstep.py);
 - `distperf.run_function(fn, *args)`: the user's module-level function in every rank
   (process group initialised, device set); returns the per-rank values.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import math
 import os
 import sys
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_distperf import strategies
 from pytest_distperf.strategies import ds_ops
 from pytest_distperf.spec import userjobs
+from pytest_distperf.spec.profiles import PROFILES
 
 from pytest_distperf.rank import hostload
 from pytest_distperf.rank.clocks import ClockWarnings
@@ -36,17 +36,17 @@ from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
 from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError
 from pytest_distperf.rank.probes.results import probe_summary
-from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.measure.figures import JobRuns
 from pytest_distperf.report.document import JobRecord, Record
 from pytest_distperf.rank.workload import resolve_shape
 
-ProgressSink = Callable[[str], None]
+Say = Callable[[str], None]  # a line on the terminal, live during the test (plugin._terminal_writer)
 
 if TYPE_CHECKING:
-    from pytest_distperf.session import RunCache
+    from pytest_distperf.session import SessionLedger
     from pytest_distperf.decide.regression import Gate
 
 
@@ -58,9 +58,8 @@ def _label(job: JobSpec) -> str:
 
 
 def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A test's call that launches its jobs: where the session budget stopped one before it started (SessionBudgetSpent,
-    from check_budget), the test is skipped with the budget's words (fails with --distperf-strict) and noted out of
-    budget for the reports. Adaptive repeats catch it first (stopping.look_until): their verdict stands."""
+    """A call that launches jobs: a job the session budget stopped (SessionBudgetSpent) skips the test, noted out
+    of budget (fails with --distperf-strict). Adaptive repeats catch it first: their verdict stands."""
     @functools.wraps(method)
     def call(self: "DistPerf", *args: Any, **kwargs: Any) -> Any:
         try:
@@ -74,42 +73,32 @@ def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class DistPerf:
-    def __init__(self, settings: Settings, plan: TestPlan, cache: "RunCache", nodeid: str, base_dir: str,
-                 progress: ProgressSink | None = None, gate: "Gate | None" = None,
+    def __init__(self, settings: Settings, plan: TestPlan, ledger: "SessionLedger", nodeid: str, base_dir: str,
+                 say: Say | None = None, verbose: bool = False, gate: "Gate | None" = None,
                  deadline: float | None = None, pairs_share: tuple[Any, str] | None = None,
                  check_budget: Callable[[str], None] | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
-        self.settings, self.plan, self.cache, self.nodeid = settings, plan, cache, nodeid
-        self.base_dir = base_dir
-        self._progress = progress
+        self.settings, self.plan, self.ledger, self.nodeid, self.base_dir = settings, plan, ledger, nodeid, base_dir
+        self.say, self.verbose = say, verbose  # verbose (-v): also each job's progress, waits and pairs
         self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
         self.gate = gate  # this test's gate (decide/regression.Gate); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
-        # --distperf-session-budget: no job or op build starts past the session's deadline (session.check_budget);
-        # a test it stops before its first look is done is out of budget (_within_budget).
+        # no job or op build starts past the session's deadline (session.check_budget)
         self._check_budget = check_budget or (lambda what: None)
-        self.out_of_budget: str | None = None
-        # Adaptive repeats: a verdict still INCONCLUSIVE gets more pairs (or runs) up to the test's budget, whose
-        # wall clock runs from here, and the session's deadline (--distperf-session-budget).
-        # Pairs step from planned look to planned look (sequential.planned_looks: the first at the test's repeats);
-        # a third or later look also keeps to the test's share of the session budget (stopping.session_share).
+        self.out_of_budget: str | None = None  # why the session budget stopped the test (_within_budget)
+        # Adaptive repeats: an INCONCLUSIVE verdict gets more pairs up to the test's budget (its clock runs from
+        # here), the session's deadline and, from a third look, the test's share of it (stopping.session_share).
         self.budget = Budget(max_pairs=plan.max_repeats, seconds=plan.test_budget, deadline=deadline,
                              deadline_text=f"session budget {settings.session_budget:g} s"
                              if settings.session_budget else "", first_look=plan.repeats,
                              share_deadline=pairs_share[0] if pairs_share else None,
                              share_text=pairs_share[1] if pairs_share else "")
-        self.clock = Clock(started=self._budget_now(), now=self._budget_now)
+        self.clock = Clock(started=ledger.budget_now(), now=ledger.budget_now)
         self._slot_wait = 0.0  # the last launch's wait for its measurement slot (RunResult.slot_wait_seconds)
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         if gate is not None:
             gate.budget = self.budget
         self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
-
-    def _budget_now(self) -> float:
-        """The budgets' clock (session.RunCache.budget_now): monotonic time less what this process's jobs spent
-        waiting for a measurement slot (another session's job held it), so a test's and the session's budget count
-        only their own time."""
-        return self.cache.budget_now()
 
     @contextlib.contextmanager
     def _timed_slot(self, slot: Any, what: str, owner: str) -> Any:
@@ -119,11 +108,10 @@ class DistPerf:
         with slot as env:
             waited = time.monotonic() - started
             self._slot_wait = waited
-            if hasattr(self.cache, "slot_wait_seconds"):
-                self.cache.slot_wait_seconds += waited
-            if self._progress and waited >= 0.5:
-                self._progress(f"{owner}: got {what} after waiting {waited:.1f} s (not counted against the test's "
-                               f"or the session's budget)")
+            self.ledger.slot_wait_seconds += waited
+            if self.verbose and self.say and waited >= 0.5:
+                self.say(f"{owner}: got {what} after waiting {waited:.1f} s (not counted against the test's "
+                         f"or the session's budget)")
             yield env
 
     @property
@@ -149,24 +137,19 @@ class DistPerf:
         `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
         after the timing phase (pytest_distperf.rank.probes)."""
-        from pytest_distperf.spec import probes as probe_names
-
         options = userjobs.strategy_options(strategy, options)
-
-        probes = probe_names.validate(probes, "distperf.job(probes=...)") if probes is not None else self.plan.probes
-        if probe_steps < 1:
-            raise ValueError(f"distperf.job(probe_steps=...) must be at least 1, got {probe_steps!r}")
         with userjobs.naming(self.nodeid):
-            strategies.validate(strategy, options)
+            full_options = strategies.validate(strategy, options)
         reason = strategies.unsupported_reason(strategy, options, self.device)
         if reason:
             import pytest
 
             pytest.skip(reason)
         with userjobs.naming(self.nodeid):
-            user: dict[str, Any] = userjobs.strategy_fields(strategy, options, launch, "distperf.job")
-            launcher = getattr(getattr(self.settings, "cluster", None), "launcher", "local")
-            if userjobs.starts_as_script(user["launch_profile"]) and launcher != "local":
+            user: dict[str, Any] = userjobs.strategy_fields(strategy, full_options, launch, "distperf.job")
+            launcher = self.settings.cluster.launcher
+            # rank 0 runs as the user's script and the framework starts the others: only the local launcher can
+            if PROFILES[user["launch_profile"]].starter == "script" and launcher != "local":
                 raise UsageError(f"distperf.job({strategy!r}, launch='as_user') starts rank 0 as a script and lets "
                                  f"{user['launch_profile']}'s own launcher start the rest, on this host only; the "
                                  f"{launcher} launcher cannot (use launch='controlled')")
@@ -184,10 +167,9 @@ class DistPerf:
             shape = shape.get(self.device)
         name = shape or self.plan.default_shape(self.settings)
         resolve_shape(name, shape_overrides)  # reject a bad shape here, not in every rank
-        return JobSpec(world_size=world_size or self.world_size, device=self.device, strategy=strategy,
-                       options=options, shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps,
-                       warmup_steps=warmup, seed=seed, sys_path=list(sys.path), progress=self._progress is not None,
-                       probes=probes, probe_steps=probe_steps, **user)
+        return self._spec("distperf.job", world_size, probes, probe_steps, strategy=strategy, options=options,
+                          shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps, warmup_steps=warmup,
+                          seed=seed, **user)
 
     def step_job(self, make_step: Callable[..., Any] | str, *, args: tuple = (), kwargs: dict[str, Any] | None = None,
                  steps: int = 10, warmup: int = 3, seed: int = 1234, world_size: int | None = None,
@@ -195,25 +177,23 @@ class DistPerf:
         """A job of the user's own step: `make_step(*args, **kwargs)` runs in every rank (process group up) and
         returns `step()`, one whole training iteration. Measured like a strategy job: warm-up, timing, memory,
         probes, the breakdown of the phases it marks (pytest_distperf.phase); run/measure/compare/probe take it."""
-        from pytest_distperf.spec import probes as probe_names
-
         with userjobs.naming(self.nodeid):
             ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")
             args, kwargs = userjobs.check_step_arguments(args, kwargs, "distperf.step_job")
             userjobs.check_call(make_step, args, kwargs, "step factory", "distperf.step_job(args=..., kwargs=...)")
-            probes = (probe_names.validate(probes, "distperf.step_job(probes=...)") if probes is not None
-                      else self.plan.probes)
-            if probe_steps < 1:
-                raise UsageError(f"distperf.step_job(probe_steps=...) must be at least 1, got {probe_steps!r}")
             user = userjobs.launch_fields(launch, "torchrun", "distperf.step_job")  # a user's own loop: as torchrun
-        return JobSpec(world_size=world_size or self.world_size, device=self.device, step=ref, args=args,
-                       kwargs=kwargs, steps=steps, warmup_steps=warmup, seed=seed, sys_path=list(sys.path),
-                       progress=self._progress is not None, probes=probes, probe_steps=probe_steps, **user)
+            return self._spec("distperf.step_job", world_size, probes, probe_steps, step=ref, args=args,
+                              kwargs=kwargs, steps=steps, warmup_steps=warmup, seed=seed, **user)
 
-    def measure_function(self, make_step: Callable[..., Any] | str, *, repeats: int | None = None,
-                         **job_kwargs: Any) -> list[RunResult]:
-        """`measure(step_job(make_step, ...))`: the user's step run `repeats` times and gated against its baseline."""
-        return self.measure(self.step_job(make_step, **job_kwargs), repeats=repeats)
+    def _spec(self, where: str, world_size: int | None, probes: Any, probe_steps: int, **fields: Any) -> JobSpec:
+        """A measured job on the test's device: its probes (the test's by default) checked here, not in the ranks."""
+        from pytest_distperf.spec import probes as probe_names
+
+        probes = probe_names.validate(probes, f"{where}(probes=...)") if probes is not None else self.plan.probes
+        if probe_steps < 1:
+            raise UsageError(f"{where}(probe_steps=...) must be at least 1, got {probe_steps!r}")
+        return JobSpec(world_size=world_size or self.world_size, device=self.device, sys_path=list(sys.path),
+                       progress=self.verbose, probes=probes, probe_steps=probe_steps, **fields)
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec, remember_failure: bool = True) -> dict[int, Any]:
@@ -224,9 +204,9 @@ class DistPerf:
 
         def on_progress(text: str, elapsed: float) -> None:
             # Only jobs longer than a few seconds talk, and at most every two seconds.
-            if self._progress and elapsed > 3 and time.monotonic() - last_print[0] > 2:
+            if self.verbose and self.say and elapsed > 3 and time.monotonic() - last_print[0] > 2:
                 last_print[0] = time.monotonic()
-                self._progress(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
+                self.say(f"{job.describe()}: {text} ({time.monotonic() - started:.0f} s)")
 
         # Strategy jobs are deterministic configurations: one that failed fails the next test that shares it
         # without a relaunch. User functions (run_function) are always run.
@@ -234,8 +214,8 @@ class DistPerf:
         self._prepare_ops(job)
         self._check_budget(f"job {job.describe()}")  # before its slot: a wait for it is off the budget's clock
         with outcomes.as_pytest_outcome():
-            if key in self.cache.failed_jobs:
-                nodeid, error = self.cache.failed_jobs[key]
+            if key in self.ledger.failed_jobs:
+                nodeid, error = self.ledger.failed_jobs[key]
                 raise JobError(f"{job.describe()} failed earlier in this session, in {nodeid}; not run again. "
                                f"Its error:\n{error}")
             try:
@@ -250,7 +230,7 @@ class DistPerf:
                                              keep=self.settings.keep_jobs or bool(job.probes))  # probes keep traces
             except JobError as e:
                 if key is not None:
-                    self.cache.failed_jobs[key] = (self.nodeid, str(e))
+                    self.ledger.failed_jobs[key] = (self.nodeid, str(e))
                 raise
         if job.probes and not self.settings.keep_jobs:
             from pytest_distperf.launch.jobfiles import drop_scratch
@@ -273,52 +253,47 @@ class DistPerf:
                 pytest.skip(f"NVMe offload: {problem}; DeepSpeed's async I/O writes its swap files with O_DIRECT")
         from pytest_distperf.launch import allocator
 
-        say = getattr(self, "notice", None) or self._progress
-        owner = f"{self.nodeid} [DeepSpeed op build]"
+        owner = f"{self.nodeid} [DeepSpeed op build]"  # said also without -v: a build takes minutes
         with userjobs.naming(self.nodeid):
-            ds_ops.ensure(ops, job.device, say, may_start=self._check_budget,
-                          slot=self._timed_slot(allocator.cpu(owner, say), "the CPU measurement slot", owner))
+            ds_ops.ensure(ops, job.device, self.say, may_start=self._check_budget,
+                          slot=self._timed_slot(allocator.cpu(owner, self.say), "the CPU measurement slot", owner))
 
     def _devices(self, job: JobSpec, local_ranks: int):
         """The devices this job owns on this host while it runs (see allocator.py for the policy)."""
         from pytest_distperf.launch import allocator
         from pytest_distperf.launch.devices import visible_gpu_ids
 
-        owner = f"{self.nodeid} [{job.describe()}]"
-        if job.device == "cuda":
-            if not local_ranks:  # every rank elsewhere (SLURM): their nodes own their GPUs
-                return contextlib.nullcontext({})
-            return self._timed_slot(allocator.gpus(local_ranks, visible_gpu_ids(), owner, self._progress),
+        owner, say = f"{self.nodeid} [{job.describe()}]", self.say if self.verbose else None
+        if job.device == "cuda" and local_ranks:  # no local ranks (SLURM): their nodes own their GPUs
+            return self._timed_slot(allocator.gpus(local_ranks, visible_gpu_ids(), owner, say),
                                     f"{local_ranks} GPU(s)", owner)
-        if job.function is None:
-            return self._timed_slot(allocator.cpu(owner, self._progress), "the CPU measurement slot", owner)
+        if job.device != "cuda" and job.function is None:
+            return self._timed_slot(allocator.cpu(owner, say), "the CPU measurement slot", owner)
         return contextlib.nullcontext({})
 
     @_within_budget
     def run(self, strategy: str | JobSpec, **kwargs: Any) -> RunResult:
         """One run of a job. Gated against its baseline on that run alone (one run has no run-to-run variation:
         a time verdict needs measure() or compare())."""
-        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        runs = [self._run(job)]
-        self._record_run(_label(job), runs)
-        self._gate(job, runs)
-        return runs[0]
+        return self._measured(strategy, 1, kwargs, adaptive=False)[0]
 
     @_within_budget
     def measure(self, strategy: str | JobSpec, *, repeats: int | None = None, **kwargs: Any) -> list[RunResult]:
         """Run one job `repeats` times (the test's repeats by default): the run-level repeats a baseline
         verdict needs to tell a regression from run-to-run drift. While its baseline verdict is INCONCLUSIVE
         the job runs again, up to the test's budget (max_repeats, test_budget); the list holds every run."""
+        return self._measured(strategy, repeats or self.plan.repeats, kwargs, adaptive=True)
+
+    def _measured(self, strategy: str | JobSpec, repeats: int, kwargs: dict, adaptive: bool) -> list[RunResult]:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
-        label = _label(job)
-        runs = [self._run(job) for _ in range(repeats or self.plan.repeats)]
+        label, runs = _label(job), [self._run(job) for _ in range(repeats)]
         self._record_run(label, runs)
 
         def one_more() -> None:
             runs.append(self._run(job))
             self._record_run(label, runs)
 
-        self._gate(job, runs, one_more)
+        self._gate(job, runs, one_more if adaptive else None)
         return runs
 
     def _run(self, job: JobSpec) -> RunResult:
@@ -328,12 +303,12 @@ class DistPerf:
     def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
         """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
         once = (side, job.config_hash())
-        job = dataclasses.replace(job, measure_once=once not in self.cache.measured_once)
+        job = dataclasses.replace(job, measure_once=once not in self.ledger.measured_once)
         start = time.monotonic()
         self._slot_wait, self._launched_at = 0.0, None
         agents_before = len(warm_pool.STATE.start_seconds)
         values = self._launch(job, remember_failure=side == "head")
-        self.cache.measured_once.add(once)
+        self.ledger.measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
                            agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]))
@@ -349,10 +324,7 @@ class DistPerf:
     def run_function(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
                      **kwargs: Any) -> list[Any]:
         """Call `fn(*args, **kwargs)` in every rank; return the values ordered by rank."""
-        if "<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>":
-            raise TypeError(f"run_function needs a module-level function (ranks import it by name); "
-                            f"{fn.__qualname__!r} is not")
-        ref = FunctionRef(module=fn.__module__, qualname=fn.__qualname__, file=inspect.getsourcefile(fn))
+        ref = userjobs.function_ref(fn, "distperf.run_function", "function")
         job = JobSpec(world_size=world_size or self.world_size, device=self.device, function=ref, args=tuple(args),
                       kwargs=kwargs, sys_path=list(sys.path), progress=False)
         values = self._launch(job)
@@ -365,20 +337,14 @@ class DistPerf:
 
         `shared=True`: tests of this session that compare the same two jobs share one set of runs; a test that
         needs more pairs extends that set once for every later test."""
-        repeats = repeats or self.plan.repeats
-        key = (a.config_hash(), b.config_hash())
-        if shared and key in self.cache.comparisons:
-            runs_a, runs_b, _ = self.cache.comparisons[key]
-        else:
-            runs_a, runs_b = [], []
-            if shared:
-                self.cache.comparisons[key] = (runs_a, runs_b, self.nodeid)
+        key, fresh = (a.config_hash(), b.config_hash()), ([], [], self.nodeid)
+        runs_a, runs_b, _ = self.ledger.comparisons.setdefault(key, fresh) if shared else fresh
         label_a, label_b = _label(a), _label(b)
 
         def one_more_pair() -> None:
             i = len(runs_a)
-            if self._progress:
-                self._progress(f"pair {i + 1}: {label_a} vs {label_b}")
+            if self.verbose and self.say:
+                self.say(f"pair {i + 1}: {label_a} vs {label_b}")
             # A B, then B A: what drifts within a pair hits both orders alike
             (first, first_runs), (second, second_runs) = ((a, runs_a), (b, runs_b))[::1 if i % 2 == 0 else -1]
             first_runs.append(self._run(first))
@@ -390,14 +356,14 @@ class DistPerf:
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
-        while len(runs_a) < repeats:
+        while len(runs_a) < (repeats or self.plan.repeats):
             one_more_pair()
         side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
-        # Every test that uses these runs (also from the cache) is gated on them against its own baseline.
+        # Every test that uses these runs (also shared ones) is gated on them against its own baseline.
         self._gate(a, runs_a, one_more_pair)
         self._gate(b, runs_b, one_more_pair)
-        adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock, progress=self._progress,
-                            on_inconclusive=self._inconclusive)
+        adaptive = Adaptive(extend=one_more_pair, budget=self.budget, clock=self.clock,
+                            progress=self.say if self.verbose else None, on_inconclusive=self._inconclusive)
         return Comparison(side_a, side_b, on_check=self._record_check, adaptive=adaptive)
 
     @_within_budget
@@ -407,18 +373,16 @@ class DistPerf:
         if not job.probes:
             raise UsageError(f"distperf.probe() needs a job with probes, e.g. distperf.job(..., probes=('comms',)); "
                              f"{job.describe()} has none")
-        key = job.config_hash()
-        cached = self.cache.probe_runs.get(key) if shared else None
-        if cached is None:
+        key, runs = job.config_hash(), self.ledger.probe_runs if shared else {}
+        if key not in runs:
             try:
-                cached = self._run(job)
+                runs[key] = self._run(job)
             except BaseException as e:
-                if shared and type(e).__name__ == "Skipped":  # true for every test of this job
-                    self.cache.probe_runs[key] = e
+                if type(e).__name__ == "Skipped":  # true for every test of this job
+                    runs[key] = e
                 raise
-            if shared:
-                self.cache.probe_runs[key] = cached
-            self._record_run(_label(job), [cached])
+            self._record_run(_label(job), [runs[key]])
+        cached = runs[key]
         if isinstance(cached, BaseException):
             import pytest
 
@@ -473,4 +437,4 @@ class DistPerf:
         """Tell this test's gate about a job's runs (Gate.check: `extend` adds runs while a verdict is undecided);
         decided again when the test ends."""
         if self.gate is not None:
-            self.gate.check(job, runs, extend, self.clock, self._progress)
+            self.gate.check(job, runs, extend, self.clock, self.say if self.verbose else None)

@@ -77,9 +77,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import sys
 
     strategies = sys.modules.get("pytest_distperf.strategies")
-    session = config.stash.get(session_key, None)
-    if session is not None and session.against is not None:
-        session.against.remove()
     if strategies is not None and config.stash.get(registry_session_key, False):
         strategies.REGISTRY.end_session()
     elif strategies is not None:  # first imported during this session: nothing earlier to bring back
@@ -179,10 +176,6 @@ def _is_distperf(item: pytest.Item) -> bool:
     return item.get_closest_marker("distperf") is not None or "distperf" in getattr(item, "fixturenames", ())
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    return config.stash[session_key].report_header()
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = config.stash[session_key]
     settings = session.settings
@@ -229,11 +222,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _tests_left(request: pytest.FixtureRequest) -> int:
-    """This test and the later ones of this process that may run adaptive pairs (distperf tests their plan does not
-    skip), in run order: what the session budget is shared between (session.pairs_share). Each pytest-xdist worker
-    has its own budget and deadline but the whole collection in `session.items`, of which it runs about one in
-    `workercount` (the schedulers deal the tests out as workers free up, so which ones is not known in advance):
-    the later tests are divided between the workers."""
+    """This test and the later distperf tests of this process its plan does not skip: what the session budget is
+    shared between (session.pairs_share). An xdist worker sees the whole collection but runs about one test in
+    `workercount` (which ones is not known in advance): the later tests are divided between the workers."""
     items = request.session.items
     if request.node not in items:
         return 1
@@ -255,27 +246,23 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     plan = request.node.stash.get(plan_key, None)
     if plan is None:
         plan = plan_test(session.settings, {}, visible_gpu_count(), request.node.nodeid)
-    progress = _progress_writer(config) if config.get_verbosity() > 0 else None
     gate = None
     if session.gate is not None:
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
-        problem = None
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
         except BaselineError as e:
-            problem = str(e)
-        if problem:
-            pytest.fail(f"distperf baseline: {problem}", pytrace=False)
-    dp = DistPerf(session.settings, plan, session.cache, request.node.nodeid,
-                  str(tmp_path_factory.getbasetemp()), progress, gate=gate, deadline=session.deadline,
-                  pairs_share=session.pairs_share(_tests_left(request)), check_budget=session.check_budget)
+            pytest.fail(f"distperf baseline: {e}", pytrace=False)
+    dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
+                  str(tmp_path_factory.getbasetemp()), say=_terminal_writer(config), verbose=config.get_verbosity() > 0,
+                  gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),
+                  check_budget=session.check_budget)
     request.node.stash[fixture_key] = dp
-    dp.notice = _progress_writer(config)  # said also without -v: a one-time DeepSpeed op build (strategies/ds_ops.py)
     yield dp
     session.test_seconds.append(dp.clock.elapsed())  # what later tests' shares reserve for each (pairs_share)
 
 
-def _progress_writer(config: pytest.Config) -> Any:
+def _terminal_writer(config: pytest.Config) -> Any:
     """Live lines on the terminal during a test: output capture is suspended for each write
     (as pytest's live logging does), else the lines would land in the test's captured stdout."""
     from pytest_distperf.store.redact import redact_text
@@ -306,10 +293,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if dp is None or rep.when != "call":
         return
     records = dp.test_records()  # its jobs as they ended, checks, probes
-    if dp.gate is not None:
-        landing = dp.gate.finish(test_passed=rep.passed)  # decided on all the runs the test's jobs ended with
+    if dp.gate is not None:  # the baseline verdict, decided on all the runs the test's jobs ended with, lands on
+        landing = dp.gate.finish(test_passed=rep.passed)  # the test's report; its context travels with it (xdist)
         records += landing.records
-        _land_baseline(rep, landing)
+        rep.distperf_context = landing.context.to_json() if landing.context else {}
+        rep.user_properties += landing.properties
+        if landing.failed and landing.message and rep.passed:
+            rep.outcome, rep.longrepr = "failed", landing.message
+        elif landing.failed and landing.message and rep.failed:
+            rep.sections.append(("distperf baseline", landing.message))
     if not records:
         return
     from pytest_distperf.decide.checks import Check
@@ -332,13 +324,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     # (built from the item, like record_property does): put them on the item too.
     item.user_properties += [p for p in rep.user_properties if p not in item.user_properties]
 
-
-def _land_baseline(rep: pytest.TestReport, landing: "regression.Landing") -> None:
-    """The baseline verdict lands on the test's own report; its context travels with it (xdist) to the reports."""
-    rep.distperf_context = landing.context.to_json() if landing.context else {}
-    rep.user_properties += landing.properties
-    if landing.failed and landing.message:
-        if rep.passed:
-            rep.outcome, rep.longrepr = "failed", landing.message
-        elif rep.failed:
-            rep.sections.append(("distperf baseline", landing.message))

@@ -1,10 +1,9 @@
 """The session plugin object: what one pytest session of distperf owns.
 
 One `DistPerfSession` is registered per pytest process (as pytest-xdist registers its `DSession`). It holds the
-resolved settings, the runs shared between tests (`RunCache`), the baseline gate, and what the reports need
+resolved settings, what its tests share (`SessionLedger`), the baseline gate, and what the reports need
 (the records each test's report carries, also those xdist workers send), and it writes the session's reports.
-plugin.py only forwards pytest's hooks here. Nothing heavy is imported at module import: torch loads only when a
-distperf test runs.
+Nothing heavy is imported at module import: torch loads only when a distperf test runs.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -28,26 +27,23 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RunCache:
-    """Runs measured earlier in this session, so tests that share a job share its runs."""
+class SessionLedger:
+    """What the session's tests share: runs (shared comparisons and probe runs), failed jobs, jobs measured once,
+    and the time spent waiting for a measurement slot (off the budgets' clock)."""
 
     # (A's config hash, B's) -> both sides' runs (lists that adaptive repeats extend) and the test that began them
     comparisons: dict[tuple[str, str], tuple[list["RunResult"], list["RunResult"], str]] = field(
         default_factory=dict)
     probe_runs: dict[str, "RunResult | BaseException"] = field(default_factory=dict)  # config hash -> run or skip
-    # config hash -> (test that ran it, its error): a job that failed is not launched again for the next test
-    # that shares it.
+    # config hash -> (test that ran it, its error): not launched again for the next test that shares it
     failed_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # (side, config hash) of the jobs whose first run of the session is done: their later runs leave out what one
-    # run suffices for (JobSpec.measure_once). Head and base of one job count apart (their code differs).
+    # (side, config hash) whose first run is done: later runs leave out what one run suffices for
+    # (JobSpec.measure_once); head and base count apart (their code differs)
     measured_once: set[tuple[str, str]] = field(default_factory=set)
-    # seconds this process's jobs waited for the CPU measurement slot or their GPUs (another job held them):
-    # not the tests' own time, so the test and session budgets do not count it (budget_now)
-    slot_wait_seconds: float = 0.0
+    slot_wait_seconds: float = 0.0  # waits for a measurement slot another process's job held: not our time
 
     def budget_now(self) -> float:
-        """The budgets' clock (the test's and the session's): the monotonic wall clock less what this process's
-        jobs spent waiting for the CPU measurement slot or their GPUs while another process's job held them."""
+        """The test's and the session's budget clock: monotonic time less the slot waits."""
         return time.monotonic() - self.slot_wait_seconds
 
 
@@ -67,7 +63,7 @@ class DistPerfSession:
     def __init__(self, config: pytest.Config, settings: Settings, gate: "GateSession | None") -> None:
         self.config = config
         self.settings = settings
-        self.cache = RunCache()
+        self.ledger = SessionLedger()
         self.gate = gate
         self.is_controller = not hasattr(config, "workerinput")  # xdist workers send their reports here
         self.summary: list["TestDocument"] = []  # the tests whose calls carried records, for the terminal
@@ -76,21 +72,16 @@ class DistPerfSession:
         self.write_errors: list[str] = []
         self.plans: list[TestPlan] = []
         self.gpu_clocks: "SessionClocks | None" = None  # set at session start (launch/gpuclocks.py)
-        # --distperf-session-budget: the session's one deadline. Measured on the session's wall clock from here
-        # (pytest_configure), less the seconds this process's jobs waited for the CPU measurement slot or their
-        # GPUs while another process held them (RunCache.budget_now): a wait is not this session's own time.
-        # No job, and no DeepSpeed op build, starts after it (check_budget); no adaptive step is planned past it.
-        self.deadline = (self.cache.budget_now() + settings.session_budget) if settings.session_budget else None
+        # --distperf-session-budget, on the budget clock from here: no job or op build starts after it (check_budget)
+        self.deadline = (self.ledger.budget_now() + settings.session_budget) if settings.session_budget else None
         self.test_seconds: list[float] = []  # each finished distperf test's own time (its clock: waits left out)
         self.against: Any = None  # --distperf-against: REF's checkout (decide/against.BaseCheckout)
 
     def check_budget(self, what: str) -> None:
         """Before a job or a DeepSpeed op build starts: SessionBudgetSpent, naming the budget and `what`, once the
         session's deadline has passed (on the budget's clock: waits for the measurement slot left out)."""
-        if self.deadline is None:
-            return
-        now = self.cache.budget_now()
-        if now >= self.deadline:
+        now = self.ledger.budget_now()
+        if self.deadline is not None and now >= self.deadline:
             from pytest_distperf.errors import SessionBudgetSpent
 
             budget = self.settings.session_budget
@@ -98,12 +89,10 @@ class DistPerfSession:
                                      f"run, waits for the measurement slot left out): {what} not started")
 
     def pairs_share(self, tests_left: int) -> tuple[Callable[[float, float], float], str] | None:
-        """A starting test's share of --distperf-session-budget (stopping.session_share), decided when its third
-        look is due: the time left but a reserve for each of the later tests that may run adaptive pairs, the
-        median of what the finished tests and this one's own first two looks have taken (so a cheap test that
-        shares another's runs does not starve, and an expensive first test does not spend later tests' looks).
-        Its first two planned looks are held only to the session's deadline. (share, how a stop names it); None
-        without a session budget."""
+        """A starting test's share of --distperf-session-budget for its third and later looks (stopping.session_share):
+        the time left but a reserve for each later test, the median of what tests' looks have taken (so a cheap test
+        does not starve, and an expensive first test does not spend later tests' looks). (share, how a stop names
+        it); None without a session budget."""
         if self.deadline is None:
             return None
         from pytest_distperf.decide.stopping import session_share
@@ -135,7 +124,7 @@ class DistPerfSession:
                            self.gate.environment(plan.device), test_file=test_file)
 
     # -- what the session prints first ---------------------------------------------------------------------
-    def report_header(self) -> list[str]:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from pytest_distperf.store.redact import redact_text
         from pytest_distperf.report.header import header_lines
 
@@ -147,7 +136,8 @@ class DistPerfSession:
             self.gpu_clocks.header_lines() if self.gpu_clocks else [])]  # e.g. an agents template, a URL
 
     # -- GPU clocks: locked for the session where asked, always unlocked (launch/gpuclocks.py) -------------
-    def start_gpu_clocks(self) -> None:
+    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers: they inherit the lock state's path
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.settings.enabled or self.settings.device == "cpu":
             return
         from pytest_distperf.errors import SettingsError, UnsafeFolderError
@@ -164,14 +154,10 @@ class DistPerfSession:
     def with_clock_skip(self, plan: TestPlan) -> TestPlan:
         """A CUDA test skips when locked clocks were asked for and refused (the reason says why)."""
         reason = self.gpu_clocks.skip_reason() if self.gpu_clocks and plan.device == "cuda" else None
-        if not reason:
-            return plan
-        import dataclasses
-
-        return dataclasses.replace(plan, device=None, skip_reason=reason)
+        return replace(plan, device=None, skip_reason=reason) if reason else plan
 
     # -- collecting what tests report (also from xdist workers) --------------------------------------------
-    def collect(self, report: pytest.TestReport) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The test's document (report/document.py), made once from the records its report carried."""
         records: list[dict[str, Any]] = getattr(report, "distperf_records", None) or []
         context = getattr(report, "distperf_context", None)  # decide/regression.GateContext's JSON; {}: none
@@ -194,19 +180,18 @@ class DistPerfSession:
             out_of_budget=late)
         self.entries[report.nodeid] = doc
         if report.when == "call" and records:
+            from pytest_distperf.report.undecided import undecided
+
             self.summary.append(doc)
-            self._count_undecided(report, doc)
+            if undecided([doc]):  # '4 passed, 1 undecided' in yellow; the outcome and exit status stay
+                self._add_stat("undecided", report)
         if late:
             from pytest_distperf.report.out_of_budget import STAT
 
             self._add_stat(STAT, report)  # '2 skipped, 2 out of budget': never read as a pass
 
     # -- the end of the session ----------------------------------------------------------------------------
-    def session_device(self) -> str:
-        """cuda when any collected test was planned on CUDA, else cpu (for the session-level environment)."""
-        return "cuda" if any(p.device == "cuda" for p in self.plans) else "cpu"
-
-    def write_reports(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.is_controller:
             return
         from pytest_distperf.errors import BaselineError
@@ -214,11 +199,11 @@ class DistPerfSession:
         from pytest_distperf.store.redact import redact_args, redact_text
         from pytest_distperf.report import files
 
-        gate = self.gate
+        gate, opt = self.gate, self.config.getoption
         try:
             self.written = files.write_session_reports(
-                list(self.entries.values()), str(self.config.rootpath), self.config.getoption("distperf_json"),
-                self.config.getoption("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
+                list(self.entries.values()), str(self.config.rootpath), opt("distperf_json"),
+                opt("distperf_benchmark_json"), os.environ.get("GITHUB_STEP_SUMMARY"),
                 invocation={"args": redact_args(self.config.invocation_params.args),  # no password in a report
                             "baselines": gate.settings.baselines_dir if gate else None,
                             "save": bool(gate and gate.settings.save),
@@ -226,23 +211,14 @@ class DistPerfSession:
                             "fail_on_improvement": bool(gate and gate.settings.policy.fail_on_improvement),
                             "gpu_clocks": self.gpu_clocks.record() if self.gpu_clocks else None,
                             "against": self.against.to_json() if self.against else None},
-                device=self.session_device(), html_path=self.config.getoption("distperf_html"),
-                pr_comment_path=self.config.getoption("distperf_pr_comment"),
-                html_url=self.config.getoption("distperf_html_url"),
-                history_url=self.config.getoption("distperf_history", None))
+                device="cuda" if any(p.device == "cuda" for p in self.plans) else "cpu",  # the environment's
+                html_path=opt("distperf_html"), pr_comment_path=opt("distperf_pr_comment"),
+                html_url=opt("distperf_html_url"), history_url=self.config.getoption("distperf_history", None))
         except (BaselineError, HistoryError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
             self.write_errors.append(redact_text(str(e)))
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _count_undecided(self, report: pytest.TestReport, doc: "TestDocument") -> None:
-        """A test with an undecided (inconclusive) verdict also counts as `undecided` in pytest's stats line
-        ('4 passed, 1 undecided'), which turns it yellow; its outcome (and the exit status) stay as they are."""
-        from pytest_distperf.report.undecided import undecided
-
-        if undecided([doc]):
-            self._add_stat("undecided", report)
 
     def _add_stat(self, key: str, report: pytest.TestReport) -> None:
         """One more `key` in pytest's stats line ('4 passed, 1 undecided')."""
@@ -255,7 +231,7 @@ class DistPerfSession:
         else:
             tr.stats.setdefault(key, []).append(report)
 
-    def terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_distperf.report import out_of_budget
 
         late = out_of_budget.summary_lines(self.entries.values(), self.settings.strict)
@@ -279,23 +255,11 @@ class DistPerfSession:
         for line in self.write_errors:
             terminalreporter.write_line(f"distperf: could not write a report: {line}", red=True)
 
-    # -- pytest hooks this object receives as a registered plugin -----------------------------------------
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.collect(report)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.write_reports(session)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        self.terminal_summary(terminalreporter)
-
-    @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers: they inherit the lock state's path
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.start_gpu_clocks()
-
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         from pytest_distperf.launch import warm_pool
 
         warm_pool.stop_all()  # the session's warm agents end with it
+        if self.against is not None:
+            self.against.remove()
         if self.gpu_clocks is not None:
             self.gpu_clocks.restore()

@@ -142,7 +142,7 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
             distperf.step_job(mybench.make_step, args=(4,), kwargs={"scaling": 2.0})
 
         def test_step_missing_arg(distperf):
-            distperf.measure_function("mybench:make_step")
+            distperf.measure(distperf.step_job("mybench:make_step"))
 
         def test_right_ones(distperf):
             distperf.job("fsdp2", workload="mybench:make_workload", workload_kwargs={"depth": 2})
@@ -170,13 +170,13 @@ def test_wrong_factory_arguments_fail_before_any_rank(pytester: pytest.Pytester)
 def test_slot_wait_is_off_the_budget_clock():
     from pytest_distperf.fixture import DistPerf
     from pytest_distperf.decide.stopping import Budget, Clock, stop_reason
-    from pytest_distperf.session import RunCache
+    from pytest_distperf.session import SessionLedger
 
     dp = DistPerf.__new__(DistPerf)
-    dp.cache = RunCache()
-    clock = Clock(started=dp._budget_now(), now=dp._budget_now)
+    dp.ledger = SessionLedger()
+    clock = Clock(started=dp.ledger.budget_now(), now=dp.ledger.budget_now)
     clock.started -= 50.0  # the test has run 50 s ...
-    dp.cache.slot_wait_seconds += 45.0  # ... 45 s of them waiting for another session's job
+    dp.ledger.slot_wait_seconds += 45.0  # ... 45 s of them waiting for another session's job
     # 50 s held less 45 s waited, plus the microseconds between these lines: measured 5.000006-5.000014 (8 runs,
     # quiet and loaded); the 1 s each side is for a stalled process, 70000x that.
     assert 4.0 < clock.elapsed() < 6.0

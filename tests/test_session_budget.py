@@ -14,7 +14,7 @@ from pytest_distperf.decide import decision as d
 from pytest_distperf.decide.stopping import Budget, Clock, until_decided
 from pytest_distperf.errors import SessionBudgetSpent
 from pytest_distperf.rank.results import RankResult, RunResult
-from pytest_distperf.session import DistPerfSession, RunCache
+from pytest_distperf.session import DistPerfSession, SessionLedger
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.spec.settings import TestPlan as Plan, build_settings
 
@@ -45,7 +45,7 @@ def test_no_job_starts_past_the_deadline_and_a_slot_wait_is_not_counted():
     with pytest.raises(SessionBudgetSpent, match=r"^session budget 360 s spent \(361 s run, waits for the "
                                                  r"measurement slot left out\): job ddp tiny x2 cpu not started$"):
         session.check_budget("job ddp tiny x2 cpu")
-    session.cache.slot_wait_seconds += 5.0  # 5 s of them waiting for another session's job to free the slot
+    session.ledger.slot_wait_seconds += 5.0  # 5 s of them waiting for another session's job to free the slot
     session.check_budget("job ddp tiny x2 cpu")  # 356 s of its own: the job may start
     assert _session(360).deadline is not None and DistPerfSession(
         SimpleNamespace(), build_settings(True, {}, {}), None).deadline is None  # no budget, no deadline
@@ -99,14 +99,14 @@ def test_a_first_look_the_budget_cuts_skips_the_test_and_leaves_whole_pairs(stri
     from pytest_distperf.fixture import DistPerf
 
     settings = build_settings(True, {"strict": strict, "session_budget": 60}, {})
-    cache = RunCache()
+    ledger = SessionLedger()
     launches = []
 
     def check(what: str) -> None:
         if len(launches) == 3:  # pair 2 (B then A): its second job, A's, finds the deadline passed
             raise SessionBudgetSpent(f"session budget 60 s spent: {what} not started")
 
-    dp = DistPerf(settings, Plan(device="cpu", world_size=2, timeout=60.0, repeats=3), cache, "t.py::test_x",
+    dp = DistPerf(settings, Plan(device="cpu", world_size=2, timeout=60.0, repeats=3), ledger, "t.py::test_x",
                   "/tmp", check_budget=check)
 
     def run_once(job: JobSpec, remember_failure: bool = True) -> RunResult:
@@ -119,7 +119,7 @@ def test_a_first_look_the_budget_cuts_skips_the_test_and_leaves_whole_pairs(stri
     with pytest.raises(Failed if strict else Skipped, match="session budget 60 s spent: job ddp .* not started"):
         dp.compare(a, b, shared=True)
     assert dp.out_of_budget.startswith("session budget 60 s spent")
-    runs_a, runs_b, _ = cache.comparisons[(a.config_hash(), b.config_hash())]
+    runs_a, runs_b, _ = ledger.comparisons[(a.config_hash(), b.config_hash())]
     assert len(runs_a) == len(runs_b) == 1  # pair 2's B run was dropped: a later test sharing them stays paired
 
 
@@ -169,7 +169,7 @@ def test_late(distperf):
 
 @pytest.mark.distperf(world_size=2)
 def test_late_measure(distperf):
-    distperf.measure_function("steps:make_step", steps=2, warmup=1)
+    distperf.measure(distperf.step_job("steps:make_step", steps=2, warmup=1))
 
 
 @pytest.fixture

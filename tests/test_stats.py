@@ -170,7 +170,7 @@ def test_what_an_inconclusive_check_does_in_a_test():
 
     from pytest_distperf.spec.settings import TestPlan, build_settings
     from pytest_distperf.fixture import DistPerf
-    from pytest_distperf.session import RunCache
+    from pytest_distperf.session import SessionLedger
 
     a = JobRuns("A", [[_run([t], 10) for t in (0.13, 0.10, 0.12)]])
     b = JobRuns("B", [[_run([0.10], 10) for _ in range(3)]])
@@ -178,7 +178,7 @@ def test_what_an_inconclusive_check_does_in_a_test():
     def fixture(strict: bool, known_gap: str | None) -> DistPerf:
         settings = build_settings(True, {"strict": strict}, {})
         plan = TestPlan(device="cpu", world_size=2, timeout=60.0, repeats=3, known_gap=known_gap)
-        return DistPerf(settings, plan, RunCache(), "t.py::test_x", "/tmp")
+        return DistPerf(settings, plan, SessionLedger(), "t.py::test_x", "/tmp")
 
     def check(dp: DistPerf):
         from pytest_distperf.decide.checks import Adaptive

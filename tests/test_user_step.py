@@ -1,4 +1,4 @@
-"""A user's own step (`distperf.step_job` / `distperf.measure_function`): measured like a named strategy.
+"""A user's own step (`distperf.step_job`, run like any job): measured like a named strategy.
 
 Real 2-rank CPU jobs: a step doing exactly 5 all-gathers and 2 all-reduces is reported as exactly that by
 the comms probe; phases the user marks make the step breakdown; step jobs compare, gate against a saved
@@ -107,8 +107,8 @@ def test_exact_collectives_phases_and_the_object_form(pytester: pytest.Pytester)
         pytestmark = pytest.mark.distperf(world_size=2)
 
         def test_comms(distperf):
-            runs = distperf.measure_function(gathers_and_reduces, args=(1000,), steps=4, warmup=2, repeats=1,
-                                             probes=("comms",))
+            runs = distperf.measure(distperf.step_job(gathers_and_reduces, args=(1000,), steps=4, warmup=2,
+                                                      probes=("comms",)), repeats=1)
             run = runs[0]
             assert len(run.step_times) == 4 and all(t > 0 for t in run.step_times)  # warm-up excluded
             for r in run.ranks:
@@ -155,7 +155,7 @@ def test_step_jobs_compare_gate_and_report(pytester: pytest.Pytester):
             distperf.compare(slow, fast).assert_step_time_within(1.1)
 
         def test_baseline(distperf):
-            distperf.measure_function(sleeper, args=(0.01,), steps=3, warmup=1)
+            distperf.measure(distperf.step_job(sleeper, args=(0.01,), steps=3, warmup=1))
     """)
     saved = pytester.runpytest(*INNER, "--distperf-save", "--distperf-json", "report.json")
     saved.assert_outcomes(passed=1, failed=1)

@@ -6,11 +6,9 @@ Every JSON file it writes carries its format's version, `format_version` (1 unle
 after 1; a file older than the code is brought up to date in memory, one step at a time, and a file newer than
 the code is refused with an error that names it and both versions.
 
-Writes are atomic (temporary file in the same folder, fsync, rename, fsync the folder), optionally under the
-folder's lock file so concurrent writers (pytest-xdist workers, two sessions) serialise. The temporary file's
-name carries its writer's pid (`.<name>.<pid>.<random>.tmp`): under the lock, a writer removes the ones a crashed
-writer left (its pid gone, or older than STALE_TMP_SECONDS). Reading never writes and never follows a symlink;
-a file that is not complete, valid JSON, or is larger than the reader's limit, raises CorruptFileError naming it.
+Writes are atomic, optionally under the folder's lock file so concurrent writers (xdist workers, two sessions)
+serialise; a temporary file carries its writer's pid (`.<name>.<pid>.<random>.tmp`) so a crashed writer's is
+removed. Reading never follows a symlink, and names the file in every error.
 """
 
 from __future__ import annotations

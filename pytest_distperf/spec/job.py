@@ -90,10 +90,10 @@ class JobSpec:
         d = asdict(self)
         for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once"):
             d.pop(k)
-        if not self.probes:  # jobs without probes keep the hash they had before probes existed
+        # Fields at their defaults are left out: a job that does not use them keeps its hash (and its baseline).
+        if not self.probes:
             d.pop("probes")
             d.pop("probe_steps")
-        # Jobs on the built-in workload under the controlled launch keep the hash they had before these existed.
         for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
                            ("launch", "controlled"), ("launch_profile", "controlled")):
             if d[k] == default:

@@ -1,16 +1,8 @@
 """How a job's ranks are started: the harness's controlled launch, or as a framework's users start them.
 
 A job's `launch` is "controlled" (the default) or "as_user". "as_user" resolves to the launch profile
-of the job's strategy (Strategy.user_launch; a user's own step launches as torchrun does). What differs:
-
-| profile     | who starts the ranks                                   | intra-op threads per rank (OMP_NUM_THREADS unset)         | CPU pinning |
-|-------------|--------------------------------------------------------|-----------------------------------------------------------|-------------|
-| controlled  | torch elastic, from the harness                        | usable cores // ranks, set by the harness                 | CPU jobs    |
-| torchrun    | torch elastic, as `torchrun --nproc-per-node N`        | 1 when N > 1 (torchrun sets OMP_NUM_THREADS=1)            | no          |
-| deepspeed   | torch elastic, standing in for `deepspeed script.py`   | torch's default: every core in every rank                 | no          |
-| accelerate  | torch elastic, as `accelerate launch` (torchrun)       | 1 on CUDA; physical cores // ranks on CPU                 | no          |
-| lightning   | `python script.py`: rank 0 is the script, Lightning's  | set by Lightning itself: cores // processes               | no          |
-|             | own launcher starts ranks 1..N-1 and the process group |                                                           |             |
+of the job's strategy (Strategy.user_launch; a user's own step launches as torchrun does). What differs
+(who starts the ranks, intra-op threads per rank, CPU pinning) is each profile's `says` in PROFILES.
 
 A user's own OMP_NUM_THREADS wins in every profile, as it does for each of these launchers. The
 controlled profile also keeps NCCL's bootstrap on loopback (NCCL_SOCKET_IFNAME=lo); the user

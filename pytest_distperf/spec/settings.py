@@ -81,26 +81,25 @@ class Setting:
 
 
 def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
-    what = "a positive integer" if kind is int else "a positive number"
-    if kind is int and isinstance(value, float) and not value.is_integer():
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     try:
         v = kind(value)
     except (TypeError, ValueError):
+        v = 0
+    if v <= 0 or (kind is int and isinstance(value, float) and not value.is_integer()):
+        what = "a positive integer" if kind is int else "a positive number"
         raise SettingsError(f"{where}: expected {what}, got {value!r}") from None
-    if v <= 0:
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
     return v
+
+
+_YES, _NO = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 
 def _flag(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", ""):
-        return False
+    if text in _YES or text in _NO:
+        return text in _YES
     raise SettingsError(f"{where}: expected true or false, got {value!r}")
 
 
@@ -128,9 +127,9 @@ def parse_clock_setting(value: Any, where: str) -> str | int | None:
     if value is None or value is False:
         return None
     text = str(value).strip().lower()
-    if text in ("", "false", "0", "no", "off"):
+    if text in _NO:
         return None
-    if text in ("true", "1", "yes", "on", CLOCKS_DEFAULT):
+    if text in _YES or text == CLOCKS_DEFAULT:
         return CLOCKS_DEFAULT
     if text == CLOCKS_EXTERNAL:
         return CLOCKS_EXTERNAL
@@ -291,21 +290,17 @@ def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) 
     option: --distperf-device (auto|cpu|cuda); marker: the test's own device= (None/auto: follow the option;
     cpu: always CPU; cuda: the test needs GPUs).
     """
-    if marker in (None, "auto"):
-        if option == "cpu":
-            return "cpu", None
-        if option == "auto":
-            return ("cuda", None) if gpus >= world_size > 0 and gpus > 0 else ("cpu", None)
-        return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
-    if marker == "cpu":
+    follows = marker in (None, "auto")
+    if marker == "cpu" or (follows and option == "cpu"):
         return "cpu", None
     if option == "cpu":
         return None, "this test needs CUDA, and --distperf-device=cpu was given"
-    return ("cuda", None) if gpus >= world_size else (None, _too_few(world_size, gpus))
-
-
-def _too_few(world_size: int, gpus: int) -> str:
-    return f"needs {world_size} GPU{'s' if world_size != 1 else ''} (world_size={world_size}); this machine has {gpus}"
+    if 0 < world_size <= gpus:
+        return "cuda", None
+    if follows and option == "auto":
+        return "cpu", None
+    return None, (f"needs {world_size} GPU{'s' if world_size != 1 else ''} (world_size={world_size}); this machine "
+                  f"has {gpus}")
 
 
 def first_look(repeats: int, max_repeats: int) -> int:
@@ -386,11 +381,11 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     max_repeats = marked("max_repeats", settings.max_repeats)
     repeats = first_look(marked("repeats", settings.repeats), max_repeats)
     nodes = marked("nodes", settings.cluster.nodes)
-    marker_device = marked("device", None)  # None: the test follows --distperf-device
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
                             f"(ranks per node = world size / nodes)")
-    device, reason = resolve_device(settings.device, marker_device, *_nodes_and_gpus(settings.cluster, nodes, ws, gpus))
+    device, reason = resolve_device(settings.device, marked("device", None),  # None: follows --distperf-device
+                                    *_nodes_and_gpus(settings.cluster, nodes, ws, gpus))
     if nodes > 1 and settings.cluster.launcher == "local":
         device, reason = None, (f"needs {nodes} nodes (distperf(nodes={nodes})): run it with --distperf-launcher "
                                 f"torchrun or slurm")
@@ -399,7 +394,8 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     except ProbeError as e:
         raise SettingsError(str(e)) from None
     gaps = marker_kwargs.get("known_gap") or {}
-    if not isinstance(gaps, dict) or not all(k in ("cpu", "cuda") and isinstance(v, str) and v for k, v in gaps.items()):
+    if not isinstance(gaps, dict) or not all(k in ("cpu", "cuda") and v and isinstance(v, str)
+                                             for k, v in gaps.items()):
         raise SettingsError(f"{where}: distperf(known_gap=...) must map 'cpu'/'cuda' to a non-empty reason "
                             f"(the upstream issue and the measured value), got {gaps!r}")
     return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason,

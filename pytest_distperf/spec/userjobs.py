@@ -40,15 +40,7 @@ def function_ref(obj: Callable[..., Any] | str, where: str, kind: str) -> Functi
         if not sep or not module_name or not qualname:
             raise WorkloadError(f"{where}: expected 'module:function' (e.g. 'mypkg.bench:make_workload') or the "
                                 f"function itself, got {obj!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise WorkloadError(f"{kind} {obj!r} cannot be imported: {e}") from None
-        target: Any = module
-        for part in qualname.split("."):
-            if not hasattr(target, part):
-                raise WorkloadError(f"{kind} {obj!r}: module {module_name} has no attribute {qualname!r}")
-            target = getattr(target, part)
+        target, module = _resolve(obj, kind)
         if not callable(target):
             raise WorkloadError(f"{kind} {obj!r} is not callable")
         return FunctionRef(module=module_name, qualname=qualname, file=_source_file(target, module))
@@ -61,22 +53,26 @@ def function_ref(obj: Callable[..., Any] | str, where: str, kind: str) -> Functi
     return FunctionRef(module=obj.__module__, qualname=qualname, file=_source_file(obj, None))
 
 
-def _resolve_target(obj: Callable[..., Any] | str) -> Any:
-    """The callable a checked reference names (function_ref() checked it already)."""
-    if not isinstance(obj, str):
-        return obj
+def _resolve(obj: str, kind: str) -> tuple[Any, Any]:
+    """What "module:qualname" names, and its module; WorkloadError naming the `kind` of function where it cannot."""
     module_name, _, qualname = obj.partition(":")
-    target: Any = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise WorkloadError(f"{kind} {obj!r} cannot be imported: {e}") from None
+    target: Any = module
     for part in qualname.split("."):
+        if not hasattr(target, part):
+            raise WorkloadError(f"{kind} {obj!r}: module {module_name} has no attribute {qualname!r}")
         target = getattr(target, part)
-    return target
+    return target, module
 
 
 def check_call(obj: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any], kind: str, given: str) -> None:
     """The arguments the ranks will call a workload or step factory with, bound to its signature here, in the
     pytest process: a wrong keyword is an error naming the factory and its parameters before any rank starts
     (not a TypeError in rank 0 after a full launch). `given` says where they came from, e.g. 'workload_kwargs'."""
-    target = _resolve_target(obj)
+    target = _resolve(obj, kind)[0] if isinstance(obj, str) else obj
     name = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
     try:
         signature = inspect.signature(target)
@@ -85,7 +81,7 @@ def check_call(obj: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
-        params = [p for p in signature.parameters.values()]
+        params = list(signature.parameters.values())
         names = ", ".join(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)) or "none"
         takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
         keyword_ok = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -105,13 +101,12 @@ def _source_file(obj: Any, module: Any) -> str | None:
         return getattr(module, "__file__", None)
 
 
-def strategy_fields(strategy: str, options: dict[str, Any], launch: str, where: str) -> dict[str, Any]:
+def strategy_fields(strategy: str, full_options: dict[str, Any], launch: str, where: str) -> dict[str, Any]:
     """The JobSpec fields the ranks need about a strategy: adapter module, full options, launch profile."""
     from pytest_distperf import strategies
 
     record = strategies.REGISTRY.get(strategy)
-    full = strategies.validate(strategy, options)
-    return dict(adapter=record.adapter, full_options=full, **launch_fields(launch, record.user_launch, where))
+    return dict(adapter=record.adapter, full_options=full_options, **launch_fields(launch, record.user_launch, where))
 
 
 def launch_fields(launch: str, user_launch: str, where: str) -> dict[str, str]:
@@ -126,11 +121,6 @@ def check_step_arguments(args: Any, kwargs: Any, where: str) -> tuple[tuple, dic
     if kwargs is not None and not isinstance(kwargs, dict):
         raise UsageError(f"{where}(kwargs=...) must be a dict, got {type(kwargs).__name__}")
     return args, dict(kwargs or {})
-
-
-def starts_as_script(profile: str) -> bool:
-    """Rank 0 runs as the user's script and the framework starts the others (only the local launcher can)."""
-    return profiles.PROFILES[profile].starter == "script"
 
 
 def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str, Any]:
