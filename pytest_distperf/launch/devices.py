@@ -82,6 +82,11 @@ def nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
+def nvml_text(value: Any) -> str:
+    """A string NVML returned (bytes from older pynvml)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def nvidia_smi(*args: str) -> list[str]:
     """Non-empty output lines of `nvidia-smi ARGS`; [] where it is missing or fails."""
     exe = shutil.which("nvidia-smi")

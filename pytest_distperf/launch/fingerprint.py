@@ -29,7 +29,6 @@ from pytest_distperf.launch.devices import usable_cores
 
 # Soft fields whose change can move the numbers (warned about); host and commit are only context.
 VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
-CONTEXT_FIELDS = ("host", "git_commit", "cpu")
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,14 @@ def machine_class(device: str, world_size: int, nodes: int = 1, inter_node: str 
                         interconnect="none", inter_node=inter_node)
 
 
+def inter_node(nodes: int, one_host: bool) -> str:
+    """What connects a job's nodes: "none" (one node), "loopback" (every node agent on one host), else
+    network_fabric()."""
+    if nodes == 1:
+        return "none"
+    return "loopback" if one_host else network_fabric()
+
+
 def network_fabric(sysfs: str = "/sys/class/infiniband") -> str:
     """What this host's nodes talk over: "ib" (an active InfiniBand port), "roce" (an active RDMA port on
     Ethernet), else "tcp". Read from sysfs, as NCCL picks its transport."""
@@ -114,7 +121,7 @@ def _gpu_facts() -> dict[str, Any]:
         total = int(nvml.nvmlDeviceGetCount())
         indices = devices.nvml_indices(devices.visible_gpu_ids(total), total)
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        names = sorted({_decode(nvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
+        names = sorted({devices.nvml_text(nvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
         return {"model": "+".join(names), "count": len(handles),
                 "interconnect": _interconnect(nvml, handles[0]) if handles else "unknown"}
 
@@ -128,10 +135,6 @@ def _interconnect(pynvml: Any, handle: Any) -> str:
         except Exception:  # NVMLError_NotSupported / InvalidArgument: no such link
             continue
     return "pcie"
-
-
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # -- soft metadata -----------------------------------------------------------------------------------------------
@@ -182,7 +185,7 @@ def _nccl_version() -> str | None:
 def _driver_version() -> str | None:
     with devices.nvml() as nvml:
         if nvml is not None:
-            return _decode(nvml.nvmlSystemGetDriverVersion())
+            return devices.nvml_text(nvml.nvmlSystemGetDriverVersion())
     found = devices.nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
     return found[0] if found else None
 

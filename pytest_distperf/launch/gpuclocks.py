@@ -1,25 +1,15 @@
 """Locked GPU clocks for a session (`--distperf-lock-gpu-clocks[=MHZ|external]`), always given back.
 
-A GPU left to boost runs each job at whatever clock its temperature and power allow, which moves step times
-between runs; NVIDIA recommends locked clocks for benchmarking. The pytest process (the xdist controller)
-locks the graphics clock of every GPU the session may use through NVML (`nvmlDeviceSetGpuLockedClocks`; NVML
-only, never a CUDA context) at the GPU's default applications clock, or at the MHz given, and unlocks them
-(`nvmlDeviceResetGpuLockedClocks`) when the session ends: from `pytest_unconfigure` (also after Ctrl-C), from
-atexit, and from a SIGTERM/SIGHUP handler that unlocks and then dies of the signal as before. What was locked
-is written first to a state file in the lock folder (launch/allocator.lock_dir(): 0700, its owner and mode
-checked on every read, state files opened without following symlinks); a session killed outright
-(SIGKILL, a crashed host process) leaves it behind, and the next distperf session that may use the GPUs
-unlocks them. A GPU another live session still holds locked is left locked. A lock set before the session
-(`nvidia-smi -lgc`) is not put back: say `external` where clocks are locked outside pytest, and distperf
-neither locks nor unlocks, nor warns that they are not locked.
-
-Where locking is refused (NVML_ERROR_NO_PERMISSION: it needs root; NVML_ERROR_NOT_SUPPORTED: pre-Volta, MIG
-or a virtual GPU) nothing stays locked, the header says why, and -- the option having been asked for -- CUDA
-tests are skipped with that reason rather than measured on clocks the user asked to have locked. Without the
-option each CUDA test is warned once that its clocks were not locked (rank/clocks.py).
-
-xdist workers learn the controller's state from the file named in DISTPERF_GPU_CLOCKS_STATE, which the
-controller sets before it starts them.
+A GPU left to boost moves step times between runs; NVIDIA recommends locked clocks for benchmarking. The pytest
+process (the xdist controller) locks the graphics clock of every GPU the session may use through NVML only (no
+CUDA context), at the default applications clock or the MHz given, and unlocks it when the session ends
+(pytest_unconfigure, atexit, and a SIGTERM/SIGHUP handler that then dies of the signal). What was locked is
+written first to a state file in the lock folder (allocator.lock_dir()); a session killed outright leaves it
+behind and the next session unlocks those GPUs, unless another live session holds them. `external`: clocks are
+locked outside pytest; distperf neither locks nor unlocks them. Where locking is refused (no root, pre-Volta,
+MIG, a virtual GPU) nothing stays locked and CUDA tests are skipped with the reason; without the option each
+CUDA test is warned once (rank/clocks.py). xdist workers read the controller's state file, named in
+DISTPERF_GPU_CLOCKS_STATE.
 """
 
 from __future__ import annotations
@@ -34,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError, UnsafeFolderError
+from pytest_distperf.launch.devices import nvml_text
 from pytest_distperf.spec.settings import CLOCKS_DEFAULT as DEFAULT, CLOCKS_EXTERNAL as EXTERNAL
 
 STATE_PREFIX = "gpu-clocks-"
@@ -164,10 +155,6 @@ def _default_mhz(nvml: Any, h: Any) -> int:
                         "GPU; give one: --distperf-lock-gpu-clocks=MHZ")
 
 
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class SessionClocks:
     """The session's GPU clocks: lock (controller), report (header, skip reason, which GPUs are locked), unlock."""
 
@@ -277,7 +264,7 @@ class SessionClocks:
     def _lock(self, nvml: Any, gpu_ids: list[str]) -> None:
         count = int(nvml.nvmlDeviceGetCount())
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
+        uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
         state = ClockState(os.getpid(), process_start(os.getpid()), self.setting)
         indices = match_visible(gpu_ids, uuids)
         if None in indices:
@@ -292,8 +279,8 @@ class SessionClocks:
             top = int(nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_GRAPHICS))
             if top and mhz > top:
                 raise SettingsError(f"--distperf-lock-gpu-clocks={mhz}: above the maximum graphics clock of GPU {i} "
-                                    f"({_text(nvml.nvmlDeviceGetName(h))}: {top} MHz)")
-            targets.append(LockedGpu(uuid=uuids[i], index=i, name=_text(nvml.nvmlDeviceGetName(h)), mhz=mhz))
+                                    f"({nvml_text(nvml.nvmlDeviceGetName(h))}: {top} MHz)")
+            targets.append(LockedGpu(uuid=uuids[i], index=i, name=nvml_text(nvml.nvmlDeviceGetName(h)), mhz=mhz))
         # Written before the first lock: a session killed in between still leaves word of what to give back.
         state.locked = list(targets)
         self._write(state)

@@ -180,12 +180,22 @@ def write_failure_time(job_dir: str, rank: int) -> None:
 
 
 def read_failure_times(job_dir: str) -> dict[int, float]:
+    return {rank: float(_text(path)) for rank, path in rank_files(job_dir, "failed-rank", ".time").items()}
+
+
+def rank_files(job_dir: str, prefix: str, suffix: str) -> dict[int, str]:
+    """{rank: path} of the job folder's files named `<prefix><rank><suffix>`."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "failed-rank*.time")):
-        rank = int(os.path.basename(path)[len("failed-rank"):-len(".time")])
-        with open(path) as f:
-            out[rank] = float(f.read())
+    for path in glob.glob(os.path.join(job_dir, f"{prefix}*{suffix}")):
+        rank = os.path.basename(path)[len(prefix):-len(suffix)]
+        if rank.isdigit():
+            out[int(rank)] = path
     return out
+
+
+def _text(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
 
 
 def mark_started(job_dir: str, rank: int) -> None:
@@ -198,11 +208,7 @@ def mark_returned(job_dir: str, rank: int) -> None:
 
 def started_ranks(job_dir: str) -> dict[int, int]:
     """{rank: pid} of the ranks that have started."""
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "rank*.pid")):
-        with open(path) as f:
-            out[int(os.path.basename(path)[4:-4])] = int(f.read())
-    return out
+    return {rank: int(_text(path)) for rank, path in rank_files(job_dir, "rank", ".pid").items()}
 
 
 def has_returned(job_dir: str, rank: int) -> bool:
@@ -223,6 +229,17 @@ def read_progress(job_dir: str) -> str | None:
             return f.read().strip() or None
     except FileNotFoundError:
         return None
+
+
+def forward_progress(job_dir: str, on_progress: Any, elapsed: float, last: str | None,
+                     fallback: str | None = None) -> str | None:
+    """Pass rank 0's phase (else `fallback`) to on_progress(text, elapsed) when it changed; returns the text
+    last passed on."""
+    text = (read_progress(job_dir) or fallback) if on_progress else None
+    if not text or text == last:
+        return last
+    on_progress(text, elapsed)
+    return text
 
 
 def rank_log(job_dir: str, rank: int, stream: str = "stderr") -> str | None:
@@ -274,10 +291,9 @@ def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
 def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
     """{rank: ("exit", code) or ("signal", number)} of the ranks whose end the agent saw."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "exit-rank*.txt")):
-        with open(path) as f:
-            how, _, status = f.read().partition(" ")
-        out[int(os.path.basename(path)[len("exit-rank"):-len(".txt")])] = (how, int(status))
+    for rank, path in rank_files(job_dir, "exit-rank", ".txt").items():
+        how, _, status = _text(path).partition(" ")
+        out[rank] = (how, int(status))
     return out
 
 
@@ -320,14 +336,13 @@ def fatal_report_file(job_dir: str, rank: int) -> Any:
 def read_fatal_reports(job_dir: str) -> dict[int, str]:
     """{rank: faulthandler's report} of the ranks that received a fatal signal."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "fatal-rank*.log")):
+    for rank, path in rank_files(job_dir, "fatal-rank", ".log").items():
         try:
-            with open(path, errors="replace") as f:
-                text = f.read()
+            text = _text(path)
         except OSError:
             continue
         if text.strip():
-            out[int(os.path.basename(path)[len("fatal-rank"):-len(".log")])] = text
+            out[rank] = text
     return out
 
 
@@ -413,11 +428,8 @@ def write_rank_place(job_dir: str, place: RankPlace) -> None:
 
 
 def read_rank_places(job_dir: str) -> dict[int, RankPlace]:
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "place-rank*.pkl")):
-        place = _load(path)
-        out[place.rank] = place
-    return out
+    places = [_load(path) for path in rank_files(job_dir, "place-rank", ".pkl").values()]
+    return {place.rank: place for place in places}
 
 
 def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
@@ -425,12 +437,8 @@ def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
 
 
 def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, Any]:
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "value-rank*.pkl")):
-        rank = int(os.path.basename(path)[len("value-rank"):-len(".pkl")])
-        if ranks is None or rank in ranks:
-            out[rank] = _load(path)
-    return out
+    return {rank: _load(path) for rank, path in rank_files(job_dir, "value-rank", ".pkl").items()
+            if ranks is None or rank in ranks}
 
 
 def agent_log(job_dir: str, agent: int) -> str:

@@ -65,17 +65,9 @@ class RankOutcome(Exception):
 
 
 def threads_per_rank(local_ranks: int) -> int:
-    """Intra-op threads per rank: the usable cores split between the ranks of this machine.
-
-    Also on CUDA: torch's default is one thread per core in every rank, so N ranks run N x cores
-    OpenMP threads. On 2xH200 (32 cores, 2 ranks) that made the CPU AdamW step of FSDP + CPU
-    offload under Lightning's Trainer take 5.0 s instead of 0.47 s at 350m: every element-wise
-    op took ~3.5 ms, about one scheduler time slice, with the host's 32 cores all busy -- a
-    13.7x Trainer/Fabric gap that was the harness's, not Lightning's (0.85x with 16 threads a
-    rank). torchrun avoids it with OMP_NUM_THREADS=1, Lightning's own launcher with cores //
-    processes; we do the latter so CPU-side work (offloaded optimizers, DeepSpeedCPUAdam) keeps
-    its cores. A user's OMP_NUM_THREADS wins.
-    """
+    """Intra-op threads per rank: the usable cores split between the ranks of this machine, as Lightning's
+    launcher does (torch's default, one thread per core in every rank, oversubscribes the host; see
+    perf_tests/test_lightning.py). A user's OMP_NUM_THREADS wins."""
     from pytest_distperf.launch.devices import usable_cores
 
     return max(1, usable_cores() // max(1, local_ranks))
@@ -194,11 +186,7 @@ def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progr
                     end_tree(proc)  # SIGKILL also ends a core dump in progress
                     failures = _fatal_failures(fatal)
                     raise RankFailed(_failure_message(job, job_dir, failures, late=True), failures, job_dir)
-                if on_progress:
-                    text = jobfiles.read_progress(job_dir)
-                    if text and text != last:
-                        on_progress(text, elapsed)
-                        last = text
+                last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
             try:

@@ -130,22 +130,14 @@ def _dead_agent(agent: int, exit: AgentExit, places: dict[int, jobfiles.RankPlac
     ranks = sorted(p.rank for p in places.values() if p.agent == agent)
     host = exit.host or next((p.host for p in places.values() if p.agent == agent), None) or "?"
     if exit.exitcode is not None and exit.exitcode < 0:
-        how = f"died of {_signal_name(-exit.exitcode)}"
+        name = jobfiles.signal_name(-exit.exitcode)
+        how = f"died of {'signal ' + name if name.isdigit() else name}"
     elif exit.exitcode is not None:
         how = f"exited with code {exit.exitcode} without a result"
     else:
         how = "ended without a result"
     held = f", ranks {', '.join(map(str, ranks))}" if ranks else ", before its ranks started"
     return f"node agent {agent} (host {host}{held}) {how}"
-
-
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def rank_log(place: jobfiles.RankPlace | None, stream: str = "stderr") -> str | None:
@@ -165,10 +157,6 @@ def _tails(job: JobSpec, job_dir: str, places: dict[int, jobfiles.RankPlace], ex
         if exit.log.strip():
             parts.append(f"--- node agent {a} on {host} (last lines) ---\n{exit.log.rstrip()}")
     return "\n".join(parts)
-
-
-def this_host() -> str:
-    return socket.gethostname()
 
 
 def timeout_message(job: JobSpec, job_dir: str, timeout: float, exits: dict[int, AgentExit], where: str = "") -> str:

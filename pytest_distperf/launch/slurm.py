@@ -119,13 +119,9 @@ class SlurmLauncher:
         return 0  # every rank runs where SLURM puts it
 
     def inter_node(self) -> str:
-        if self.nodes == 1:
-            return "none"
-        if self.nodes == self.agents_per_node:
-            return "loopback"  # every agent on one SLURM node
-        from pytest_distperf.launch.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import inter_node
 
-        return network_fabric()
+        return inter_node(self.nodes, one_host=self.nodes == self.agents_per_node)
 
     def _parameters(self, job: JobSpec, timeout: float) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -180,11 +176,8 @@ class SlurmLauncher:
             if dead or (failed_since is not None and now - failed_since > PEER_GRACE_SECONDS):
                 cancel(str(submitted.job_id))
                 return
-            if on_progress:
-                text = jobfiles.read_progress(job_dir) or ("queued" if started_at is None else None)
-                if text and text != last:
-                    on_progress(text, now - submitted_at)
-                    last = text
+            last = jobfiles.forward_progress(job_dir, on_progress, now - submitted_at, last,
+                                             fallback="queued" if started_at is None else None)
             time.sleep(POLL_SECONDS)
 
 

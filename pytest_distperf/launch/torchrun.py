@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import shutil
 import subprocess
 import sys
@@ -75,13 +76,9 @@ class TorchrunLauncher:
         return job.world_size if self.agents == "local" else job.world_size // self.nodes
 
     def inter_node(self) -> str:
-        if self.nodes == 1:
-            return "none"
-        if self.agents == "local":
-            return "loopback"
-        from pytest_distperf.launch.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import inter_node
 
-        return network_fabric()
+        return inter_node(self.nodes, one_host=self.agents == "local")
 
     def _environment(self, job: JobSpec, plan: Any, env: dict[str, str] | None, loopback: bool) -> dict[str, str]:
         base = agent_environment(job, env, loopback=loopback)  # ranks on other hosts: their sockets must reach them
@@ -113,11 +110,7 @@ class TorchrunLauncher:
                                      and time.monotonic() - failed_since > PEER_GRACE_SECONDS):
                 agents.end()
                 return
-            if on_progress:
-                text = jobfiles.read_progress(job_dir)
-                if text and text != last:
-                    on_progress(text, elapsed)
-                    last = text
+            last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
             time.sleep(POLL_SECONDS)
 
 
@@ -209,7 +202,7 @@ class _Agents:
             proc = None if by_srun else self.procs.get(a)  # the agent itself, or the engine's client for it
             result = jobfiles.read_agent_result(self.job_dir, a)
             out[a] = nodes.AgentExit(
-                agent=a, host=result.host if result else (nodes.this_host() if self.how == "local" or a == 0 else None),
+                agent=a, host=result.host if result else (socket.gethostname() if self.how == "local" or a == 0 else None),
                 exitcode=proc.returncode if proc is not None and a not in self.ended_here else None,
                 log=jobfiles.tail(jobfiles.agent_log(self.job_dir, key), 10),
                 ended_here=key in self.ended_here and result is None)
