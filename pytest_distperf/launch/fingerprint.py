@@ -148,11 +148,9 @@ def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | No
     }
     for dist in ("torch", "deepspeed", "lightning", "accelerate"):
         meta[dist] = _dist_version(dist)
-    meta["cuda"], meta["nccl"], meta["driver"] = None, None, None
-    if device == "cuda":
-        meta["cuda"] = _torch_cuda_version()
-        meta["nccl"] = _nccl_version()
-        meta["driver"] = _driver_version()
+    cuda = device == "cuda"
+    meta.update(cuda=_torch_cuda_version() if cuda else None, nccl=_nccl_version() if cuda else None,
+                driver=_driver_version() if cuda else None)
     return meta
 
 

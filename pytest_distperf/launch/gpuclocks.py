@@ -101,9 +101,14 @@ def read_states(folder: str) -> dict[str, ClockState]:
     return out
 
 
+def _live_locks(states: dict[str, ClockState], but: str | None = None) -> set[str]:
+    """GPUs that the live sessions of `states` (but the one whose state file is `but`) hold locked."""
+    return {g.uuid for p, s in states.items() if p != but and is_alive(s) for g in s.locked}
+
+
 def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[LockedGpu]]:
     """(state files of dead sessions, their GPUs that no live session holds locked)."""
-    live = {g.uuid for s in states.values() if is_alive(s) for g in s.locked}
+    live = _live_locks(states)
     dead = [p for p, s in states.items() if not is_alive(s)]
     reset: dict[str, LockedGpu] = {}
     for p in dead:
@@ -115,7 +120,7 @@ def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[Locke
 
 def locked_uuids(folder: str) -> set[str]:
     """GPUs that a live distperf session holds locked now."""
-    return {g.uuid for s in read_states(folder).values() if is_alive(s) for g in s.locked}
+    return _live_locks(read_states(folder))
 
 
 def match_visible(ids: list[str], uuids: list[str]) -> list[int | None]:
@@ -222,17 +227,15 @@ class SessionClocks:
         if not gpu_ids:
             return
         nvml = (nvml_module or _pynvml)()
-        if nvml is None:
+        problem = "nvidia-ml-py is not installed: pip install nvidia-ml-py" if nvml is None else None
+        if nvml is not None:
+            try:
+                nvml.nvmlInit()
+            except Exception as e:
+                problem = nvml_problem(e)
+        if problem:
             if self.requested:
-                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
-                                       problem="nvidia-ml-py is not installed: pip install nvidia-ml-py"))
-            return
-        try:
-            nvml.nvmlInit()
-        except Exception as e:
-            if self.requested:
-                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
-                                       problem=nvml_problem(e)))
+                self._write(self._new_state(problem))
             return
         try:
             self._give_back_stale(nvml)
@@ -265,7 +268,7 @@ class SessionClocks:
         count = int(nvml.nvmlDeviceGetCount())
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-        state = ClockState(os.getpid(), process_start(os.getpid()), self.setting)
+        state = self._new_state()
         indices = match_visible(gpu_ids, uuids)
         if None in indices:
             state.problem = (f"CUDA_VISIBLE_DEVICES entries that name no single GPU: "
@@ -311,8 +314,7 @@ class SessionClocks:
         try:
             if self.state is None or self._restored:
                 return
-            others = {g.uuid for p, s in read_states(self.folder).items() if p != self.path and is_alive(s)
-                      for g in s.locked}
+            others = _live_locks(read_states(self.folder), but=self.path)
             mine = [g for g in self.state.locked if g.uuid not in others]
             if mine:
                 nvml = _pynvml()
@@ -337,6 +339,9 @@ class SessionClocks:
         finally:
             self._guard.release()
 
+    def _new_state(self, problem: str | None = None) -> ClockState:
+        return ClockState(os.getpid(), process_start(os.getpid()), self.setting, problem=problem)
+
     def _write(self, state: ClockState) -> None:
         from pytest_distperf.fs.jsonio import write_json_atomic
 
@@ -346,19 +351,13 @@ class SessionClocks:
 
     def _controller_state(self) -> ClockState | None:
         path = os.environ.get(STATE_ENV)
-        if not path:
-            return None
-        states = read_states(os.path.dirname(path))
-        return states.get(path)
+        return read_states(os.path.dirname(path)).get(path) if path else None
 
     def _install_restorers(self) -> None:
         atexit.register(self.restore)
         if threading.current_thread() is not threading.main_thread():
             return
-        for name in SIGNALS:
-            sig = getattr(signal, name, None)
-            if sig is None:
-                continue
+        for sig in (getattr(signal, name) for name in SIGNALS if hasattr(signal, name)):
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def _uninstall_restorers(self) -> None:

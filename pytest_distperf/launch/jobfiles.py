@@ -15,18 +15,17 @@ Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder eve
     nodes.pkl           the NodePlan: node count, ranks per node, rendezvous id and endpoint
     rdzv-endpoint.txt   the endpoint agent 0 offers when the plan has none (SLURM)
     place-rank{r}.pkl   where rank r runs: host, node agent, node rank, pid, log folder
-    value-rank{r}.pkl   rank r's return value (torchrun runs a module, it hands back no values)
+    value-rank{r}.pkl   rank r's return value (torchrun and the script agent hand back no values)
+    error-rank{r}.txt   a script job's rank that raised (launch/script_agent.py)
     result-agent{i}.pkl node agent i's AgentResult; agent{i}.log its own output
     logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
     dump-stacks.request on a timeout: each node agent has its ranks dump their stacks
 
 Every .pkl file is an authenticated pickle: "distperf-hmac-v1", then HMAC-SHA256 over the file's name and the
-pickle, with a per-session key that never touches a folder. The pytest process makes the key (32 random bytes)
-and puts it in $DISTPERF_JOB_KEY, which the local agent, torch elastic and torchrun pass to every rank and
-`srun --export=ALL` / sbatch to the other nodes; an agent started by a command template reads it from its stdin.
-A file whose MAC does not match is refused before it is unpickled (whoever can write into a shared job folder
-could otherwise run code in pytest and in every rank). Function jobs carry arbitrary Python objects, so the
-format stays pickle.
+pickle, with a per-session key that never touches a folder: the pytest process makes it and puts it in
+$DISTPERF_JOB_KEY, which every agent and rank inherits (an agent started by a command template reads it from
+its stdin). A file whose MAC does not match is refused before it is unpickled: whoever can write into a shared
+job folder could otherwise run code in pytest and in every rank.
 """
 
 from __future__ import annotations
@@ -141,6 +140,13 @@ def _load(path: str) -> Any:
     return pickle.loads(data[head:])
 
 
+def _load_if_there(path: str) -> Any:
+    try:
+        return _load(path)
+    except FileNotFoundError:
+        return None
+
+
 def write_job(job_dir: str, job: JobSpec) -> None:
     _dump(os.path.join(job_dir, JOB), job, create_key=True)
 
@@ -154,10 +160,7 @@ def write_result(job_dir: str, result: AgentResult) -> None:
 
 
 def read_result(job_dir: str) -> AgentResult | None:
-    try:
-        return _load(os.path.join(job_dir, RESULT))
-    except FileNotFoundError:
-        return None
+    return _load_if_there(os.path.join(job_dir, RESULT))
 
 
 def write_outcome(job_dir: str, rank: int, outcome: str, reason: str) -> None:
@@ -198,6 +201,14 @@ def _text(path: str) -> str:
         return f.read()
 
 
+def _line(path: str) -> str | None:
+    """A one-line file's text; None where it is missing or empty."""
+    try:
+        return _text(path).strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def mark_started(job_dir: str, rank: int) -> None:
     write_file(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
 
@@ -224,11 +235,7 @@ class Progress:
 
 
 def read_progress(job_dir: str) -> str | None:
-    try:
-        with open(os.path.join(job_dir, PROGRESS)) as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    return _line(os.path.join(job_dir, PROGRESS))
 
 
 def forward_progress(job_dir: str, on_progress: Any, elapsed: float, last: str | None,
@@ -416,11 +423,7 @@ def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
 
 
 def read_rdzv_endpoint(job_dir: str) -> str | None:
-    try:
-        with open(os.path.join(job_dir, RDZV_ENDPOINT)) as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    return _line(os.path.join(job_dir, RDZV_ENDPOINT))
 
 
 def write_rank_place(job_dir: str, place: RankPlace) -> None:
@@ -455,10 +458,7 @@ def write_agent_result(job_dir: str, agent: int, result: AgentResult) -> None:
 
 
 def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
-    try:
-        return _load(os.path.join(job_dir, f"result-agent{agent}.pkl"))
-    except FileNotFoundError:
-        return None
+    return _load_if_there(os.path.join(job_dir, f"result-agent{agent}.pkl"))
 
 
 def request_stacks(job_dir: str) -> None:

@@ -34,15 +34,6 @@ def _errors(job_dir: str) -> dict[int, str]:
     return jobfiles.rank_files(job_dir, "error-rank", ".txt")
 
 
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     """The AgentResult of a script job from the files its ranks left."""
     values = jobfiles.read_rank_values(job_dir)
@@ -57,17 +48,13 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     if rank0_exitcode != 0 and 0 not in errors and 0 not in values:
         sig = jobfiles.signal_name(-rank0_exitcode) if rank0_exitcode < 0 else None
         how = f"died of {sig}" if sig else f"exited with code {rank0_exitcode}"
-        if errors:
-            # Ended because another rank failed (by this agent, or by Lightning's own watcher): a consequence,
-            # so no signal is reported (the launcher would otherwise take a killed rank for the root cause).
-            failures.append(jobfiles.RankFailure(
-                rank=0, exitcode=rank0_exitcode, signal=None, timestamp=int(time.time()),
-                message=f"rank 0 (the script process) {how} after rank(s) {sorted(errors)} failed: "
-                        f"a job ends every rank when one fails"))
-        else:
-            failures.append(jobfiles.RankFailure(rank=0, exitcode=rank0_exitcode, signal=sig,
-                                                 timestamp=int(time.time()),
-                                                 message=f"rank 0 (the script process) {how} without an error"))
+        # After another rank's error rank 0 was ended because of it (by this agent, or Lightning's own watcher):
+        # no signal is reported, or the launcher would take it for the root cause.
+        why = (f" after rank(s) {sorted(errors)} failed: a job ends every rank when one fails" if errors
+               else " without an error")
+        failures.append(jobfiles.RankFailure(rank=0, exitcode=rank0_exitcode, signal=None if errors else sig,
+                                             timestamp=int(time.time()),
+                                             message=f"rank 0 (the script process) {how}{why}"))
     if failures:
         now = int(time.time())
         for rank in range(world_size):  # ranks that ended with rank 0, without a value or an error of their own
@@ -105,9 +92,11 @@ def main(job_dir: str) -> int:
             proc.kill()
         time.sleep(0.05)
     rc = proc.returncode
+    from pytest_distperf.launch.launcher import pid_alive
+
     deadline = time.monotonic() + RANK_EXIT_GRACE_SECONDS
     while time.monotonic() < deadline and any(
-            _alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
+            pid_alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
         time.sleep(0.05)
     jobfiles.write_result(job_dir, collect(job_dir, job.world_size, rc))
     return 0 if rc == 0 else 1

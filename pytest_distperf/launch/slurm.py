@@ -25,8 +25,7 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import JobError, JobTimeout, UsageError
 from pytest_distperf.launch import jobfiles, nodes
-from pytest_distperf.launch.devices import usable_cores
-from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
+from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, usable_cores
 from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec.job import JobSpec
@@ -103,7 +102,7 @@ class SlurmLauncher:
         ok = False
         try:
             self._watch(job, job_dir, submitted, timeout, on_progress, where)
-            reports = _task_reports(submitted, self.nodes)
+            reports = {a: _report(submitted.task(a)) for a in range(self.nodes)}
             exits = {a: nodes.AgentExit(agent=a, host=r.host if r else None, exitcode=r.exitcode if r else None,
                                         log=_task_log(submitted, a, job_dir)) for a, r in reports.items()}
             values = nodes.collect(job, job_dir, exits, where,
@@ -135,15 +134,9 @@ class SlurmLauncher:
             # a task that dies takes the step down with it; the others are not left waiting for it
             "slurm_srun_args": ["--kill-on-bad-exit=1"],
         }
-        if self.cpus_per_task:
-            params["cpus_per_task"] = self.cpus_per_task
-        if self.gpus_per_node:
-            params["gpus_per_node"] = self.gpus_per_node
-        if self.partition:
-            params["slurm_partition"] = self.partition
-        if self.account:
-            params["slurm_account"] = self.account
-        return params
+        optional = {"cpus_per_task": self.cpus_per_task, "gpus_per_node": self.gpus_per_node,
+                    "slurm_partition": self.partition, "slurm_account": self.account}
+        return {**params, **{k: v for k, v in optional.items() if v}}
 
     def _watch(self, job: JobSpec, job_dir: str, submitted: Any, timeout: float,
                on_progress: Callable[[str, float], None] | None, where: str) -> None:
@@ -216,10 +209,6 @@ def _failed_and_dead(submitted: Any, job_dir: str, agents: int) -> tuple[bool, b
             failed = failed or report is None or report.exitcode != 0
             dead = dead or report is None or report.result is None
     return failed, dead
-
-
-def _task_reports(submitted: Any, agents: int) -> dict[int, NodeTaskReport | None]:
-    return {a: _report(submitted.task(a)) for a in range(agents)}
 
 
 def _report(task: Any) -> NodeTaskReport | None:

@@ -1,21 +1,12 @@
 """DeepSpeed's JIT-built ops, built (or found in the cache) before the first timed job, never inside one.
 
-DeepSpeed compiles some of its C++ ops on first use, with torch's extension loader, into the extension cache
-(`$TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions/<py>_<cpu|cuXY>/<op>/`): a minute to several on a
-small box. Two of them are on the path of this plugin's jobs:
-
-- `deepspeed_shm_comm` (`ShareMemCommBuilder`): every DeepSpeed job on CPU; DeepSpeed builds it in
-  `deepspeed.init_distributed`, so without it prebuilt the first CPU job sat in "warm-up step 1/3" for 178 s;
-- `cpu_adam` (`CPUAdamBuilder`): optimizer offload (`offload_optimizer="cpu"|"nvme"`), on CPU and on CUDA;
-- `async_io` (`AsyncIOBuilder`): NVMe offload; it needs libaio's library and headers. Where DeepSpeed says it
-  cannot build (`is_compatible()`), the job is skipped with that reason before it starts; where the NVMe folder
-  refuses O_DIRECT writes (tmpfs, some overlay set-ups), likewise (`direct_io_problem`).
-
-The pytest process checks the cache before the first DeepSpeed job of a session (a file test, no DeepSpeed
-import) and builds what is missing in a child process (`python -m pytest_distperf build-ops ...`, this module's
-command), holding the CPU measurement slot so the build disturbs no other job's timing, with a progress line
-that names the op and the cache folder. The set-up command pre-builds them: `python -m pytest_distperf build-ops`
-(both ops; `--list` says which are built).
+DeepSpeed compiles some C++ ops on first use into torch's extension cache (`$TORCH_EXTENSIONS_DIR`), a minute
+or more each: `deepspeed_shm_comm` (every DeepSpeed job on CPU), `cpu_adam` (optimizer offload) and
+`async_io` (NVMe offload; needs libaio -- where DeepSpeed says it cannot build, or the NVMe folder refuses
+O_DIRECT writes, the job is skipped with the reason). Before the first DeepSpeed job the pytest process checks
+the cache (no DeepSpeed import) and builds what is missing in a child process (`python -m pytest_distperf
+build-ops`, this module's command) while it holds the CPU measurement slot. `build-ops` alone pre-builds every
+op; `--list` says which are built.
 """
 
 from __future__ import annotations
