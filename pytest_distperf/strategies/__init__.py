@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
 from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp, wrap_targets
-from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError
+from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError, validate_options
 
 __all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError",
            "register", "unregister", "validate", "unsupported_reason", "adapter_module", "wrap_targets",
@@ -57,8 +57,6 @@ register, unregister = REGISTRY.register, REGISTRY.unregister
 
 def validate(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Return the options completed with defaults, or raise StrategyError naming the culprit."""
-    from pytest_distperf.strategies.registry import validate_options
-
     return validate_options(REGISTRY.get(name), options)
 
 

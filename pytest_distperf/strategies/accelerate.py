@@ -43,10 +43,7 @@ class AccelerateAdapter:
             mixed = "no"  # the plugin's policy carries the precision; no autocast on top (as fsdp.py)
             expected = DistributedType.FSDP
         else:
-            config = ds_config.rank_config(ctx, lr=o["lr"], weight_decay=o["weight_decay"], stage=o["stage"],
-                                           offload_optimizer=o["offload_optimizer"],
-                                           offload_param=o["offload_param"], nvme_path=o["nvme_path"],
-                                           ds_config=o["ds_config"])
+            config = ds_config.rank_config(ctx, **o)
             if ctx.optimizer is not None:
                 config.pop("optimizer")
             plugins["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config), zero3_init_flag=False)

@@ -21,7 +21,7 @@ from pytest_distperf.strategies.phased import PhasedTrainer
 class DeepSpeedTrainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
         self.device = ctx.device
-        config = self.config = _config(ctx, **options)
+        config = self.config = rank_config(ctx, **options)
         _check_sections(config)
         if "nvme" in (options["offload_optimizer"], options["offload_param"]):
             _require_async_io()
@@ -48,16 +48,12 @@ class DeepSpeedTrainer(PhasedTrainer):
         return getattr(opt, "optimizer", opt)  # ZeRO/bf16 wrappers hold the torch optimizer inside
 
 
-def _config(ctx: RankContext, *, zero_init: bool, **options: Any) -> dict:
-    return rank_config(ctx, **options)  # zero_init is the model's, not the config's
-
-
 def model_init_context(ctx: RankContext, **options: Any) -> Any:
     """zero_init=True: the harness builds the model inside deepspeed.zero.Init, so each rank holds only its
     partition of every parameter from the start (how ZeRO-3 users build a model too large for one device)."""
     if not options["zero_init"]:
         return None
-    return deepspeed.zero.Init(config_dict_or_path=_config(ctx, **options))
+    return deepspeed.zero.Init(config_dict_or_path=rank_config(ctx, **options))
 
 
 def _require_async_io() -> None:

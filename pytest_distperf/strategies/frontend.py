@@ -222,10 +222,7 @@ def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: b
         return strategy, "32-true", model, adamw(ctx, lr, wd)
     from pytest_distperf.strategies.ds_config import rank_config
 
-    config = rank_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
-                              offload_optimizer=options["offload_optimizer"], offload_param=options["offload_param"],
-                              nvme_path=options["nvme_path"], ds_config=options["ds_config"])
-    config, make_optimizer = split_optimizer(config, ctx)
+    config, make_optimizer = split_optimizer(rank_config(ctx, **options), ctx)
     if not fabric:
         # The Trainer derives this from accumulate_grad_batches (1) and refuses it in the config.
         config.pop("gradient_accumulation_steps", None)

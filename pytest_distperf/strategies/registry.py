@@ -141,10 +141,7 @@ class Registry:
                 self._entry_points_loaded = False  # report it again next time, not silently drop it
                 raise StrategyError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from None
             try:
-                if not isinstance(obj, Strategy):
-                    raise StrategyError(f"{where} must be a pytest_distperf.strategies.registry.Strategy, "
-                                        f"got {type(obj).__name__}")
-                if obj.name != ep.name:
+                if isinstance(obj, Strategy) and obj.name != ep.name:  # not a Strategy: register() says so
                     raise StrategyError(f"{where} names a Strategy called {obj.name!r}; the entry point's name "
                                         f"must be the strategy's name")
                 self.register(obj, origin=where)
