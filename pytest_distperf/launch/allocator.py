@@ -1,16 +1,11 @@
 """Jobs own their devices, also across pytest-xdist workers: a file-lock allocator.
 
-GPU jobs: one lock file per GPU; a job takes `world_size` free GPUs (all or none, so two
-jobs never deadlock on half an allocation), runs with CUDA_VISIBLE_DEVICES set to them,
-and waits while too few are free. A job that needs more GPUs than the machine has is
-skipped at collection, so nobody waits for ever.
-CPU measurement jobs: one at a time per machine (one lock), each rank given
-cores // world_size threads by the launcher, so concurrent jobs never share cores and
-skew each other's step times. CPU jobs that measure nothing (`run_function`) don't lock.
-Every grant is appended to `allocations.log` in the lock folder.
-The lock folder is created 0700 and checked on every use (fs/safefs.py); its files are opened without
-following symlinks. A wait for a lock gives up after LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) with the
-holder's pid and command, which each holder writes to `<lock>.holder` when it acquires the lock.
+GPU jobs take `world_size` free GPUs (one lock file each, all or none) and run with CUDA_VISIBLE_DEVICES set to
+them; a job that needs more GPUs than the machine has is skipped at collection. CPU measurement jobs run one
+at a time per machine (one lock), each rank given cores // world_size threads, so concurrent jobs never skew
+each other's step times; CPU jobs that measure nothing (`run_function`) don't lock. Every grant goes to
+`allocations.log`. The lock folder is 0700 and checked on every use (fs/safefs.py). A wait gives up after
+LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) naming the holder, which each holder writes to `<lock>.holder`.
 """
 
 from __future__ import annotations

@@ -197,11 +197,10 @@ def git_commit(rootdir: str | None) -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
-def soft_differences(saved: dict[str, Any], current: dict[str, Any],
-                     fields: tuple[str, ...] = VERSION_FIELDS) -> list[str]:
-    """'torch 2.5.1 -> 2.6.0' for each field that differs between the baseline and this run."""
+def soft_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'torch 2.5.1 -> 2.6.0' for each version that differs between the baseline and this run."""
     out = []
-    for key in fields:
+    for key in VERSION_FIELDS:
         a, b = saved.get(key), current.get(key)
         if a != b and (a is not None or b is not None):
             out.append(f"{key} {a or '?'} -> {b or '?'}")

@@ -65,6 +65,13 @@ class RankFailure:
     timestamp: int = 0  # when torch elastic saw it fail (the earliest is the root cause)
     host: str | None = None  # where it ran (jobs on several nodes)
 
+    def how(self) -> str:
+        return f"died of {self.signal}" if self.signal else f"exited with code {self.exitcode}"
+
+    def brief(self) -> str:
+        """How it ended, for the line that lists the other ranks."""
+        return f"stopped by {self.signal}" if self.signal else f"exit {self.exitcode}"
+
 
 @dataclass
 class AgentResult:
@@ -249,8 +256,9 @@ def forward_progress(job_dir: str, on_progress: Any, elapsed: float, last: str |
     return text
 
 
-def rank_log(job_dir: str, rank: int, stream: str = "stderr") -> str | None:
-    hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), f"{stream}.log"))
+def rank_log(job_dir: str, rank: int) -> str | None:
+    """A rank's stderr.log (torch elastic's redirects)."""
+    hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), "stderr.log"))
     return hits[0] if hits else None
 
 

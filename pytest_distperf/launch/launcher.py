@@ -1,14 +1,11 @@
-"""Start a job's ranks and get their return values back: the one way ranks are started.
+"""Start a job's ranks on this host and get their return values back.
 
-pytest process ──Popen (own session)──► agent (torch elastic_launch, fork/spawn, c10d on
-127.0.0.1:0, no restarts) ──► N ranks. By default the agent is forked (own session) from the session's warm
-agent for the job's device kind and environment, which has imported torch and the strategy libraries once
-(rank/warm_agent.py, warm_pool.py); each run's ranks are still new processes. `fresh_agent=True`, jobs
-launched as Lightning's users launch them (the script agent), and a warm agent that cannot serve (it says why)
-start a new `python -m ...rank.agent` per job. This module owns the wall-clock timeout: on expiry
-every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
-gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
-path, Ctrl-C included.
+pytest ──Popen (own session)──► agent (torch elastic_launch, c10d on 127.0.0.1, no restarts) ──► N ranks.
+By default the agent is forked from the session's warm agent for the job's device kind and environment, which
+has imported torch and the strategy libraries once (warm_pool.py); `fresh_agent=True`, script jobs and a warm
+agent that cannot serve start a new agent process per job. On the timeout every rank dumps its Python stacks
+(SIGUSR1), then the whole process tree gets SIGTERM and, after a grace, SIGKILL; nothing is left behind on any
+exit path, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -272,8 +269,7 @@ def _with_unreported_failures(job_dir: str, failures: list[jobfiles.RankFailure]
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
     failures = _with_unreported_failures(job_dir, failures)
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
-    how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
-    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)"]
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
     if late:
         lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump being "
                      f"written? -- so every rank was ended)")
@@ -281,8 +277,7 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]
     if others:
-        lines.append("other ranks: " + ", ".join(
-            f"rank {f.rank} " + (f"stopped by {f.signal}" if f.signal else f"exit {f.exitcode}") for f in others))
+        lines.append("other ranks: " + ", ".join(f"rank {f.rank} {f.brief()}" for f in others))
     lines.append(_stderr_tails(job, job_dir))
     lines.append(f"job folder (logs of every rank): {job_dir}")
     return "\n".join(lines)

@@ -1,16 +1,10 @@
 """The SLURM launcher: each job is a SLURM job submitted with submitit, one task per node agent.
 
-pytest ──submitit──► sbatch: srun, one task per node agent ──► node agent (torchrun) ──► ranks
-                     (nodes x agents_per_node tasks)               c10d rendezvous on agent 0's host
-
-Each task runs `run_node_agent`, which starts the node agent (node_agent.py: torchrun with the plan
-in the job folder) and returns its result through submitit; the ranks' values and logs are in the
-job folder, which every node must see under the same path (--distperf-shared-dir). Agent 0 picks
-the rendezvous endpoint on its own host and writes it there for the others.
-
-The timeout counts from the moment SLURM starts the job (time spent queued is bounded separately);
-on expiry, on Ctrl-C and on any error the SLURM job is cancelled (scancel) and the launcher waits
-until it has left the queue. A failed node names its host and its ranks.
+Each task runs `run_node_agent`: the node agent (node_agent.py, torchrun with the plan in the job folder), whose
+result comes back through submitit; values and logs are in the job folder, shared by every node
+(--distperf-shared-dir). Agent 0 picks the rendezvous endpoint on its host and writes it there for the others.
+The timeout counts from the moment SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or
+any error the job is cancelled (scancel) and waited for until it has left the queue.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The torchrun launcher: a job's ranks on N node agents that meet through torchrun's c10d rendezvous.
+"""The torchrun launcher: a job's ranks on N node agents (`python -m pytest_distperf.rank.node_agent JOB_DIR I`,
+each running torchrun) that meet through torchrun's c10d rendezvous. Agent 0 runs here; agents 1..N-1 here too,
+by srun, or by the user's engine from a command template. The job folder is the meeting point (nodes.py), on a
+file system every node mounts under the same path (--distperf-shared-dir) when agents run elsewhere.
 
-pytest ──► node agent 0 (this host) ──┐
-       ──► node agents 1..N-1 ───────┴─ c10d rendezvous (--distperf-rdzv-endpoint) ──► N x G ranks
-           (here, by srun, or by the user's engine from a command template)
-
-Each node agent is `python -m pytest_distperf.rank.node_agent JOB_DIR I`, which runs torchrun
-(see node_agent.py). The job folder is the meeting point: the pytest process writes the job and the
-node plan there, each rank writes its place and value, each agent its result. For agents on other
-hosts it must be on a file system every node mounts under the same path (--distperf-shared-dir).
-
-This launcher owns the wall-clock timeout like the local one: on expiry the ranks on this host dump
-their stacks, every agent it started is ended (their ranks die with them), and the test fails with
-every rank's log. When one agent fails, the others get a short grace to report and are then ended.
+On the timeout the ranks dump their stacks, every agent started here is ended (its ranks die with it), and the
+test fails with every rank's log. When one agent fails, the others get a short grace to report.
 """
 
 from __future__ import annotations

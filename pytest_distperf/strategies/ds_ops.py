@@ -31,15 +31,14 @@ def cache_root() -> str:
                                                                    "torch_extensions")
 
 
-def cache_dir(cuda_version: str | None | bool = False) -> str:
+def cache_dir() -> str:
     """The folder torch builds this interpreter's extensions in: <root>/py311_cpu (or _cu128 on a CUDA build)."""
-    if cuda_version is False:
-        try:
-            import torch
+    try:
+        import torch
 
-            cuda_version = torch.version.cuda
-        except ImportError:
-            cuda_version = None
+        cuda_version = torch.version.cuda
+    except ImportError:
+        cuda_version = None
     py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
     cu = "cpu" if not cuda_version else f"cu{str(cuda_version).replace('.', '')}"
     return os.path.join(cache_root(), f"{py}_{cu}")
@@ -134,14 +133,15 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     with slot if slot is not None else contextlib.nullcontext():
         done = run([sys.executable, "-m", "pytest_distperf", "build-ops", *missing], env=env, capture_output=True,
                    text=True)
-    if getattr(done, "returncode", 0) == INCOMPATIBLE:
-        for line in (getattr(done, "stdout", "") or "").splitlines():
+    code, out = getattr(done, "returncode", 0), getattr(done, "stdout", "") or ""
+    if code == INCOMPATIBLE:
+        for line in out.splitlines():
             if line.startswith("incompatible "):
                 builder, _, why = line[len("incompatible "):].partition(": ")
                 _incompatible[builder] = why
         _skip_incompatible(builders)
-    if getattr(done, "returncode", 0) != 0:
-        tail = "\n".join(((getattr(done, "stdout", "") or "") + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
+    if code != 0:
+        tail = "\n".join((out + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
         from pytest_distperf.errors import StrategyError
 
         raise StrategyError(f"building DeepSpeed's op(s) {names} failed (cache {folder}); the build's last "
