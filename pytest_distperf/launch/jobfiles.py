@@ -25,7 +25,8 @@ Every .pkl file is an authenticated pickle: "distperf-hmac-v1", then HMAC-SHA256
 pickle, with a per-session key that never touches a folder: the pytest process makes it and puts it in
 $DISTPERF_JOB_KEY, which every agent and rank inherits (an agent started by a command template reads it from
 its stdin). A file whose MAC does not match is refused before it is unpickled: whoever can write into a shared
-job folder could otherwise run code in pytest and in every rank.
+job folder could otherwise run code in pytest and in every rank. (Function jobs carry arbitrary Python
+objects, so the format stays pickle.)
 """
 
 from __future__ import annotations

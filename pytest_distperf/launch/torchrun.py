@@ -79,10 +79,6 @@ class TorchrunLauncher:
             # every agent here: the host's cores split over all ranks; elsewhere: each node's over its own
             base["OMP_NUM_THREADS"] = str(threads_per_rank(job.world_size if self.agents == "local"
                                                            else plan.nproc_per_node))
-        if loopback:
-            base.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's pairs on loopback too, like the rendezvous
-        elif "NCCL_SOCKET_IFNAME" not in {**os.environ, **(env or {})}:
-            base.pop("NCCL_SOCKET_IFNAME", None)  # the one-host default (loopback) cannot reach other nodes
         return base
 
     def _watch(self, job: JobSpec, job_dir: str, agents: "_Agents", timeout: float,
