@@ -280,10 +280,11 @@ class SessionClocks:
             h = handles[i]
             mhz = _default_mhz(nvml, h) if self.setting == DEFAULT else int(self.setting)  # type: ignore[arg-type]
             top = int(nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_GRAPHICS))
+            name = nvml_text(nvml.nvmlDeviceGetName(h))
             if top and mhz > top:
                 raise SettingsError(f"--distperf-lock-gpu-clocks={mhz}: above the maximum graphics clock of GPU {i} "
-                                    f"({nvml_text(nvml.nvmlDeviceGetName(h))}: {top} MHz)")
-            targets.append(LockedGpu(uuid=uuids[i], index=i, name=nvml_text(nvml.nvmlDeviceGetName(h)), mhz=mhz))
+                                    f"({name}: {top} MHz)")
+            targets.append(LockedGpu(uuid=uuids[i], index=i, name=name, mhz=mhz))
         # Written before the first lock: a session killed in between still leaves word of what to give back.
         state.locked = list(targets)
         self._write(state)
