@@ -1,16 +1,11 @@
 """Jobs own their devices, also across pytest-xdist workers: a file-lock allocator.
 
-GPU jobs: one lock file per GPU; a job takes `world_size` free GPUs (all or none, so two
-jobs never deadlock on half an allocation), runs with CUDA_VISIBLE_DEVICES set to them,
-and waits while too few are free. A job that needs more GPUs than the machine has is
-skipped at collection, so nobody waits for ever.
-CPU measurement jobs: one at a time per machine (one lock), each rank given
-cores // world_size threads by the launcher, so concurrent jobs never share cores and
-skew each other's step times. CPU jobs that measure nothing (`run_function`) don't lock.
-Every grant is appended to `allocations.log` in the lock folder.
-The lock folder is created 0700 and checked on every use (fs/safefs.py); its files are opened without
-following symlinks. A wait for a lock gives up after LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) with the
-holder's pid and command, which each holder writes to `<lock>.holder` when it acquires the lock.
+GPU jobs take `world_size` free GPUs (one lock file each, all or none) and run with CUDA_VISIBLE_DEVICES set to
+them; a job that needs more GPUs than the machine has is skipped at collection. CPU measurement jobs run one
+at a time per machine (one lock), each rank given cores // world_size threads, so concurrent jobs never skew
+each other's step times; CPU jobs that measure nothing (`run_function`) don't lock. Every grant goes to
+`allocations.log`. The lock folder is 0700 and checked on every use (fs/safefs.py). A wait gives up after
+LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) naming the holder, which each holder writes to `<lock>.holder`.
 """
 
 from __future__ import annotations
@@ -100,6 +95,30 @@ def _timed_out(what: str, waited: float, locks: list[FolderLock]) -> LockWaitTim
                            f"it is stuck, or raise ${LOCK_TIMEOUT_ENV}")
 
 
+def _acquire(locks: dict[str, FolderLock], count: int, waiting: str, what: str,
+             on_wait: Callable[[str], None] | None, timeout: float | None) -> tuple[list[str], float]:
+    """`count` of `locks`, all or none (two jobs never deadlock on half an allocation), waiting while too few
+    are free: (the keys held, seconds waited)."""
+    limit = wait_limit() if timeout is None else timeout
+    since = None
+    while True:
+        held = []
+        for key, lock in locks.items():
+            if len(held) < count and lock.try_acquire():
+                held.append(key)
+        if len(held) == count:
+            return held, time.monotonic() - since if since else 0.0
+        for key in held:
+            locks[key].release()
+        if since is None:
+            since = time.monotonic()
+            if on_wait:
+                on_wait(waiting)
+        elif time.monotonic() - since > limit:
+            raise _timed_out(what, time.monotonic() - since, [lk for k, lk in locks.items() if k not in held])
+        time.sleep(POLL_SECONDS)
+
+
 @contextlib.contextmanager
 def gpus(world_size: int, gpu_ids: list[str], owner: str, on_wait: Callable[[str], None] | None = None,
          folder: str | None = None, timeout: float | None = None) -> Iterator[dict[str, str]]:
@@ -108,29 +127,9 @@ def gpus(world_size: int, gpu_ids: list[str], owner: str, on_wait: Callable[[str
         raise RuntimeError(f"{owner} needs {world_size} GPUs; only {len(gpu_ids)} are visible")
     folder = folder or lock_dir()
     check_private_folder(folder)
-    limit = wait_limit() if timeout is None else timeout
     locks = {g: FolderLock(os.path.join(folder, f"gpu{g}.lock")) for g in gpu_ids}
-    waited_since = None
-    while True:
-        held = []
-        for g, lock in locks.items():
-            if lock.try_acquire():
-                held.append(g)
-            if len(held) == world_size:
-                break
-        if len(held) == world_size:
-            break
-        for g in held:
-            locks[g].release()
-        if waited_since is None:
-            waited_since = time.monotonic()
-            if on_wait:
-                on_wait(f"{owner}: waiting for {world_size} free GPU(s) of {len(gpu_ids)}")
-        elif time.monotonic() - waited_since > limit:
-            raise _timed_out(f"{world_size} free GPU(s) of {len(gpu_ids)} in {folder}", time.monotonic() - waited_since,
-                             [lk for g, lk in locks.items() if g not in held])
-        time.sleep(POLL_SECONDS)
-    waited = time.monotonic() - waited_since if waited_since else 0.0
+    held, waited = _acquire(locks, world_size, f"{owner}: waiting for {world_size} free GPU(s) of {len(gpu_ids)}",
+                            f"{world_size} free GPU(s) of {len(gpu_ids)} in {folder}", on_wait, timeout)
     _log(folder, f"granted GPUs {','.join(held)} to {owner} after {waited:.1f} s")
     try:
         yield {"CUDA_VISIBLE_DEVICES": ",".join(held)}
@@ -146,16 +145,9 @@ def cpu(owner: str, on_wait: Callable[[str], None] | None = None, folder: str | 
     """Hold the machine's CPU measurement slot for the block."""
     folder = folder or lock_dir()
     check_private_folder(folder)
-    limit = wait_limit() if timeout is None else timeout
     lock = FolderLock(os.path.join(folder, "cpu.lock"))
-    if not lock.try_acquire():
-        if on_wait:
-            on_wait(f"{owner}: waiting for the CPU measurement slot (another job is measuring)")
-        since = time.monotonic()
-        while not lock.try_acquire():
-            if time.monotonic() - since > limit:
-                raise _timed_out(f"the CPU measurement slot {lock.path}", time.monotonic() - since, [lock])
-            time.sleep(POLL_SECONDS)
+    _acquire({"cpu": lock}, 1, f"{owner}: waiting for the CPU measurement slot (another job is measuring)",
+             f"the CPU measurement slot {lock.path}", on_wait, timeout)
     try:
         _log(folder, f"granted the CPU slot to {owner}")
         yield {}

@@ -11,10 +11,8 @@ from typing import Any, Iterator
 # torch.cuda.is_available() through NVML: no cuInit, so a process stays fork-safe for CUDA ranks.
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
-# What a CPU job's ranks get: no GPU, and every library told so. On a machine with GPUs each library
-# would otherwise pick CUDA by itself -- DeepSpeed's get_accelerator() chose CUDA on a 1-GPU box and
-# every rank but 0 died on set_device(1) -- and a comparison would put one side on the GPUs and the
-# other on the CPU. With no device visible, any CUDA use in the rank fails in torch itself.
+# What a CPU job's ranks get: no GPU, and every library told so (else each picks CUDA by itself where there is a
+# GPU, and a comparison could run one side on the GPUs). Any CUDA use in such a rank then fails in torch itself.
 CPU_ONLY_ENVIRONMENT = {
     "CUDA_VISIBLE_DEVICES": "",  # torch, NCCL, and everything built on them: no device
     "DS_ACCELERATOR": "cpu",  # DeepSpeed's accelerator, else detected from torch.cuda
@@ -80,6 +78,11 @@ def nvml() -> Iterator[Any]:
         yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def nvml_text(value: Any) -> str:
+    """A string NVML returned (bytes from older pynvml)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def nvidia_smi(*args: str) -> list[str]:

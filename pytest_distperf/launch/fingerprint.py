@@ -29,7 +29,6 @@ from pytest_distperf.launch.devices import usable_cores
 
 # Soft fields whose change can move the numbers (warned about); host and commit are only context.
 VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
-CONTEXT_FIELDS = ("host", "git_commit", "cpu")
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,14 @@ def machine_class(device: str, world_size: int, nodes: int = 1, inter_node: str 
                         interconnect="none", inter_node=inter_node)
 
 
+def inter_node(nodes: int, one_host: bool) -> str:
+    """What connects a job's nodes: "none" (one node), "loopback" (every node agent on one host), else
+    network_fabric()."""
+    if nodes == 1:
+        return "none"
+    return "loopback" if one_host else network_fabric()
+
+
 def network_fabric(sysfs: str = "/sys/class/infiniband") -> str:
     """What this host's nodes talk over: "ib" (an active InfiniBand port), "roce" (an active RDMA port on
     Ethernet), else "tcp". Read from sysfs, as NCCL picks its transport."""
@@ -114,7 +121,7 @@ def _gpu_facts() -> dict[str, Any]:
         total = int(nvml.nvmlDeviceGetCount())
         indices = devices.nvml_indices(devices.visible_gpu_ids(total), total)
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        names = sorted({_decode(nvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
+        names = sorted({devices.nvml_text(nvml.nvmlDeviceGetName(h)) for h in handles}) or ["unknown"]
         return {"model": "+".join(names), "count": len(handles),
                 "interconnect": _interconnect(nvml, handles[0]) if handles else "unknown"}
 
@@ -130,10 +137,6 @@ def _interconnect(pynvml: Any, handle: Any) -> str:
     return "pcie"
 
 
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 # -- soft metadata -----------------------------------------------------------------------------------------------
 def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | None]:
     """Versions and context recorded with a baseline; a difference is only warned about."""
@@ -145,11 +148,9 @@ def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | No
     }
     for dist in ("torch", "deepspeed", "lightning", "accelerate"):
         meta[dist] = _dist_version(dist)
-    meta["cuda"], meta["nccl"], meta["driver"] = None, None, None
-    if device == "cuda":
-        meta["cuda"] = _torch_cuda_version()
-        meta["nccl"] = _nccl_version()
-        meta["driver"] = _driver_version()
+    cuda = device == "cuda"
+    meta.update(cuda=_torch_cuda_version() if cuda else None, nccl=_nccl_version() if cuda else None,
+                driver=_driver_version() if cuda else None)
     return meta
 
 
@@ -182,7 +183,7 @@ def _nccl_version() -> str | None:
 def _driver_version() -> str | None:
     with devices.nvml() as nvml:
         if nvml is not None:
-            return _decode(nvml.nvmlSystemGetDriverVersion())
+            return devices.nvml_text(nvml.nvmlSystemGetDriverVersion())
     found = devices.nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
     return found[0] if found else None
 
@@ -196,11 +197,10 @@ def git_commit(rootdir: str | None) -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
-def soft_differences(saved: dict[str, Any], current: dict[str, Any],
-                     fields: tuple[str, ...] = VERSION_FIELDS) -> list[str]:
-    """'torch 2.5.1 -> 2.6.0' for each field that differs between the baseline and this run."""
+def soft_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'torch 2.5.1 -> 2.6.0' for each version that differs between the baseline and this run."""
     out = []
-    for key in fields:
+    for key in VERSION_FIELDS:
         a, b = saved.get(key), current.get(key)
         if a != b and (a is not None or b is not None):
             out.append(f"{key} {a or '?'} -> {b or '?'}")

@@ -1,25 +1,15 @@
 """Locked GPU clocks for a session (`--distperf-lock-gpu-clocks[=MHZ|external]`), always given back.
 
-A GPU left to boost runs each job at whatever clock its temperature and power allow, which moves step times
-between runs; NVIDIA recommends locked clocks for benchmarking. The pytest process (the xdist controller)
-locks the graphics clock of every GPU the session may use through NVML (`nvmlDeviceSetGpuLockedClocks`; NVML
-only, never a CUDA context) at the GPU's default applications clock, or at the MHz given, and unlocks them
-(`nvmlDeviceResetGpuLockedClocks`) when the session ends: from `pytest_unconfigure` (also after Ctrl-C), from
-atexit, and from a SIGTERM/SIGHUP handler that unlocks and then dies of the signal as before. What was locked
-is written first to a state file in the lock folder (launch/allocator.lock_dir(): 0700, its owner and mode
-checked on every read, state files opened without following symlinks); a session killed outright
-(SIGKILL, a crashed host process) leaves it behind, and the next distperf session that may use the GPUs
-unlocks them. A GPU another live session still holds locked is left locked. A lock set before the session
-(`nvidia-smi -lgc`) is not put back: say `external` where clocks are locked outside pytest, and distperf
-neither locks nor unlocks, nor warns that they are not locked.
-
-Where locking is refused (NVML_ERROR_NO_PERMISSION: it needs root; NVML_ERROR_NOT_SUPPORTED: pre-Volta, MIG
-or a virtual GPU) nothing stays locked, the header says why, and -- the option having been asked for -- CUDA
-tests are skipped with that reason rather than measured on clocks the user asked to have locked. Without the
-option each CUDA test is warned once that its clocks were not locked (rank/clocks.py).
-
-xdist workers learn the controller's state from the file named in DISTPERF_GPU_CLOCKS_STATE, which the
-controller sets before it starts them.
+A GPU left to boost moves step times between runs; NVIDIA recommends locked clocks for benchmarking. The pytest
+process (the xdist controller) locks the graphics clock of every GPU the session may use through NVML only (no
+CUDA context), at the default applications clock or the MHz given, and unlocks it when the session ends
+(pytest_unconfigure, atexit, and a SIGTERM/SIGHUP handler that then dies of the signal). What was locked is
+written first to a state file in the lock folder (allocator.lock_dir()); a session killed outright leaves it
+behind and the next session unlocks those GPUs, unless another live session holds them. `external`: clocks are
+locked outside pytest; distperf neither locks nor unlocks them. Where locking is refused (no root, pre-Volta,
+MIG, a virtual GPU) nothing stays locked and CUDA tests are skipped with the reason; without the option each
+CUDA test is warned once (rank/clocks.py). xdist workers read the controller's state file, named in
+DISTPERF_GPU_CLOCKS_STATE.
 """
 
 from __future__ import annotations
@@ -34,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_distperf.errors import SettingsError, UnsafeFolderError
+from pytest_distperf.launch.devices import nvml_text
 from pytest_distperf.spec.settings import CLOCKS_DEFAULT as DEFAULT, CLOCKS_EXTERNAL as EXTERNAL
 
 STATE_PREFIX = "gpu-clocks-"
@@ -110,9 +101,14 @@ def read_states(folder: str) -> dict[str, ClockState]:
     return out
 
 
+def _live_locks(states: dict[str, ClockState], but: str | None = None) -> set[str]:
+    """GPUs that the live sessions of `states` (but the one whose state file is `but`) hold locked."""
+    return {g.uuid for p, s in states.items() if p != but and is_alive(s) for g in s.locked}
+
+
 def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[LockedGpu]]:
     """(state files of dead sessions, their GPUs that no live session holds locked)."""
-    live = {g.uuid for s in states.values() if is_alive(s) for g in s.locked}
+    live = _live_locks(states)
     dead = [p for p, s in states.items() if not is_alive(s)]
     reset: dict[str, LockedGpu] = {}
     for p in dead:
@@ -124,7 +120,7 @@ def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[Locke
 
 def locked_uuids(folder: str) -> set[str]:
     """GPUs that a live distperf session holds locked now."""
-    return {g.uuid for s in read_states(folder).values() if is_alive(s) for g in s.locked}
+    return _live_locks(read_states(folder))
 
 
 def match_visible(ids: list[str], uuids: list[str]) -> list[int | None]:
@@ -162,10 +158,6 @@ def _default_mhz(nvml: Any, h: Any) -> int:
             return mhz
     raise SettingsError("--distperf-lock-gpu-clocks: NVML reports no default or maximum graphics clock for this "
                         "GPU; give one: --distperf-lock-gpu-clocks=MHZ")
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class SessionClocks:
@@ -235,17 +227,15 @@ class SessionClocks:
         if not gpu_ids:
             return
         nvml = (nvml_module or _pynvml)()
-        if nvml is None:
+        problem = "nvidia-ml-py is not installed: pip install nvidia-ml-py" if nvml is None else None
+        if nvml is not None:
+            try:
+                nvml.nvmlInit()
+            except Exception as e:
+                problem = nvml_problem(e)
+        if problem:
             if self.requested:
-                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
-                                       problem="nvidia-ml-py is not installed: pip install nvidia-ml-py"))
-            return
-        try:
-            nvml.nvmlInit()
-        except Exception as e:
-            if self.requested:
-                self._write(ClockState(os.getpid(), process_start(os.getpid()), self.setting,
-                                       problem=nvml_problem(e)))
+                self._write(self._new_state(problem))
             return
         try:
             self._give_back_stale(nvml)
@@ -277,8 +267,8 @@ class SessionClocks:
     def _lock(self, nvml: Any, gpu_ids: list[str]) -> None:
         count = int(nvml.nvmlDeviceGetCount())
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-        state = ClockState(os.getpid(), process_start(os.getpid()), self.setting)
+        uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
+        state = self._new_state()
         indices = match_visible(gpu_ids, uuids)
         if None in indices:
             state.problem = (f"CUDA_VISIBLE_DEVICES entries that name no single GPU: "
@@ -290,10 +280,11 @@ class SessionClocks:
             h = handles[i]
             mhz = _default_mhz(nvml, h) if self.setting == DEFAULT else int(self.setting)  # type: ignore[arg-type]
             top = int(nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_GRAPHICS))
+            name = nvml_text(nvml.nvmlDeviceGetName(h))
             if top and mhz > top:
                 raise SettingsError(f"--distperf-lock-gpu-clocks={mhz}: above the maximum graphics clock of GPU {i} "
-                                    f"({_text(nvml.nvmlDeviceGetName(h))}: {top} MHz)")
-            targets.append(LockedGpu(uuid=uuids[i], index=i, name=_text(nvml.nvmlDeviceGetName(h)), mhz=mhz))
+                                    f"({name}: {top} MHz)")
+            targets.append(LockedGpu(uuid=uuids[i], index=i, name=name, mhz=mhz))
         # Written before the first lock: a session killed in between still leaves word of what to give back.
         state.locked = list(targets)
         self._write(state)
@@ -324,8 +315,7 @@ class SessionClocks:
         try:
             if self.state is None or self._restored:
                 return
-            others = {g.uuid for p, s in read_states(self.folder).items() if p != self.path and is_alive(s)
-                      for g in s.locked}
+            others = _live_locks(read_states(self.folder), but=self.path)
             mine = [g for g in self.state.locked if g.uuid not in others]
             if mine:
                 nvml = _pynvml()
@@ -350,6 +340,9 @@ class SessionClocks:
         finally:
             self._guard.release()
 
+    def _new_state(self, problem: str | None = None) -> ClockState:
+        return ClockState(os.getpid(), process_start(os.getpid()), self.setting, problem=problem)
+
     def _write(self, state: ClockState) -> None:
         from pytest_distperf.fs.jsonio import write_json_atomic
 
@@ -359,19 +352,13 @@ class SessionClocks:
 
     def _controller_state(self) -> ClockState | None:
         path = os.environ.get(STATE_ENV)
-        if not path:
-            return None
-        states = read_states(os.path.dirname(path))
-        return states.get(path)
+        return read_states(os.path.dirname(path)).get(path) if path else None
 
     def _install_restorers(self) -> None:
         atexit.register(self.restore)
         if threading.current_thread() is not threading.main_thread():
             return
-        for name in SIGNALS:
-            sig = getattr(signal, name, None)
-            if sig is None:
-                continue
+        for sig in (getattr(signal, name) for name in SIGNALS if hasattr(signal, name)):
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def _uninstall_restorers(self) -> None:

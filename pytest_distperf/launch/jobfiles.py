@@ -15,18 +15,18 @@ Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder eve
     nodes.pkl           the NodePlan: node count, ranks per node, rendezvous id and endpoint
     rdzv-endpoint.txt   the endpoint agent 0 offers when the plan has none (SLURM)
     place-rank{r}.pkl   where rank r runs: host, node agent, node rank, pid, log folder
-    value-rank{r}.pkl   rank r's return value (torchrun runs a module, it hands back no values)
+    value-rank{r}.pkl   rank r's return value (torchrun and the script agent hand back no values)
+    error-rank{r}.txt   a script job's rank that raised (launch/script_agent.py)
     result-agent{i}.pkl node agent i's AgentResult; agent{i}.log its own output
     logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
     dump-stacks.request on a timeout: each node agent has its ranks dump their stacks
 
 Every .pkl file is an authenticated pickle: "distperf-hmac-v1", then HMAC-SHA256 over the file's name and the
-pickle, with a per-session key that never touches a folder. The pytest process makes the key (32 random bytes)
-and puts it in $DISTPERF_JOB_KEY, which the local agent, torch elastic and torchrun pass to every rank and
-`srun --export=ALL` / sbatch to the other nodes; an agent started by a command template reads it from its stdin.
-A file whose MAC does not match is refused before it is unpickled (whoever can write into a shared job folder
-could otherwise run code in pytest and in every rank). Function jobs carry arbitrary Python objects, so the
-format stays pickle.
+pickle, with a per-session key that never touches a folder: the pytest process makes it and puts it in
+$DISTPERF_JOB_KEY, which every agent and rank inherits (an agent started by a command template reads it from
+its stdin). A file whose MAC does not match is refused before it is unpickled: whoever can write into a shared
+job folder could otherwise run code in pytest and in every rank. (Function jobs carry arbitrary Python
+objects, so the format stays pickle.)
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ class RankFailure:
     message: str  # the rank's traceback when it raised, else what torch elastic reported
     timestamp: int = 0  # when torch elastic saw it fail (the earliest is the root cause)
     host: str | None = None  # where it ran (jobs on several nodes)
+
+    def how(self) -> str:
+        return f"died of {self.signal}" if self.signal else f"exited with code {self.exitcode}"
+
+    def brief(self) -> str:
+        """How it ended, for the line that lists the other ranks."""
+        return f"stopped by {self.signal}" if self.signal else f"exit {self.exitcode}"
 
 
 @dataclass
@@ -141,6 +148,13 @@ def _load(path: str) -> Any:
     return pickle.loads(data[head:])
 
 
+def _load_if_there(path: str) -> Any:
+    try:
+        return _load(path)
+    except FileNotFoundError:
+        return None
+
+
 def write_job(job_dir: str, job: JobSpec) -> None:
     _dump(os.path.join(job_dir, JOB), job, create_key=True)
 
@@ -154,10 +168,7 @@ def write_result(job_dir: str, result: AgentResult) -> None:
 
 
 def read_result(job_dir: str) -> AgentResult | None:
-    try:
-        return _load(os.path.join(job_dir, RESULT))
-    except FileNotFoundError:
-        return None
+    return _load_if_there(os.path.join(job_dir, RESULT))
 
 
 def write_outcome(job_dir: str, rank: int, outcome: str, reason: str) -> None:
@@ -180,12 +191,30 @@ def write_failure_time(job_dir: str, rank: int) -> None:
 
 
 def read_failure_times(job_dir: str) -> dict[int, float]:
+    return {rank: float(_text(path)) for rank, path in rank_files(job_dir, "failed-rank", ".time").items()}
+
+
+def rank_files(job_dir: str, prefix: str, suffix: str) -> dict[int, str]:
+    """{rank: path} of the job folder's files named `<prefix><rank><suffix>`."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "failed-rank*.time")):
-        rank = int(os.path.basename(path)[len("failed-rank"):-len(".time")])
-        with open(path) as f:
-            out[rank] = float(f.read())
+    for path in glob.glob(os.path.join(job_dir, f"{prefix}*{suffix}")):
+        rank = os.path.basename(path)[len(prefix):-len(suffix)]
+        if rank.isdigit():
+            out[int(rank)] = path
     return out
+
+
+def _text(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def _line(path: str) -> str | None:
+    """A one-line file's text; None where it is missing or empty."""
+    try:
+        return _text(path).strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def mark_started(job_dir: str, rank: int) -> None:
@@ -198,11 +227,7 @@ def mark_returned(job_dir: str, rank: int) -> None:
 
 def started_ranks(job_dir: str) -> dict[int, int]:
     """{rank: pid} of the ranks that have started."""
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "rank*.pid")):
-        with open(path) as f:
-            out[int(os.path.basename(path)[4:-4])] = int(f.read())
-    return out
+    return {rank: int(_text(path)) for rank, path in rank_files(job_dir, "rank", ".pid").items()}
 
 
 def has_returned(job_dir: str, rank: int) -> bool:
@@ -218,15 +243,23 @@ class Progress:
 
 
 def read_progress(job_dir: str) -> str | None:
-    try:
-        with open(os.path.join(job_dir, PROGRESS)) as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    return _line(os.path.join(job_dir, PROGRESS))
 
 
-def rank_log(job_dir: str, rank: int, stream: str = "stderr") -> str | None:
-    hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), f"{stream}.log"))
+def forward_progress(job_dir: str, on_progress: Any, elapsed: float, last: str | None,
+                     fallback: str | None = None) -> str | None:
+    """Pass rank 0's phase (else `fallback`) to on_progress(text, elapsed) when it changed; returns the text
+    last passed on."""
+    text = (read_progress(job_dir) or fallback) if on_progress else None
+    if not text or text == last:
+        return last
+    on_progress(text, elapsed)
+    return text
+
+
+def rank_log(job_dir: str, rank: int) -> str | None:
+    """A rank's stderr.log (torch elastic's redirects)."""
+    hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), "stderr.log"))
     return hits[0] if hits else None
 
 
@@ -274,10 +307,9 @@ def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:
 def read_exits(job_dir: str) -> dict[int, tuple[str, int]]:
     """{rank: ("exit", code) or ("signal", number)} of the ranks whose end the agent saw."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "exit-rank*.txt")):
-        with open(path) as f:
-            how, _, status = f.read().partition(" ")
-        out[int(os.path.basename(path)[len("exit-rank"):-len(".txt")])] = (how, int(status))
+    for rank, path in rank_files(job_dir, "exit-rank", ".txt").items():
+        how, _, status = _text(path).partition(" ")
+        out[rank] = (how, int(status))
     return out
 
 
@@ -320,14 +352,13 @@ def fatal_report_file(job_dir: str, rank: int) -> Any:
 def read_fatal_reports(job_dir: str) -> dict[int, str]:
     """{rank: faulthandler's report} of the ranks that received a fatal signal."""
     out = {}
-    for path in glob.glob(os.path.join(job_dir, "fatal-rank*.log")):
+    for rank, path in rank_files(job_dir, "fatal-rank", ".log").items():
         try:
-            with open(path, errors="replace") as f:
-                text = f.read()
+            text = _text(path)
         except OSError:
             continue
         if text.strip():
-            out[int(os.path.basename(path)[len("fatal-rank"):-len(".log")])] = text
+            out[rank] = text
     return out
 
 
@@ -401,11 +432,7 @@ def write_rdzv_endpoint(job_dir: str, endpoint: str) -> None:
 
 
 def read_rdzv_endpoint(job_dir: str) -> str | None:
-    try:
-        with open(os.path.join(job_dir, RDZV_ENDPOINT)) as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    return _line(os.path.join(job_dir, RDZV_ENDPOINT))
 
 
 def write_rank_place(job_dir: str, place: RankPlace) -> None:
@@ -413,11 +440,8 @@ def write_rank_place(job_dir: str, place: RankPlace) -> None:
 
 
 def read_rank_places(job_dir: str) -> dict[int, RankPlace]:
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "place-rank*.pkl")):
-        place = _load(path)
-        out[place.rank] = place
-    return out
+    places = [_load(path) for path in rank_files(job_dir, "place-rank", ".pkl").values()]
+    return {place.rank: place for place in places}
 
 
 def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
@@ -425,12 +449,8 @@ def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
 
 
 def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, Any]:
-    out = {}
-    for path in glob.glob(os.path.join(job_dir, "value-rank*.pkl")):
-        rank = int(os.path.basename(path)[len("value-rank"):-len(".pkl")])
-        if ranks is None or rank in ranks:
-            out[rank] = _load(path)
-    return out
+    return {rank: _load(path) for rank, path in rank_files(job_dir, "value-rank", ".pkl").items()
+            if ranks is None or rank in ranks}
 
 
 def agent_log(job_dir: str, agent: int) -> str:
@@ -447,10 +467,7 @@ def write_agent_result(job_dir: str, agent: int, result: AgentResult) -> None:
 
 
 def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
-    try:
-        return _load(os.path.join(job_dir, f"result-agent{agent}.pkl"))
-    except FileNotFoundError:
-        return None
+    return _load_if_there(os.path.join(job_dir, f"result-agent{agent}.pkl"))
 
 
 def request_stacks(job_dir: str) -> None:

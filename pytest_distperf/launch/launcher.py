@@ -1,14 +1,11 @@
-"""Start a job's ranks and get their return values back: the one way ranks are started.
+"""Start a job's ranks on this host and get their return values back.
 
-pytest process ──Popen (own session)──► agent (torch elastic_launch, fork/spawn, c10d on
-127.0.0.1:0, no restarts) ──► N ranks. By default the agent is forked (own session) from the session's warm
-agent for the job's device kind and environment, which has imported torch and the strategy libraries once
-(rank/warm_agent.py, warm_pool.py); each run's ranks are still new processes. `fresh_agent=True`, jobs
-launched as Lightning's users launch them (the script agent), and a warm agent that cannot serve (it says why)
-start a new `python -m ...rank.agent` per job. This module owns the wall-clock timeout: on expiry
-every rank dumps its Python stacks (faulthandler, SIGUSR1), then the whole process tree
-gets SIGTERM and, after a grace period, SIGKILL. Nothing is left behind on any exit
-path, Ctrl-C included.
+pytest ──Popen (own session)──► agent (torch elastic_launch, c10d on 127.0.0.1, no restarts) ──► N ranks.
+By default the agent is forked from the session's warm agent for the job's device kind and environment, which
+has imported torch and the strategy libraries once (warm_pool.py); `fresh_agent=True`, script jobs and a warm
+agent that cannot serve start a new agent process per job. On the timeout every rank dumps its Python stacks
+(SIGUSR1), then the whole process tree gets SIGTERM and, after a grace, SIGKILL; nothing is left behind on any
+exit path, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -36,17 +33,14 @@ from pytest_distperf.spec.job import JobSpec
 POLL_SECONDS = 0.05
 TERM_GRACE_SECONDS = 3.0
 STACK_DUMP_SECONDS = 1.0
-# A rank gone without a value and without an error: torch elastic would wait for it for ever
-# (its peers block until every rank has returned). After this grace, which lets the agent
-# report a crash first, the job fails.
+# A rank gone without a value and without an error (torch elastic would wait for it for ever): after this grace,
+# which lets the agent report a crash first, the job fails.
 VANISHED_GRACE_SECONDS = 8.0
-# A rank that died of a fatal signal (its faulthandler report is in the job folder) but whose death the
-# agent has not reported after this long: the kernel is still busy with it -- writing a core dump, which
-# takes as long as the rank's memory takes to write or pipe to a crash handler -- and the job fails now.
+# A rank with a fatal-signal report whose death the agent has not reported after this long (the kernel is still
+# writing its core dump): the job fails now.
 FATAL_REPORT_GRACE_SECONDS = 10.0
-# Every socket of a job on one machine binds loopback (rendezvous.py binds the stores). Without these,
-# gloo's device listens on the address the hostname resolves to -- a LAN address on many machines --
-# and so would TensorPipe (RPC) and NCCL's bootstrap.
+# Every socket of a job on one machine binds loopback (rendezvous.py binds the stores); without these gloo,
+# TensorPipe and NCCL's bootstrap listen on the address the hostname resolves to.
 LOOPBACK_ENVIRONMENT = {"GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
@@ -65,17 +59,9 @@ class RankOutcome(Exception):
 
 
 def threads_per_rank(local_ranks: int) -> int:
-    """Intra-op threads per rank: the usable cores split between the ranks of this machine.
-
-    Also on CUDA: torch's default is one thread per core in every rank, so N ranks run N x cores
-    OpenMP threads. On 2xH200 (32 cores, 2 ranks) that made the CPU AdamW step of FSDP + CPU
-    offload under Lightning's Trainer take 5.0 s instead of 0.47 s at 350m: every element-wise
-    op took ~3.5 ms, about one scheduler time slice, with the host's 32 cores all busy -- a
-    13.7x Trainer/Fabric gap that was the harness's, not Lightning's (0.85x with 16 threads a
-    rank). torchrun avoids it with OMP_NUM_THREADS=1, Lightning's own launcher with cores //
-    processes; we do the latter so CPU-side work (offloaded optimizers, DeepSpeedCPUAdam) keeps
-    its cores. A user's OMP_NUM_THREADS wins.
-    """
+    """Intra-op threads per rank: the usable cores split between the ranks of this machine, as Lightning's
+    launcher does (torch's default, one thread per core in every rank, oversubscribes the host; see
+    perf_tests/test_lightning.py). A user's OMP_NUM_THREADS wins."""
     from pytest_distperf.launch.devices import usable_cores
 
     return max(1, usable_cores() // max(1, local_ranks))
@@ -109,9 +95,8 @@ def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
     return env
 
 
-# A rank that aborts inside torch.profiler's stop during distperf's own profiled phases (the work phase, the
-# probes: after the timed steps) dies of a corrupted heap whose cause is not found (docs/design/known-defects.md).
-# The run is measured once more, with a ProfilerAbortWarning; a second abort, or one anywhere else, fails the job.
+# A rank may abort inside torch.profiler's stop during distperf's own profiled phases (a heap corruption whose
+# cause is not found: docs/design/known-defects.md): that run is measured once more, with a ProfilerAbortWarning.
 _PROFILER_STOP = re.compile(r'torch/profiler/profiler\.py", line \d+ in (stop|__exit__)')
 _OWN_PROFILED_PHASE = re.compile(r'pytest_distperf/rank/(work|probes/\w+)\.py", line \d+')
 
@@ -150,57 +135,12 @@ def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progr
     job_dir = tempfile.mkdtemp(prefix="job-", dir=base_dir)
     jobfiles.write_job(job_dir, job)
     start = time.monotonic()
-    ok = False
-    warm = None
     agent_env = agent_environment(job, env)
-    log_path = os.path.join(job_dir, jobfiles.AGENT_LOG)
-    with open(log_path, "wb") as log:
-        # torch elastic's agent, or, for a job launched as Lightning's users launch it, the script agent
-        # (the user's `python script.py`; Lightning's own launcher starts the other ranks): spec/profiles.py
-        agent = ("pytest_distperf.launch.script_agent" if profiles.PROFILES[job.launch_profile].starter == "script"
-                 else "pytest_distperf.rank.agent")
-        if agent == "pytest_distperf.rank.agent" and not fresh_agent:
-            from pytest_distperf.launch import warm_pool
-
-            warm, _ = warm_pool.agent_for(job.device, agent_env, base_dir or tempfile.gettempdir(), timeout)
+    ok = outcome_only = False
+    with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
+        proc, warm = _start_agent(job, job_dir, agent_env, log, base_dir, timeout, fresh_agent)
         try:
-            proc: Any = warm.start_job(job_dir, agent_env, log_path) if warm else None
-        except OSError:
-            warm_pool.release(warm, ok=False)  # type: ignore[arg-type]
-            warm = proc = None
-        if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", agent, job_dir], env=agent_env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        outcome_only = False
-        try:
-            last = None
-            vanished_since: float | None = None
-            fatal_since: float | None = None
-            while proc.poll() is None:
-                elapsed = time.monotonic() - start
-                if elapsed > timeout:
-                    _dump_stacks(proc.pid)
-                    end_tree(proc)
-                    raise JobTimeout(_timeout_message(job, job_dir, timeout), job_dir)
-                vanished = _vanished_ranks(job_dir)
-                vanished_since = (vanished_since or time.monotonic()) if vanished else None
-                if vanished_since and time.monotonic() - vanished_since > VANISHED_GRACE_SECONDS:
-                    end_tree(proc)
-                    raise JobError(_vanished_message(job, job_dir, vanished), job_dir)
-                fatal = jobfiles.read_fatal_reports(job_dir)
-                fatal_since = (fatal_since or time.monotonic()) if fatal else None
-                if fatal_since and time.monotonic() - fatal_since > FATAL_REPORT_GRACE_SECONDS:
-                    end_tree(proc)  # SIGKILL also ends a core dump in progress
-                    failures = _fatal_failures(fatal)
-                    raise RankFailed(_failure_message(job, job_dir, failures, late=True), failures, job_dir)
-                if on_progress:
-                    text = jobfiles.read_progress(job_dir)
-                    if text and text != last:
-                        on_progress(text, elapsed)
-                        last = text
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
+            _watch(job, job_dir, proc, start, timeout, on_progress)
             try:
                 values = _collect(job, job_dir)
             except RankOutcome:
@@ -211,9 +151,62 @@ def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progr
         finally:
             end_tree(proc)  # no-op after a clean exit; Ctrl-C and errors land here too
             if warm is not None:  # a failed or timed-out job ends its warm agent: the next job gets a new one
+                from pytest_distperf.launch import warm_pool
+
                 warm_pool.release(warm, ok=ok or outcome_only)
             if ok and not keep:
                 shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base_dir: str | None, timeout: float,
+                 fresh_agent: bool) -> tuple[Any, Any]:
+    """(the job's agent process, the warm agent it was forked from or None). torch elastic's agent, or for a job
+    launched as Lightning's users launch it the script agent, the user's `python script.py` (spec/profiles.py)."""
+    if profiles.PROFILES[job.launch_profile].starter == "script":
+        agent = "pytest_distperf.launch.script_agent"
+    else:
+        agent = "pytest_distperf.rank.agent"
+        if not fresh_agent:
+            from pytest_distperf.launch import warm_pool
+
+            warm, _ = warm_pool.agent_for(job.device, env, base_dir or tempfile.gettempdir(), timeout)
+            if warm is not None:
+                try:
+                    return warm.start_job(job_dir, env, log.name), warm
+                except OSError:
+                    warm_pool.release(warm, ok=False)
+    proc = subprocess.Popen([sys.executable, "-m", agent, job_dir], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, None
+
+
+def _watch(job: JobSpec, job_dir: str, proc: Any, start: float, timeout: float,
+           on_progress: Callable[[str, float], None] | None) -> None:
+    """Until the agent exits: end the job on its timeout, on a rank gone without a word, and on a fatal signal
+    the agent does not report."""
+    last = None
+    vanished_since: float | None = None
+    fatal_since: float | None = None
+    while proc.poll() is None:
+        elapsed = time.monotonic() - start
+        if elapsed > timeout:
+            _dump_stacks(proc.pid)
+            end_tree(proc)
+            raise JobTimeout(_timeout_message(job, job_dir, timeout), job_dir)
+        vanished = _vanished_ranks(job_dir)
+        vanished_since = (vanished_since or time.monotonic()) if vanished else None
+        if vanished_since and time.monotonic() - vanished_since > VANISHED_GRACE_SECONDS:
+            end_tree(proc)
+            raise JobError(_vanished_message(job, job_dir, vanished), job_dir)
+        fatal = jobfiles.read_fatal_reports(job_dir)
+        fatal_since = (fatal_since or time.monotonic()) if fatal else None
+        if fatal_since and time.monotonic() - fatal_since > FATAL_REPORT_GRACE_SECONDS:
+            end_tree(proc)  # SIGKILL also ends a core dump in progress
+            failures = _fatal_failures(fatal)
+            raise RankFailed(_failure_message(job, job_dir, failures, late=True), failures, job_dir)
+        last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
 
 
 def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
@@ -276,8 +269,7 @@ def _with_unreported_failures(job_dir: str, failures: list[jobfiles.RankFailure]
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
     failures = _with_unreported_failures(job_dir, failures)
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
-    how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
-    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {how} (root cause)"]
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
     if late:
         lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump being "
                      f"written? -- so every rank was ended)")
@@ -285,8 +277,7 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]
     if others:
-        lines.append("other ranks: " + ", ".join(
-            f"rank {f.rank} " + (f"stopped by {f.signal}" if f.signal else f"exit {f.exitcode}") for f in others))
+        lines.append("other ranks: " + ", ".join(f"rank {f.rank} {f.brief()}" for f in others))
     lines.append(_stderr_tails(job, job_dir))
     lines.append(f"job folder (logs of every rank): {job_dir}")
     return "\n".join(lines)
@@ -321,18 +312,16 @@ def _stderr_tails(job: JobSpec, job_dir: str, lines: int = 15) -> str:
     return "\n".join(parts)
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _vanished_ranks(job_dir: str) -> dict[int, int]:
-    gone = {}
-    for rank, pid in jobfiles.started_ranks(job_dir).items():
-        if jobfiles.has_returned(job_dir, rank):
-            continue
-        try:
-            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        if not alive:
-            gone[rank] = pid
-    return gone
+    return {rank: pid for rank, pid in jobfiles.started_ranks(job_dir).items()
+            if not jobfiles.has_returned(job_dir, rank) and not pid_alive(pid)}
 
 
 def _quiet_exits(job_dir: str) -> dict[int, int]:
@@ -359,10 +348,7 @@ def _dump_stacks(agent_pid: int) -> None:
     except psutil.Error:
         return
     for p in ranks:
-        try:
-            p.send_signal(signal.SIGUSR1)
-        except psutil.Error:
-            pass
+        _signal(p, signal.SIGUSR1)
     time.sleep(STACK_DUMP_SECONDS)
 
 
@@ -396,7 +382,5 @@ def end_tree(proc: Any) -> None:
 
 
 def _signal(p: psutil.Process, sig: int) -> None:
-    try:
+    with contextlib.suppress(psutil.Error):
         p.send_signal(sig)
-    except psutil.Error:
-        pass

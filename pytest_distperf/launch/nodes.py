@@ -61,18 +61,12 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
     places = jobfiles.read_rank_places(job_dir)
     if results is None:
         results = {a: jobfiles.read_agent_result(job_dir, a) for a in exits}
-    failures: list[jobfiles.RankFailure] = []
-    dead = []  # agents that ended without a result: their own death is the root cause
-    for a, result in sorted(results.items()):
-        if result is None and not exits[a].ended_here:
-            dead.append(a)
-        elif result is not None:
-            failures += result.failures
+    # agents that ended without a result: their own death is the root cause
+    dead = [a for a, r in sorted(results.items()) if r is None and not exits[a].ended_here]
+    failures = [f for _, r in sorted(results.items()) if r is not None for f in r.failures]
     errors = {a: r.agent_error for a, r in results.items() if r is not None and r.agent_error}
     ended = sorted(a for a in exits if exits[a].ended_here)
-    values = {}
-    for r in results.values():
-        values.update((r.values or {}) if r is not None else {})
+    values = {rank: v for r in results.values() if r is not None for rank, v in (r.values or {}).items()}
     values.update(jobfiles.read_rank_values(job_dir))  # ranks whose agent died after they returned
     if not dead and not failures and not errors and not ended:
         missing = sorted(set(range(job.world_size)) - set(values))
@@ -90,10 +84,9 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
                     for p in sorted(places.values(), key=lambda p: p.rank) if p.agent in dead] + failures
     elif failures:
         root = root_cause(failures, jobfiles.read_failure_times(job_dir))
-        how = f"died of {root.signal}" if root.signal else f"exited with code {root.exitcode}"
         stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None  # faulthandler's
         lines = [f"distperf job {job.describe()} ({where}) failed: rank {root.rank} on host {root.host or '?'}"
-                 f"{_node(places.get(root.rank))} {how} (root cause)", "", (stack or root.message).rstrip()]
+                 f"{_node(places.get(root.rank))} {root.how()} (root cause)", "", (stack or root.message).rstrip()]
         rest = [f for f in failures if f is not root]
         failures = [root] + rest
     elif errors:
@@ -106,9 +99,7 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
         lines = [f"distperf job {job.describe()} ({where}) failed: node agents {ended} were ended without a result"]
         rest = []
     if rest:
-        lines += ["", "other ranks: " + ", ".join(
-            f"rank {f.rank} on {f.host or '?'} " + (f"stopped by {f.signal}" if f.signal else f"exit {f.exitcode}")
-            for f in rest)]
+        lines += ["", "other ranks: " + ", ".join(f"rank {f.rank} on {f.host or '?'} {f.brief()}" for f in rest)]
     for a, text in sorted(errors.items()):
         if a != headline_error:
             lines.append(f"node agent {a} on {results[a].host or '?'}: {text.strip().splitlines()[-1]}")
@@ -130,7 +121,8 @@ def _dead_agent(agent: int, exit: AgentExit, places: dict[int, jobfiles.RankPlac
     ranks = sorted(p.rank for p in places.values() if p.agent == agent)
     host = exit.host or next((p.host for p in places.values() if p.agent == agent), None) or "?"
     if exit.exitcode is not None and exit.exitcode < 0:
-        how = f"died of {_signal_name(-exit.exitcode)}"
+        name = jobfiles.signal_name(-exit.exitcode)
+        how = f"died of {'signal ' + name if name.isdigit() else name}"
     elif exit.exitcode is not None:
         how = f"exited with code {exit.exitcode} without a result"
     else:
@@ -139,17 +131,8 @@ def _dead_agent(agent: int, exit: AgentExit, places: dict[int, jobfiles.RankPlac
     return f"node agent {agent} (host {host}{held}) {how}"
 
 
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def rank_log(place: jobfiles.RankPlace | None, stream: str = "stderr") -> str | None:
-    return os.path.join(place.log_dir, f"{stream}.log") if place and place.log_dir else None
+def rank_log(place: jobfiles.RankPlace | None) -> str | None:
+    return os.path.join(place.log_dir, "stderr.log") if place and place.log_dir else None
 
 
 def _tails(job: JobSpec, job_dir: str, places: dict[int, jobfiles.RankPlace], exits: dict[int, AgentExit],
@@ -165,10 +148,6 @@ def _tails(job: JobSpec, job_dir: str, places: dict[int, jobfiles.RankPlace], ex
         if exit.log.strip():
             parts.append(f"--- node agent {a} on {host} (last lines) ---\n{exit.log.rstrip()}")
     return "\n".join(parts)
-
-
-def this_host() -> str:
-    return socket.gethostname()
 
 
 def timeout_message(job: JobSpec, job_dir: str, timeout: float, exits: dict[int, AgentExit], where: str = "") -> str:

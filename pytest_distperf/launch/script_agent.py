@@ -11,9 +11,7 @@ both kinds of job alike.
 
 from __future__ import annotations
 
-import glob
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -21,46 +19,25 @@ import time
 
 from pytest_distperf.launch import jobfiles
 
-VALUE = "value-rank{rank}.pkl"
-ERROR = "error-rank{rank}.txt"
 RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDEATHSIG); wait that long at most
 FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
 
 
-def write_value(job_dir: str, rank: int, value: object) -> None:
-    jobfiles.write_file(os.path.join(job_dir, VALUE.format(rank=rank)), pickle.dumps(value))
+write_value = jobfiles.write_rank_value
 
 
 def write_error(job_dir: str, rank: int, text: str) -> None:
-    jobfiles.write_file(os.path.join(job_dir, ERROR.format(rank=rank)), text.encode())
+    jobfiles.write_file(os.path.join(job_dir, f"error-rank{rank}.txt"), text.encode())
 
 
-def _ranks_of(job_dir: str, pattern: str) -> dict[int, str]:
-    out = {}
-    prefix, suffix = pattern.split("{rank}")
-    for path in glob.glob(os.path.join(job_dir, pattern.replace("{rank}", "*"))):
-        name = os.path.basename(path)
-        if name.endswith(suffix):
-            out[int(name[len(prefix):-len(suffix)])] = path
-    return out
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def _errors(job_dir: str) -> dict[int, str]:
+    return jobfiles.rank_files(job_dir, "error-rank", ".txt")
 
 
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     """The AgentResult of a script job from the files its ranks left."""
-    values = {}
-    for rank, path in _ranks_of(job_dir, VALUE).items():
-        with open(path, "rb") as f:
-            values[rank] = pickle.load(f)
-    errors = _ranks_of(job_dir, ERROR)
+    values = jobfiles.read_rank_values(job_dir)
+    errors = _errors(job_dir)
     failures = []
     for rank, path in sorted(errors.items()):
         with open(path, errors="replace") as f:
@@ -69,24 +46,15 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     if jobfiles.read_outcomes(job_dir):  # a rank stopped on pytest.skip/xfail: the launcher reads that first
         return jobfiles.AgentResult(values=values)
     if rank0_exitcode != 0 and 0 not in errors and 0 not in values:
-        sig = None
-        if rank0_exitcode < 0:
-            try:
-                sig = signal.Signals(-rank0_exitcode).name
-            except ValueError:
-                sig = str(-rank0_exitcode)
+        sig = jobfiles.signal_name(-rank0_exitcode) if rank0_exitcode < 0 else None
         how = f"died of {sig}" if sig else f"exited with code {rank0_exitcode}"
-        if errors:
-            # Ended because another rank failed (by this agent, or by Lightning's own watcher): a consequence,
-            # so no signal is reported (the launcher would otherwise take a killed rank for the root cause).
-            failures.append(jobfiles.RankFailure(
-                rank=0, exitcode=rank0_exitcode, signal=None, timestamp=int(time.time()),
-                message=f"rank 0 (the script process) {how} after rank(s) {sorted(errors)} failed: "
-                        f"a job ends every rank when one fails"))
-        else:
-            failures.append(jobfiles.RankFailure(rank=0, exitcode=rank0_exitcode, signal=sig,
-                                                 timestamp=int(time.time()),
-                                                 message=f"rank 0 (the script process) {how} without an error"))
+        # After another rank's error rank 0 was ended because of it (by this agent, or Lightning's own watcher):
+        # no signal is reported, or the launcher would take it for the root cause.
+        why = (f" after rank(s) {sorted(errors)} failed: a job ends every rank when one fails" if errors
+               else " without an error")
+        failures.append(jobfiles.RankFailure(rank=0, exitcode=rank0_exitcode, signal=None if errors else sig,
+                                             timestamp=int(time.time()),
+                                             message=f"rank 0 (the script process) {how}{why}"))
     if failures:
         now = int(time.time())
         for rank in range(world_size):  # ranks that ended with rank 0, without a value or an error of their own
@@ -118,15 +86,17 @@ def main(job_dir: str) -> int:
         # Fail fast, as the elastic agent does: once a rank has left its error, end rank 0 (the ranks it
         # started die with it) after a moment for the others' errors, instead of waiting on collectives
         # that will never complete (Lightning's own watcher looks only every 5 s).
-        if failed_since is None and _ranks_of(job_dir, ERROR):
+        if failed_since is None and _errors(job_dir):
             failed_since = time.monotonic()
         if failed_since is not None and time.monotonic() - failed_since > FAIL_FAST_GRACE_SECONDS:
             proc.kill()
         time.sleep(0.05)
     rc = proc.returncode
+    from pytest_distperf.launch.launcher import pid_alive
+
     deadline = time.monotonic() + RANK_EXIT_GRACE_SECONDS
     while time.monotonic() < deadline and any(
-            _alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
+            pid_alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
         time.sleep(0.05)
     jobfiles.write_result(job_dir, collect(job_dir, job.world_size, rc))
     return 0 if rc == 0 else 1

@@ -1,16 +1,10 @@
 """The SLURM launcher: each job is a SLURM job submitted with submitit, one task per node agent.
 
-pytest ──submitit──► sbatch: srun, one task per node agent ──► node agent (torchrun) ──► ranks
-                     (nodes x agents_per_node tasks)               c10d rendezvous on agent 0's host
-
-Each task runs `run_node_agent`, which starts the node agent (node_agent.py: torchrun with the plan
-in the job folder) and returns its result through submitit; the ranks' values and logs are in the
-job folder, which every node must see under the same path (--distperf-shared-dir). Agent 0 picks
-the rendezvous endpoint on its own host and writes it there for the others.
-
-The timeout counts from the moment SLURM starts the job (time spent queued is bounded separately);
-on expiry, on Ctrl-C and on any error the SLURM job is cancelled (scancel) and the launcher waits
-until it has left the queue. A failed node names its host and its ranks.
+Each task runs `run_node_agent`: the node agent (node_agent.py, torchrun with the plan in the job folder), whose
+result comes back through submitit; values and logs are in the job folder, shared by every node
+(--distperf-shared-dir). Agent 0 picks the rendezvous endpoint on its host and writes it there for the others.
+The timeout counts from the moment SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or
+any error the job is cancelled (scancel) and waited for until it has left the queue.
 """
 
 from __future__ import annotations
@@ -25,8 +19,7 @@ from typing import Any, Callable
 
 from pytest_distperf.errors import JobError, JobTimeout, UsageError
 from pytest_distperf.launch import jobfiles, nodes
-from pytest_distperf.launch.devices import usable_cores
-from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
+from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, usable_cores
 from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.launch.torchrun import node_agent_command, request_stacks
 from pytest_distperf.spec.job import JobSpec
@@ -103,7 +96,7 @@ class SlurmLauncher:
         ok = False
         try:
             self._watch(job, job_dir, submitted, timeout, on_progress, where)
-            reports = _task_reports(submitted, self.nodes)
+            reports = {a: _report(submitted.task(a)) for a in range(self.nodes)}
             exits = {a: nodes.AgentExit(agent=a, host=r.host if r else None, exitcode=r.exitcode if r else None,
                                         log=_task_log(submitted, a, job_dir)) for a, r in reports.items()}
             values = nodes.collect(job, job_dir, exits, where,
@@ -119,13 +112,9 @@ class SlurmLauncher:
         return 0  # every rank runs where SLURM puts it
 
     def inter_node(self) -> str:
-        if self.nodes == 1:
-            return "none"
-        if self.nodes == self.agents_per_node:
-            return "loopback"  # every agent on one SLURM node
-        from pytest_distperf.launch.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import inter_node
 
-        return network_fabric()
+        return inter_node(self.nodes, one_host=self.nodes == self.agents_per_node)
 
     def _parameters(self, job: JobSpec, timeout: float) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -139,15 +128,9 @@ class SlurmLauncher:
             # a task that dies takes the step down with it; the others are not left waiting for it
             "slurm_srun_args": ["--kill-on-bad-exit=1"],
         }
-        if self.cpus_per_task:
-            params["cpus_per_task"] = self.cpus_per_task
-        if self.gpus_per_node:
-            params["gpus_per_node"] = self.gpus_per_node
-        if self.partition:
-            params["slurm_partition"] = self.partition
-        if self.account:
-            params["slurm_account"] = self.account
-        return params
+        optional = {"cpus_per_task": self.cpus_per_task, "gpus_per_node": self.gpus_per_node,
+                    "slurm_partition": self.partition, "slurm_account": self.account}
+        return {**params, **{k: v for k, v in optional.items() if v}}
 
     def _watch(self, job: JobSpec, job_dir: str, submitted: Any, timeout: float,
                on_progress: Callable[[str, float], None] | None, where: str) -> None:
@@ -180,11 +163,8 @@ class SlurmLauncher:
             if dead or (failed_since is not None and now - failed_since > PEER_GRACE_SECONDS):
                 cancel(str(submitted.job_id))
                 return
-            if on_progress:
-                text = jobfiles.read_progress(job_dir) or ("queued" if started_at is None else None)
-                if text and text != last:
-                    on_progress(text, now - submitted_at)
-                    last = text
+            last = jobfiles.forward_progress(job_dir, on_progress, now - submitted_at, last,
+                                             fallback="queued" if started_at is None else None)
             time.sleep(POLL_SECONDS)
 
 
@@ -223,10 +203,6 @@ def _failed_and_dead(submitted: Any, job_dir: str, agents: int) -> tuple[bool, b
             failed = failed or report is None or report.exitcode != 0
             dead = dead or report is None or report.result is None
     return failed, dead
-
-
-def _task_reports(submitted: Any, agents: int) -> dict[int, NodeTaskReport | None]:
-    return {a: _report(submitted.task(a)) for a in range(agents)}
 
 
 def _report(task: Any) -> NodeTaskReport | None:

@@ -1,23 +1,17 @@
-"""The torchrun launcher: a job's ranks on N node agents that meet through torchrun's c10d rendezvous.
+"""The torchrun launcher: a job's ranks on N node agents (`python -m pytest_distperf.rank.node_agent JOB_DIR I`,
+each running torchrun) that meet through torchrun's c10d rendezvous. Agent 0 runs here; agents 1..N-1 here too,
+by srun, or by the user's engine from a command template. The job folder is the meeting point (nodes.py), on a
+file system every node mounts under the same path (--distperf-shared-dir) when agents run elsewhere.
 
-pytest ──► node agent 0 (this host) ──┐
-       ──► node agents 1..N-1 ───────┴─ c10d rendezvous (--distperf-rdzv-endpoint) ──► N x G ranks
-           (here, by srun, or by the user's engine from a command template)
-
-Each node agent is `python -m pytest_distperf.rank.node_agent JOB_DIR I`, which runs torchrun
-(see node_agent.py). The job folder is the meeting point: the pytest process writes the job and the
-node plan there, each rank writes its place and value, each agent its result. For agents on other
-hosts it must be on a file system every node mounts under the same path (--distperf-shared-dir).
-
-This launcher owns the wall-clock timeout like the local one: on expiry the ranks on this host dump
-their stacks, every agent it started is ended (their ranks die with them), and the test fails with
-every rank's log. When one agent fails, the others get a short grace to report and are then ended.
+On the timeout the ranks dump their stacks, every agent started here is ended (its ranks die with it), and the
+test fails with every rank's log. When one agent fails, the others get a short grace to report.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import socket
 import shutil
 import subprocess
 import sys
@@ -75,13 +69,9 @@ class TorchrunLauncher:
         return job.world_size if self.agents == "local" else job.world_size // self.nodes
 
     def inter_node(self) -> str:
-        if self.nodes == 1:
-            return "none"
-        if self.agents == "local":
-            return "loopback"
-        from pytest_distperf.launch.fingerprint import network_fabric
+        from pytest_distperf.launch.fingerprint import inter_node
 
-        return network_fabric()
+        return inter_node(self.nodes, one_host=self.agents == "local")
 
     def _environment(self, job: JobSpec, plan: Any, env: dict[str, str] | None, loopback: bool) -> dict[str, str]:
         base = agent_environment(job, env, loopback=loopback)  # ranks on other hosts: their sockets must reach them
@@ -89,10 +79,6 @@ class TorchrunLauncher:
             # every agent here: the host's cores split over all ranks; elsewhere: each node's over its own
             base["OMP_NUM_THREADS"] = str(threads_per_rank(job.world_size if self.agents == "local"
                                                            else plan.nproc_per_node))
-        if loopback:
-            base.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's pairs on loopback too, like the rendezvous
-        elif "NCCL_SOCKET_IFNAME" not in {**os.environ, **(env or {})}:
-            base.pop("NCCL_SOCKET_IFNAME", None)  # the one-host default (loopback) cannot reach other nodes
         return base
 
     def _watch(self, job: JobSpec, job_dir: str, agents: "_Agents", timeout: float,
@@ -113,11 +99,7 @@ class TorchrunLauncher:
                                      and time.monotonic() - failed_since > PEER_GRACE_SECONDS):
                 agents.end()
                 return
-            if on_progress:
-                text = jobfiles.read_progress(job_dir)
-                if text and text != last:
-                    on_progress(text, elapsed)
-                    last = text
+            last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
             time.sleep(POLL_SECONDS)
 
 
@@ -209,7 +191,7 @@ class _Agents:
             proc = None if by_srun else self.procs.get(a)  # the agent itself, or the engine's client for it
             result = jobfiles.read_agent_result(self.job_dir, a)
             out[a] = nodes.AgentExit(
-                agent=a, host=result.host if result else (nodes.this_host() if self.how == "local" or a == 0 else None),
+                agent=a, host=result.host if result else (socket.gethostname() if self.how == "local" or a == 0 else None),
                 exitcode=proc.returncode if proc is not None and a not in self.ended_here else None,
                 log=jobfiles.tail(jobfiles.agent_log(self.job_dir, key), 10),
                 ended_here=key in self.ended_here and result is None)

@@ -22,18 +22,13 @@ from typing import Any
 
 from pytest_distperf.launch.devices import NVML_CHECK
 
-# Variables that differ between jobs an agent serves, set in each job agent's environment before it imports
-# anything that reads them: the GPUs a job got (read when a rank initialises CUDA), the threads (a forked
-# rank sets them: agent.warm_rank_setup) and the test that launched the job (pytest sets PYTEST_CURRENT_TEST per
-# test and phase; nothing the agent preloads reads it, and as part of the key it gave every test its own agent).
-# TORCH_CUDA_ARCH_LIST is read only when an op or extension builds or loads (DeepSpeed's op builders, torch's
-# cpp_extension), in a rank: DeepSpeed's CUDA jobs get it without letter suffixes (strategies/ds_ops.py), and as
-# part of the key it gave them an agent of their own beside the other CUDA jobs'.
-# Every other variable is read when torch and the strategy libraries load (e.g. DS_ACCELERATOR, PYTHONPATH), so
-# it is part of the agent's key.
+# Variables that may differ between the jobs one agent serves: set in each job agent's environment, read only
+# after the agent's preload (CUDA init, a forked rank's threads, an op build: DeepSpeed's CUDA jobs get their own
+# TORCH_CUDA_ARCH_LIST, strategies/ds_ops.py). Every other variable is read when torch and the strategy
+# libraries load, so it is part of the agent's key.
 PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", "TORCH_CUDA_ARCH_LIST")
-# Not in the warm agent's own environment: the first job's values would be stale for the next job (each job agent
-# gets its job's own, run_job in rank/warm_agent.py, and its ranks inherit them).
+# Not in the warm agent's own environment: the first job's values would be stale for the next (run_job in
+# rank/warm_agent.py sets each job's own).
 NOT_IN_AGENT_ENVIRONMENT = ("OMP_NUM_THREADS", "PYTEST_CURRENT_TEST")
 READY_TIMEOUT_SECONDS = 300.0  # imports of torch and the strategy libraries on a very busy host
 STOP_GRACE_SECONDS = 3.0

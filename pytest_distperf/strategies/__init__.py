@@ -1,50 +1,24 @@
 """Strategy adapters: one module each, one small protocol -- the built-in ones and a library's alike.
 
-The adapter protocol. An adapter module (imported only inside the ranks) has
-
-    build(model, ctx, **options) -> adapter
-        model: the workload's torch.nn.Module, built by the harness (seeded, on ctx.device, the
-            workload's loss around it): `model(*batch)` returns the loss.
-        ctx: RankContext -- rank, world size, device, precision policy (ctx.bf16), the workload's
-            wrap units (ctx.wrap_units) and optimizer factory (ctx.make_optimizer), scratch folder,
-            launch profile.
-        options: the strategy's options completed with their defaults (Strategy.options, plus lr and
-            weight_decay).
-    model_init_context(ctx, **options) -> context manager or None          (optional)
-        the harness builds the model inside it (DeepSpeed's zero.Init); the workload must then give
-        its model as a constructor.
-
-and the adapter object has
-
-    step(*batch) -> loss tensor       one optimizer step on one batch (not synchronised)
-    step_breakdown(*batch) -> dict    (optional) the same step with forward/backward/optimizer timed
-                                      (rank/breakdown.PhaseClock), run after timing
-    torch_optimizer() -> optimizer    (optional) holds the state and master weights (optimizer bytes,
-                                      the placement probe)
-    close()                           (optional) after the last step, while the process group is up
-    run_loop(measure) -> value        (optional) for a library that owns the training loop (Lightning's
-                                      Trainer.fit): run the loop on the calling thread, the rank's main
-                                      thread, where its users run it, and `measure` -- the worker's
-                                      warm-up, timing, probes, breakdown and close(), which call step()
-                                      -- on a second thread once setup is done; return measure's value
-
-A strategy is registered by a `registry.Strategy` record (name, adapter module, options and their
-checks, how its users launch it): the built-in ones in BUILTIN below, a library's through the entry-point
-group `pytest_distperf.strategies`, a test's through `register()`. The records are import-light, so the
-pytest process rejects an unknown strategy or option before any rank is started.
+An adapter module (imported only inside the ranks) has `build(model, ctx, **options) -> adapter` and
+optionally `model_init_context(ctx, **options)`; the adapter has `step(*batch) -> loss` and optionally
+`step_breakdown`, `torch_optimizer`, `close` and `run_loop` (docs/adapters.md describes each). A strategy is
+registered by a `registry.Strategy` record: the built-in ones in BUILTIN below, a library's through the
+entry-point group `pytest_distperf.strategies`, a test's through `register()`. The records are import-light,
+so the pytest process rejects an unknown strategy or option before any rank is started.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
 from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp, wrap_targets
-from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError
+from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError, validate_options
 
-__all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError", "Trainer",
+__all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError",
            "register", "unregister", "validate", "unsupported_reason", "adapter_module", "wrap_targets",
            "optimizer_state_bytes"]
 
@@ -83,8 +57,6 @@ register, unregister = REGISTRY.register, REGISTRY.unregister
 
 def validate(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Return the options completed with defaults, or raise StrategyError naming the culprit."""
-    from pytest_distperf.strategies.registry import validate_options
-
     return validate_options(REGISTRY.get(name), options)
 
 
@@ -136,11 +108,6 @@ class RankContext:
         import torch
 
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-
-class Trainer(Protocol):
-    def step(self, *batch: Any) -> Any:
-        """One optimizer step; returns the loss tensor (not synchronised)."""
 
 
 def optimizer_state_bytes(optimizer: Any) -> int:

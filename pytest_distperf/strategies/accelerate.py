@@ -1,24 +1,13 @@
 """Hugging Face Accelerate running the workload under DDP, its FSDP plugin or its DeepSpeed plugin.
 
-The loop is Accelerate's: `accelerator.prepare(...)`, then per step `loss = model(...)`,
-`accelerator.backward(loss)`, `optimizer.step()`, `optimizer.zero_grad()`. Engines are
-configured as the raw adapters:
-
-- ddp: `DistributedDataParallelKwargs(bucket_cap_mb=...)`; `mixed_precision="bf16"` on CUDA,
-  which is autocast over fp32 weights, as ddp.py;
-- fsdp: `FullyShardedDataParallelPlugin` (FSDP1) with one unit per `Block`, fsdp.py's
-  mixed-precision policy, sharding and offload; `mixed_precision="no"` so Accelerate adds
-  no autocast on top, as fsdp.py. Accelerate's other FSDP
-  defaults are kept as a user gets them -- notably `backward_prefetch=None` where torch's
-  own default (the raw adapter's) is BACKWARD_PRE: a difference the parity check measures;
-- deepspeed: `DeepSpeedPlugin(hf_ds_config=<the raw adapter's config>)` with
-  `accelerate.utils.DummyOptim`, so DeepSpeed builds the optimizer from the same config;
-  `zero3_init_flag=False` (it is for Transformers' from_pretrained, and the model exists).
-
-Accelerate runs inside the ranks torch elastic started: its PartialState reuses the
-initialised process group (checked). On CPU Accelerate silently replaces its FSDP and
-DeepSpeed plugins by DDP (distributed type MULTI_CPU), so those combinations are skipped
-there (frontend.unsupported_reason) and the adapter refuses any such silent fallback.
+Accelerate's loop: `accelerator.prepare(...)`, then per step `loss = model(...)`, `accelerator.backward(loss)`,
+`optimizer.step()`, `optimizer.zero_grad()`. Engines are configured as the raw adapters: DDP with
+`bucket_cap_mb` and bf16 autocast on CUDA; FSDP1 with fsdp.py's units, mixed precision, sharding and offload
+(`mixed_precision="no"`: no autocast on top), Accelerate's other FSDP defaults kept as a user gets them
+(`backward_prefetch=None`: a difference the parity check measures); DeepSpeed with the raw adapter's config
+and `DummyOptim`, so DeepSpeed builds the same optimizer. PartialState reuses the worker's process group
+(checked). On CPU Accelerate silently falls back to DDP for its FSDP and DeepSpeed plugins, so those are
+skipped there (frontend.unsupported_reason) and the adapter refuses any such fallback.
 """
 
 from __future__ import annotations
@@ -54,10 +43,7 @@ class AccelerateAdapter:
             mixed = "no"  # the plugin's policy carries the precision; no autocast on top (as fsdp.py)
             expected = DistributedType.FSDP
         else:
-            config = ds_config.rank_config(ctx, lr=o["lr"], weight_decay=o["weight_decay"], stage=o["stage"],
-                                           offload_optimizer=o["offload_optimizer"],
-                                           offload_param=o["offload_param"], nvme_path=o["nvme_path"],
-                                           ds_config=o["ds_config"])
+            config = ds_config.rank_config(ctx, **o)
             if ctx.optimizer is not None:
                 config.pop("optimizer")
             plugins["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config), zero3_init_flag=False)

@@ -21,13 +21,12 @@ from pytest_distperf.strategies.phased import PhasedTrainer
 class DeepSpeedTrainer(PhasedTrainer):
     def __init__(self, model: torch.nn.Module, ctx: RankContext, **options: Any):
         self.device = ctx.device
-        config = self.config = ds_config_for(ctx, **options)
+        config = self.config = rank_config(ctx, **options)
         _check_sections(config)
         if "nvme" in (options["offload_optimizer"], options["offload_param"]):
             _require_async_io()
-        # initialize() builds the optimizer, including DeepSpeedCPUAdam's first-use JIT op build,
-        # so that cost lands in build time, never in a timed step. A workload's own optimizer is
-        # handed over instead of the config's.
+        # initialize() builds the optimizer (and any JIT op it needs) in build time, never in a timed step;
+        # a workload's own optimizer is handed over instead of the config's.
         client = {}
         if ctx.optimizer is not None:
             config.pop("optimizer")
@@ -49,16 +48,12 @@ class DeepSpeedTrainer(PhasedTrainer):
         return getattr(opt, "optimizer", opt)  # ZeRO/bf16 wrappers hold the torch optimizer inside
 
 
-def ds_config_for(ctx: RankContext, *, zero_init: bool, **options: Any) -> dict:
-    return rank_config(ctx, **options)
-
-
 def model_init_context(ctx: RankContext, **options: Any) -> Any:
     """zero_init=True: the harness builds the model inside deepspeed.zero.Init, so each rank holds only its
     partition of every parameter from the start (how ZeRO-3 users build a model too large for one device)."""
     if not options["zero_init"]:
         return None
-    return deepspeed.zero.Init(config_dict_or_path=ds_config_for(ctx, **options))
+    return deepspeed.zero.Init(config_dict_or_path=rank_config(ctx, **options))
 
 
 def _require_async_io() -> None:
@@ -77,10 +72,9 @@ def _require_async_io() -> None:
 def check_cuda_arch_list(builder: Any, arch_list: str) -> None:
     """Ask DeepSpeed's own parser whether it can read TORCH_CUDA_ARCH_LIST before its JIT build does.
 
-    DeepSpeed 0.19.8 reads every entry as major.minor integers, so an arch-specific entry such as
-    "9.0a" (valid for torch 2.11) fails deep inside the optimizer set-up with "invalid literal for
-    int() with base 10: '0a'" (seen on the 2xH200 image; deepspeedai/DeepSpeed#7589, fix proposed in
-    PR #8619). Asking the parser keeps this check right once DeepSpeed reads such entries.
+    DeepSpeed 0.19.8 reads every entry as major.minor integers, so an arch-specific entry such as "9.0a"
+    fails deep inside the optimizer set-up (deepspeedai/DeepSpeed#7589). Asking the parser keeps this
+    check right once DeepSpeed reads such entries.
     """
     arch_list = arch_list.strip()
     if not arch_list or not hasattr(builder, "compute_capability_args"):  # the CPU op builders compile no CUDA

@@ -98,9 +98,10 @@ def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any
 
 
 def rank_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
-                offload_param: str | None, nvme_path: str | None, ds_config: dict) -> dict[str, Any]:
+                offload_param: str | None, nvme_path: str | None, ds_config: dict, **_not_config: Any) -> dict[str, Any]:
     """A rank's DeepSpeed config, the one every DeepSpeed route uses (the raw adapter, Lightning, Accelerate):
-    NVMe offload in the rank's scratch folder, and where it departs from DeepSpeed's defaults in ctx.extra."""
+    NVMe offload in the rank's scratch folder, and where it departs from DeepSpeed's defaults in ctx.extra.
+    Takes a strategy's whole options; those that are not the config's (zero_init, engine, ...) are ignored."""
     nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
     ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
                                          own_optimizer=getattr(ctx, "optimizer", None) is not None)

@@ -1,21 +1,12 @@
 """DeepSpeed's JIT-built ops, built (or found in the cache) before the first timed job, never inside one.
 
-DeepSpeed compiles some of its C++ ops on first use, with torch's extension loader, into the extension cache
-(`$TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions/<py>_<cpu|cuXY>/<op>/`): a minute to several on a
-small box. Two of them are on the path of this plugin's jobs:
-
-- `deepspeed_shm_comm` (`ShareMemCommBuilder`): every DeepSpeed job on CPU; DeepSpeed builds it in
-  `deepspeed.init_distributed`, so without it prebuilt the first CPU job sat in "warm-up step 1/3" for 178 s;
-- `cpu_adam` (`CPUAdamBuilder`): optimizer offload (`offload_optimizer="cpu"|"nvme"`), on CPU and on CUDA;
-- `async_io` (`AsyncIOBuilder`): NVMe offload; it needs libaio's library and headers. Where DeepSpeed says it
-  cannot build (`is_compatible()`), the job is skipped with that reason before it starts; where the NVMe folder
-  refuses O_DIRECT writes (tmpfs, some overlay set-ups), likewise (`direct_io_problem`).
-
-The pytest process checks the cache before the first DeepSpeed job of a session (a file test, no DeepSpeed
-import) and builds what is missing in a child process (`python -m pytest_distperf build-ops ...`, this module's
-command), holding the CPU measurement slot so the build disturbs no other job's timing, with a progress line
-that names the op and the cache folder. The set-up command pre-builds them: `python -m pytest_distperf build-ops`
-(both ops; `--list` says which are built).
+DeepSpeed compiles some C++ ops on first use into torch's extension cache (`$TORCH_EXTENSIONS_DIR`), a minute
+or more each: `deepspeed_shm_comm` (every DeepSpeed job on CPU), `cpu_adam` (optimizer offload) and
+`async_io` (NVMe offload; needs libaio -- where DeepSpeed says it cannot build, or the NVMe folder refuses
+O_DIRECT writes, the job is skipped with the reason). Before the first DeepSpeed job the pytest process checks
+the cache (no DeepSpeed import) and builds what is missing in a child process (`python -m pytest_distperf
+build-ops`, this module's command) while it holds the CPU measurement slot. `build-ops` alone pre-builds every
+op; `--list` says which are built.
 """
 
 from __future__ import annotations
@@ -40,15 +31,14 @@ def cache_root() -> str:
                                                                    "torch_extensions")
 
 
-def cache_dir(cuda_version: str | None | bool = False) -> str:
+def cache_dir() -> str:
     """The folder torch builds this interpreter's extensions in: <root>/py311_cpu (or _cu128 on a CUDA build)."""
-    if cuda_version is False:
-        try:
-            import torch
+    try:
+        import torch
 
-            cuda_version = torch.version.cuda
-        except ImportError:
-            cuda_version = None
+        cuda_version = torch.version.cuda
+    except ImportError:
+        cuda_version = None
     py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
     cu = "cpu" if not cuda_version else f"cu{str(cuda_version).replace('.', '')}"
     return os.path.join(cache_root(), f"{py}_{cu}")
@@ -143,14 +133,15 @@ def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None]
     with slot if slot is not None else contextlib.nullcontext():
         done = run([sys.executable, "-m", "pytest_distperf", "build-ops", *missing], env=env, capture_output=True,
                    text=True)
-    if getattr(done, "returncode", 0) == INCOMPATIBLE:
-        for line in (getattr(done, "stdout", "") or "").splitlines():
+    code, out = getattr(done, "returncode", 0), getattr(done, "stdout", "") or ""
+    if code == INCOMPATIBLE:
+        for line in out.splitlines():
             if line.startswith("incompatible "):
                 builder, _, why = line[len("incompatible "):].partition(": ")
                 _incompatible[builder] = why
         _skip_incompatible(builders)
-    if getattr(done, "returncode", 0) != 0:
-        tail = "\n".join(((getattr(done, "stdout", "") or "") + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
+    if code != 0:
+        tail = "\n".join((out + (getattr(done, "stderr", "") or "")).splitlines()[-30:])
         from pytest_distperf.errors import StrategyError
 
         raise StrategyError(f"building DeepSpeed's op(s) {names} failed (cache {folder}); the build's last "

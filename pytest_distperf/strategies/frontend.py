@@ -1,19 +1,10 @@
 """What the framework front-ends (Lightning Trainer, Lightning Fabric, HF Accelerate) share.
 
-Each front-end drives one of three engines -- torch DDP, torch FSDP, DeepSpeed ZeRO --
-and is configured exactly like the raw adapter of that engine, so a comparison measures
-the front-end and nothing else:
-
-- DDP: `bucket_cap_mb` as in ddp.py; bf16 autocast over fp32 weights on CUDA, fp32 on CPU;
-- FSDP1: one unit per wrap unit of the workload (the GPT's `Block`),
-  `MixedPrecision(bf16 params, fp32 reduce, bf16 buffers)` on
-  CUDA, `CPUOffload(offload_params=True)` for `offload`, the module moved to the host first
-  -- all as fsdp.py does it; torch's other FSDP defaults are left alone;
-- DeepSpeed: the config of `ds_config.build_config`, as deepspeed.py builds it.
-
-Also here: the option table of the three adapters (import-light, read by the pytest
-process), the reasons a combination cannot run on CPU, and the check that a front-end
-reused the ranks and the process group torch elastic started instead of launching its own.
+Each front-end drives one engine -- torch DDP, torch FSDP1, DeepSpeed ZeRO -- configured exactly as the raw
+adapter of that engine (ddp.py, fsdp.py, ds_config.build_config), so a comparison measures the front-end and
+nothing else. Also here: the front-ends' option table (import-light, read by the pytest process), why a
+combination cannot run on CPU, and the check that a front-end reused the ranks and process group torch
+elastic started instead of launching its own.
 """
 
 from __future__ import annotations
@@ -231,10 +222,7 @@ def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: b
         return strategy, "32-true", model, adamw(ctx, lr, wd)
     from pytest_distperf.strategies.ds_config import rank_config
 
-    config = rank_config(ctx, lr=lr, weight_decay=wd, stage=options["stage"],
-                              offload_optimizer=options["offload_optimizer"], offload_param=options["offload_param"],
-                              nvme_path=options["nvme_path"], ds_config=options["ds_config"])
-    config, make_optimizer = split_optimizer(config, ctx)
+    config, make_optimizer = split_optimizer(rank_config(ctx, **options), ctx)
     if not fabric:
         # The Trainer derives this from accumulate_grad_batches (1) and refuses it in the config.
         config.pop("gradient_accumulation_steps", None)

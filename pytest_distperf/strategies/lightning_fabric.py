@@ -1,16 +1,9 @@
 """Lightning Fabric running the workload in a plain loop under DDP, FSDP or DeepSpeed.
 
-The loop is what the Fabric docs show: `fabric.setup_module` / `fabric.setup_optimizers`
-(FSDP: the model first, then the optimizer over its sharded parameters, as fsdp.py),
-`fabric.setup(model, optimizer)` for DDP and DeepSpeed, then per step
-`loss = model(...)`, `fabric.backward(loss)`, `optimizer.step()`, `optimizer.zero_grad()`.
-Engines, precision and optimizer are the Trainer adapter's (frontend.lightning_engine),
-so Trainer-vs-Fabric compares the two loops only.
-
-Under the controlled launch `fabric.launch()` runs inside the ranks torch elastic started:
-Lightning picks TorchElasticEnvironment and does not start processes, and the worker's process
-group is reused; both are checked. Launched as its users launch it (launch profile "lightning"),
-`fabric.launch()` in rank 0 starts the other ranks itself and initialises the process group.
+The loop the Fabric docs show (FSDP: `setup_module`, then `setup_optimizers` over the sharded parameters;
+else `setup(model, optimizer)`), with the Trainer adapter's engines, precision and optimizer
+(frontend.lightning_engine), so Trainer-vs-Fabric compares the two loops only. `fabric.launch()` reuses the
+ranks and process group torch elastic started (checked), or, launched as its users launch it, starts them.
 """
 
 from __future__ import annotations

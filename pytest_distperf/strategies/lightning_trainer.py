@@ -1,48 +1,19 @@
 """Lightning's `Trainer` running the workload under DDP, FSDP or DeepSpeed.
 
-Who owns the main thread. The worker times one `step()` call per step, the same way for every
-strategy; `Trainer.fit` instead owns the loop and returns only when training ends. So the
-adapter's `run_loop` runs `Trainer.fit`, once, on the rank's main thread -- where its users run
-it -- and the worker's measurement (warm-up, timing, probes, breakdown) on a second thread,
-which hands the loop one batch at a time: a gate in the LightningModule's `on_train_batch_start`
-hook waits for `step()` to pass in a batch and releases the loop for exactly one iteration.
-`step()` returns when the loop comes back round to the gate for the next batch, so one timed
-step is one full iteration of the Trainer's loop -- the per-batch sigterm broadcast, the data
-fetch, hooks, the closure with forward and backward, the optimizer step, the bookkeeping after
-`on_train_batch_end` -- which is what a user's it/s counts, and it begins and ends with the marks
-of the one step timer (CUDA events on the default stream, which the loop's work is queued on too).
-The loop must not be the one on the second thread: the reporter's own script of #18336 with `fit`
-moved to a second thread ran its CPU-offloaded optimizer much slower than with `fit` on the main
-thread (benchmarks/seed004_reporter.py --fit-thread; figures in benchmarks/results/). A callback
-that times batch start to batch end instead would time a different span than the other strategies
-(it misses the loop's work between batches) and could not use the worker's timer. Setup (strategy
-wrapping, optimizer creation) happens before the first gate, and the measurement starts there, so
-setup lands in build time. The hand-over is one queue round trip between two threads a step, in
-the "other" phase of the breakdown. The profiler probes record all threads (torch.profiler's
-`_ExperimentalConfig(profile_all_threads=True)`): the step marks are on the measuring thread, the
-loop's ops on the main thread.
+`Trainer.fit` owns the loop, so `run_loop` runs it once on the rank's main thread (where its users run it;
+`fit` on a second thread made CPU-offloaded optimizer steps much slower: benchmarks/seed004_reporter.py
+--fit-thread; benchmarks/results/seed004-1xh200.md) and the worker's measurement on a second thread. A gate in
+`on_train_batch_start` waits for `step()` to hand in a batch and releases the loop for one iteration;
+`step()` returns when the loop is back at the gate, so one timed step is one full iteration of the loop
+(what a user's it/s counts). Setup happens before the first gate, so it lands in build time. The dataloader
+yields only step numbers: the gate hands over the worker's own batches, already on the device.
 
-The data. The gate hands over the worker's own batches (made on the device up front, as
-for every strategy); the Trainer's dataloader yields only step numbers, so
-`batch_to_device` moves nothing, as the raw strategies move nothing either.
-
-The rank. Under the controlled launch torch elastic started this process and the worker
-initialised the process group: Lightning picks TorchElasticEnvironment (it creates processes
-externally, so no relaunch), and `_init_dist_connection` leaves an initialised group alone;
-both are checked after setup. Launched as its users launch it (launch profile "lightning"),
-`fit` in rank 0 starts the other ranks with Lightning's own launcher, which also sets the
-intra-op threads and initialises the process group. On the main thread `fit` also installs
-Lightning's SIGTERM handler, as it does for its users. Progress bar, logger, checkpointing,
-model summary, sanity and validation loops are off, and no callbacks are added.
-
-Engines and precision are configured as the raw adapters (frontend.lightning_engine).
-The optimizer comes from `configure_optimizers`: torch AdamW, or, when DeepSpeed offloads
-the optimizer, DeepSpeedCPUAdam -- the one DeepSpeed builds from the raw adapter's config.
-
-Finishing. `close()` (called by the measurement after its last step) makes the gate return -1
-from `on_train_batch_start`, which ends the epoch, so `fit` returns through Lightning's own
-teardown while the process group is still up. A measurement that fails ends the loop the same
-way; a loop that fails wakes the measurement, and the rank raises the loop's error.
+Under the controlled launch Lightning picks TorchElasticEnvironment and reuses the worker's process group
+(both checked after setup); launched as its users launch it, `fit` in rank 0 starts the other ranks.
+Progress bar, logger, checkpointing, summary, sanity and validation loops are off. Engines, precision and
+optimizer are the raw adapters' (frontend.lightning_engine). `close()` makes the gate return -1, which ends
+the epoch, so `fit` returns through Lightning's own teardown while the process group is up; a loop that
+fails wakes the measurement, and the rank raises the loop's error.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Which strategies exist: the built-in ones and those libraries register, all through one record.
 
-A library ships its own strategy with an entry point in the group ``pytest_distperf.strategies``
-whose name is the strategy's name and whose object is a `Strategy` (import-light: the pytest
-process loads it to check a job's options before any rank starts)::
-
-    # pyproject.toml of mylib
-    [project.entry-points."pytest_distperf.strategies"]
-    mylib_zero = "mylib.distperf:STRATEGY"
-
-    # mylib/distperf.py
-    from pytest_distperf.strategies.registry import Strategy
-    STRATEGY = Strategy(name="mylib_zero", adapter="mylib.distperf_adapter", options={"bucket_mb": 25})
-
-The adapter module (imported only inside the ranks) follows the adapter protocol of
-`pytest_distperf.strategies` (``build(model, ctx, **options)`` returning an object with ``step``;
-optional ``close``, ``step_breakdown``, ``torch_optimizer``, and a module-level
-``model_init_context``; docs/adapters.md). A conftest (at import or in a hook), a fixture or a test can also
-`register()` a Strategy for the session; registrations and entry points are both kept for the whole session.
-
-An entry point that does not load, is not a Strategy, is named differently from its Strategy,
-takes a built-in name, or names an adapter module that cannot be found is a usage error when
-pytest starts with --distperf, naming the entry point and its distribution.
+A library ships its strategy as an entry point in the group ``pytest_distperf.strategies`` whose name is the
+strategy's and whose object is an import-light `Strategy` (docs/adapters.md); a conftest, fixture or test can
+`register()` one for the session. An entry point that does not load, is not a Strategy, is named differently
+from its Strategy, takes a built-in name, or names an adapter module that cannot be found is a usage error
+when pytest starts with --distperf, naming the entry point and its distribution.
 """
 
 from __future__ import annotations
@@ -157,10 +141,7 @@ class Registry:
                 self._entry_points_loaded = False  # report it again next time, not silently drop it
                 raise StrategyError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from None
             try:
-                if not isinstance(obj, Strategy):
-                    raise StrategyError(f"{where} must be a pytest_distperf.strategies.registry.Strategy, "
-                                        f"got {type(obj).__name__}")
-                if obj.name != ep.name:
+                if isinstance(obj, Strategy) and obj.name != ep.name:  # not a Strategy: register() says so
                     raise StrategyError(f"{where} names a Strategy called {obj.name!r}; the entry point's name "
                                         f"must be the strategy's name")
                 self.register(obj, origin=where)
