@@ -60,9 +60,9 @@ from pytest_distperf.decide import against  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
 from pytest_distperf.decide.stopping import Clock  # noqa: E402
 from pytest_distperf.launch.fingerprint import machine_class  # noqa: E402
-from pytest_distperf.measure.figures import run_step_time, run_work  # noqa: E402
+from pytest_distperf.figures.quantities import run_step_time, run_work  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread  # noqa: E402
+from pytest_distperf.figures.stats import relative_spread  # noqa: E402
 from pytest_distperf.rank.results import RunResult  # noqa: E402
 from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 

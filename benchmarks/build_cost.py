@@ -1,6 +1,6 @@
 """Where a job's build goes: one rank's `prepare.build` (model, strategy engine, batches) under cProfile.
 
-A run's split (measure/figures.run_time_split) says how long the build took; this says in which functions, so
+A run's split (figures/quantities.run_time_split) says how long the build took; this says in which functions, so
 what is the harness's (model init, batches, config checks) can be told from what is the library's (DeepSpeed's
 partitioning, its optimizer set-up). One process, world size 1, the process group started here.
 

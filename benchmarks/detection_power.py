@@ -54,13 +54,13 @@ from pytest_distperf.decide import regression  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
 from pytest_distperf.decide.checks import Adaptive, Comparison  # noqa: E402
 from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
-from pytest_distperf.measure.figures import KNOWN_METRICS, JobRuns  # noqa: E402
+from pytest_distperf.figures.quantities import KNOWN_METRICS, JobRuns  # noqa: E402
 from pytest_distperf.launch import allocator  # noqa: E402
 from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.decide.decision import Design  # noqa: E402
 from pytest_distperf.decide.stopping import Budget, Clock  # noqa: E402
 from pytest_distperf.decide.verdicts import MetricVerdict, decide_metric  # noqa: E402
-from pytest_distperf.measure.stats import quantile, relative_spread  # noqa: E402
+from pytest_distperf.figures.stats import quantile, relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.rank.results import RankResult, RunResult  # noqa: E402
 from pytest_distperf.spec.job import JobSpec  # noqa: E402
@@ -90,7 +90,7 @@ def run_once(job: JobSpec, timeout: float) -> RunResult:
 
 
 def run_value(steps: list[float]) -> float:
-    """A run's step time as every report and verdict has it (measure/figures.run_step_time: the median of the
+    """A run's step time as every report and verdict has it (figures/quantities.run_step_time: the median of the
     run's steps, each the slowest rank's -- the recorded step times already are)."""
     return quantile(steps, 0.5)
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.detection_power import run_once  # noqa: E402
-from pytest_distperf.measure.stats import max_relative_difference  # noqa: E402
+from pytest_distperf.figures.stats import max_relative_difference  # noqa: E402
 from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402
 
 MODULE = "distperf_loss_noise_workload"

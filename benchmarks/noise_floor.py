@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.detection_power import make_job, run_once, run_value  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread  # noqa: E402
+from pytest_distperf.figures.stats import relative_spread  # noqa: E402
 
 
 def matmul_windows(windows: int, seconds: float, size: int) -> list[float]:

@@ -10,11 +10,11 @@
    in interleaved rounds (ABBA, so an order effect cancels). Both loops are measured the same way, as wall
    time from a synchronised start to a synchronised end. Target: <= 1 %. Also printed: what the timer
    reports (median step) against the untimed loop's wall time per step (its accuracy).
-4. Fixed cost per job, fresh agent vs warm agent (rank/warm_agent.py): interleaved launches of ranks running an
+4. Fixed cost per job, fresh agent vs warm agent (agents/warm.py): interleaved launches of ranks running an
    empty function, and of a real small strategy job (ddp on the tiny shape, a few steps), each with a new agent
    process (fresh_agent=True, as -o distperf_fresh_agent=true) and forked from the warm agent (the default; its one-time
    start is printed apart). For the strategy job also its start-up: launch to the build's start
-   (measure/figures.run_time_split). Target (issue #32): <= 1.5 s a job on the 2-core box, <= 3 s plus the engine
+   (figures/quantities.run_time_split). Target (issue #32): <= 1.5 s a job on the 2-core box, <= 3 s plus the engine
    build on one GPU.
 3. The work phase's cost (rank/work.py): interleaved real strategy jobs with the work phase (JobSpec.work_steps,
    the default) and without it (work_steps=0): the seconds it adds per job, and the timed steps' median on both
@@ -154,7 +154,7 @@ def time_harness(ws: int, device: str) -> float:
 
 def time_job(job: JobSpec, fresh_agent: bool) -> tuple[float, float | None]:
     """(wall seconds of one launch, its start-up: launch to the latest rank's build start; None for a function)."""
-    from pytest_distperf.measure.figures import run_time_split
+    from pytest_distperf.figures.quantities import run_time_split
     from pytest_distperf.rank.results import RunResult
 
     launched = time.time()
@@ -232,7 +232,7 @@ SESSION_TESTS = textwrap.dedent("""
         return step
 
     def record(kind, i, wall, run=None):
-        from pytest_distperf.measure.figures import run_time_split
+        from pytest_distperf.figures.quantities import run_time_split
 
         split = run_time_split(run) if run is not None else None
         with open(os.environ["DISTPERF_SESSION_FIGURES"], "a") as f:
@@ -310,7 +310,7 @@ def session_cost(a: argparse.Namespace) -> dict:
 
 
 def work_phase_cost(a: argparse.Namespace) -> None:
-    from pytest_distperf.measure.figures import run_step_time
+    from pytest_distperf.figures.quantities import run_step_time
     from pytest_distperf.rank.results import RunResult
 
     shape = a.shape or ("350m" if a.device == "cuda" else "tiny")

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_distperf.measure.units import fmt_seconds  # noqa: E402
+from pytest_distperf.figures.units import fmt_seconds  # noqa: E402
 
 JOB = "JSON tests[].jobs[].figures (JobRecord)"
 

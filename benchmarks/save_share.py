@@ -4,7 +4,7 @@ and once with the warm agent, each in its own pytest process and its own baselin
 
 Per mode it prints the pytest process's wall time, the runs' wall time split into start-up (launch to the engine
 build), build, warm-up, timed steps and other (the JSON report's `figures.time_split`, the one derivation:
-measure/figures.run_time_split), and the timed steps' share of the session.
+figures/quantities.run_time_split), and the timed steps' share of the session.
 
     python benchmarks/save_share.py [--runs 6] [--world-size 1] [--modes fresh,warm] [--within 280] [--workload my_model:make_workload]
                                    [--json PATH]
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_distperf.measure.figures import TIME_PARTS  # noqa: E402
+from pytest_distperf.figures.quantities import TIME_PARTS  # noqa: E402
 from pytest_distperf.fs.jsonio import write_json_atomic  # noqa: E402
 
 TEST_FILE = '''

@@ -1,11 +1,11 @@
 """Is a run through the warm agent still an independent sample? An A/A of warm-agent vs fresh-agent runs of the
-same job (rank/warm_agent.py, issue #32).
+same job (agents/warm.py, issue #32).
 
 The same job (ddp on the tiny shape, 2 CPU ranks by default) runs in interleaved pairs, one run forked from the
 warm agent, one with a new agent process (as -o distperf_fresh_agent=true), the order alternating (ABBA), so drift hits
 both sides alike. Printed:
-- the warm/fresh ratio of the runs' step times (measure/figures.run_step_time) with the gate's own paired interval
-  (measure/decision.paired, its 98 % interval at the planned look the pairs reach): no systematic difference
+- the warm/fresh ratio of the runs' step times (figures/quantities.run_step_time) with the gate's own paired interval
+  (decide/decision.paired, its 98 % interval at the planned look the pairs reach): no systematic difference
   means the interval holds 1;
 - the run-to-run spread of each side (sd of the log run step times, figures.run_cv's definition) and their ratio
   with a bootstrap interval over the pairs: a warm agent whose runs shared state would show a smaller spread, and a
@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.launch.launcher import launch  # noqa: E402
 from pytest_distperf.decide.decision import Design, paired  # noqa: E402
-from pytest_distperf.measure.figures import run_step_time, run_time_split  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread  # noqa: E402
+from pytest_distperf.figures.quantities import run_step_time, run_time_split  # noqa: E402
+from pytest_distperf.figures.stats import relative_spread  # noqa: E402
 from pytest_distperf.rank.results import RunResult  # noqa: E402
 from pytest_distperf.spec.job import JobSpec  # noqa: E402
 

@@ -40,12 +40,12 @@ from benchmarks.detection_power import run_once  # noqa: E402  (one way to run a
 from pytest_distperf.decide import regression  # noqa: E402
 from pytest_distperf.decide.policy import Policy  # noqa: E402
 from pytest_distperf.store.baselines import MetricSeries  # noqa: E402
-from pytest_distperf.measure.figures import metric_traits  # noqa: E402
+from pytest_distperf.figures.quantities import metric_traits  # noqa: E402
 from pytest_distperf.decide.decision import Design  # noqa: E402
 from pytest_distperf.decide.stopping import Budget, Clock  # noqa: E402
 from pytest_distperf.decide.verdicts import MetricVerdict, decide_metric  # noqa: E402
-from pytest_distperf.measure.figures import run_gpu_busy, run_step_time, run_work  # noqa: E402
-from pytest_distperf.measure.stats import relative_spread  # noqa: E402
+from pytest_distperf.figures.quantities import run_gpu_busy, run_step_time, run_work  # noqa: E402
+from pytest_distperf.figures.stats import relative_spread  # noqa: E402
 from benchmarks.rates import wilson  # noqa: E402
 from pytest_distperf.rank.results import RunResult  # noqa: E402
 from pytest_distperf.spec.job import FunctionRef, JobSpec  # noqa: E402

@@ -71,7 +71,7 @@ def test_trains_alike(distperf, a, b):
 # DistributedDataParallel on the same model trains alike and holds the same memory. On CPU host RSS growth read
 # Fabric 31.3 MiB against DDP 112.2 MiB in issue #45's session, 116.8 vs 195.3 and 115.8 vs 201.3 MiB in two here,
 # while both trained bit-identically (it counts what each rank imports and allocates once); the memory check decides
-# on the training state there (measure/figures.memory_metric): 31.24 MiB on both sides, to the byte, in every run.
+# on the training state there (figures/quantities.memory_metric): 31.24 MiB on both sides, to the byte, in every run.
 FABRIC_VS_DDP = [pytest.param(("lightning_fabric", dict(engine="ddp")), ("ddp", {}), id="fabric_vs_raw-ddp",
                               marks=pytest.mark.ddp)]
 

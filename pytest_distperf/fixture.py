@@ -39,7 +39,7 @@ from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import JobRuns
+from pytest_distperf.figures.quantities import JobRuns
 from pytest_distperf.report.document import JobRecord, Record
 from pytest_distperf.rank.workload import resolve_shape
 

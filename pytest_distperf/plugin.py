@@ -314,11 +314,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             prefix = f"distperf.{r.name}"
             rep.user_properties += [(f"{prefix}.ratio", f"{r.ratio:.4f}"), (f"{prefix}.threshold", r.threshold),
                                     (f"{prefix}.passed", r.passed), (f"{prefix}.outcome", r.outcome)]
-        elif isinstance(r, JobRecord):  # the job's figures (measure/figures.py), as every report shows them
+        elif isinstance(r, JobRecord):  # the job's figures (figures/quantities.py), as every report shows them
             f = r.figures
             rep.user_properties += [(f"distperf.step_time[{f.label}]", f"{f.step_time:.6g}"),
                                     (f"distperf.peak_memory[{f.label}]", f"{f.peak_memory:.0f}")]
-            if "train_memory" in f.work:  # the memory figure a CPU job is decided on (measure/figures.py)
+            if "train_memory" in f.work:  # the memory figure a CPU job is decided on (figures/quantities.py)
                 rep.user_properties.append((f"distperf.train_memory[{f.label}]", f"{f.work['train_memory']:.0f}"))
     # The report holds a copy of item.user_properties, and junitxml writes <property> from the teardown report
     # (built from the item, like record_property does): put them on the item too.

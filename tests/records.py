@@ -1,6 +1,6 @@
 """Typed records (report/document.py) for the report tests: a job's figures with every field filled."""
 
-from pytest_distperf.measure.figures import JobFigures
+from pytest_distperf.figures.quantities import JobFigures
 from pytest_distperf.report.document import JobRecord, TestDocument
 
 FIGURES = dict(label="ddp tiny x2 cpu", device="cpu", config_hash="h", runs=3, steps=10, step_time=0.1,

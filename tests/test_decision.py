@@ -1,7 +1,7 @@
 """The decision core (decide/decision.py; decide/sequential.py, decide/stopping.py): its planned looks and
 levels, boundaries against published values, and its properties by simulation with fixed seeds -- false
 alarms over all looks, a first look that decides, power, the three outcomes, budgets and the session
-budget's sharing -- and the wording of intervals (measure/wording.py)."""
+budget's sharing -- and the wording of intervals (figures/wording.py)."""
 
 import dataclasses
 import math
@@ -14,7 +14,7 @@ from pytest_distperf.decide import decision as d
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.sequential import normal_upper, planned_looks, t_upper, t_upper_inv
 from pytest_distperf.decide.stopping import Budget, Clock, session_share, stop_reason, until_decided
-from pytest_distperf.measure import wording
+from pytest_distperf.figures import wording
 
 
 def test_boundaries_match_published_obrien_fleming_type_spending():

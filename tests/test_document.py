@@ -1,4 +1,4 @@
-"""The session document: each figure derived once (measure/figures.run_figures), serialised once
+"""The session document: each figure derived once (figures/quantities.run_figures), serialised once
 (document.run_to_dict), and shared runs named by their ids, never matched by value."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from pytest_distperf.fs.jsonio import FormatVersionError
 from pytest_distperf.store.report_format import REPORT, run_to_dict
-from pytest_distperf.measure.figures import RunFigures, job_figures, job_id, node_step_medians, run_figures
+from pytest_distperf.figures.quantities import RunFigures, job_figures, job_id, node_step_medians, run_figures
 from pytest_distperf.rank.results import RankResult, RunResult
 from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument
 from pytest_distperf.spec.job import JobSpec

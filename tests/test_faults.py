@@ -309,7 +309,7 @@ def test_the_inner_pytest_takes_ctrl_c_also_when_started_from_a_background_job(p
 LOG_A_FAILED_RANK = """
 import sys
 from torch.distributed.elastic.multiprocessing import api
-from pytest_distperf.rank.agent import plain_torch_log_format
+from pytest_distperf.agents.elastic import plain_torch_log_format
 if sys.argv[1] == "plain":
     plain_torch_log_format()
 try:

@@ -1,4 +1,4 @@
-"""One number per quantity: a job's step time (measure/figures.py) is the same figure in the terminal tables, the
+"""One number per quantity: a job's step time (figures/quantities.py) is the same figure in the terminal tables, the
 JSON report, JUnit, the Markdown summary and the pytest-benchmark export -- one real comparison of 2-rank CPU jobs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_distperf.measure.units import fmt_seconds
+from pytest_distperf.figures.units import fmt_seconds
 
 PERF_TEST = """
 import pytest
@@ -78,7 +78,7 @@ def test_a_cpu_memory_check_decides_on_the_training_state_and_shows_host_rss_bes
     """Lightning's own parity case: Fabric's DDP and torch's DDP train the same model alike and hold the same
     training state, while what each rank imports makes their host RSS growth differ. The CPU memory check decides
     on the training state, is named after it in every report, and carries the RSS figures as a secondary one."""
-    from pytest_distperf.measure.units import fmt_bytes
+    from pytest_distperf.figures.units import fmt_bytes
 
     pytester.makepyfile(test_perf=MEMORY_TEST)
     result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--distperf-json", "report.json",

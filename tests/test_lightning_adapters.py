@@ -15,9 +15,9 @@ from pytest_distperf import strategies
 
 from pytest_distperf.rank import breakdown
 from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed
-from pytest_distperf.measure.figures import JobRuns
+from pytest_distperf.figures.quantities import JobRuns
 from pytest_distperf.spec.job import JobSpec
-from pytest_distperf.measure.figures import breakdown_lines
+from pytest_distperf.figures.quantities import breakdown_lines
 from pytest_distperf.rank.results import RankResult, RunResult
 
 FRONTEND_VS_DDP = """

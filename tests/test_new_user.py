@@ -437,7 +437,7 @@ def test_repeats_error_says_positive_integer():
 
 
 def test_one_name_per_probe_figure_and_old_reports_stay_readable():
-    from pytest_distperf.measure.figures import comms_counts
+    from pytest_distperf.figures.quantities import comms_counts
     from pytest_distperf.rank.probes.results import CollectiveStats, CommsResult, ProbeResult
 
     stats = CollectiveStats("all_gather", [5, 5], [10 << 20, 10 << 20], [2 << 20] * 10)

@@ -336,7 +336,7 @@ def test_counts_are_checked_and_stored_bytes_only_where_every_call_has_a_size():
     m = fsdp2.ranks[0].probes.metrics()
     assert m["comms.reduce_scatter.calls_per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in m
     assert m["comms.all_gather.bytes_per_step"] == 1 << 20
-    from pytest_distperf.measure.figures import run_comms as _comms_counts
+    from pytest_distperf.figures.quantities import run_comms as _comms_counts
 
     counts = _comms_counts(fsdp2)
     assert counts["comms.reduce_scatter.calls_per_step"] == 25 and "comms.reduce_scatter.bytes_per_step" not in counts

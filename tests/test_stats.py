@@ -7,10 +7,10 @@ import pytest
 
 from pytest_distperf.errors import DistPerfInconclusive
 from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed
-from pytest_distperf.measure.figures import JobRuns
+from pytest_distperf.figures.quantities import JobRuns
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RankResult, RunResult
-from pytest_distperf.measure.stats import max_relative_difference, quantile
+from pytest_distperf.figures.stats import max_relative_difference, quantile
 
 
 def test_quantiles_match_linear_interpolation():
@@ -139,7 +139,7 @@ def test_relative_spread_is_the_gates_run_to_run_variation():
     import statistics
 
     from pytest_distperf.store.baselines import MetricSeries
-    from pytest_distperf.measure.stats import relative_spread
+    from pytest_distperf.figures.stats import relative_spread
 
     runs = [0.100, 0.110, 0.095]
     assert relative_spread(runs) == pytest.approx(statistics.stdev(math.log(v) for v in runs))
@@ -148,7 +148,7 @@ def test_relative_spread_is_the_gates_run_to_run_variation():
 
 
 def test_a_jobs_figures_have_one_definition():
-    from pytest_distperf.measure.figures import geometric_mean, job_figures
+    from pytest_distperf.figures.quantities import geometric_mean, job_figures
 
     runs = [_run([0.10, 0.12, 0.11], 10 << 20), _run([0.20, 0.21, 0.22], 30 << 20)]
     f = job_figures("A", runs)
@@ -156,7 +156,7 @@ def test_a_jobs_figures_have_one_definition():
     assert f.step_time == pytest.approx(math.sqrt(0.11 * 0.21)) == geometric_mean([0.11, 0.21])
     assert f.peak_memory == pytest.approx(math.sqrt(10 * 30) * (1 << 20))
     assert f.tokens_per_s == pytest.approx(512 / f.step_time)
-    from pytest_distperf.measure.figures import JobFigures
+    from pytest_distperf.figures.quantities import JobFigures
 
     assert JobFigures.from_json(f.to_json()) == f
     # a comparison's ratio is the ratio of the two jobs' figures

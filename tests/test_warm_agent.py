@@ -1,4 +1,4 @@
-"""The warm launch agent (rank/warm_agent.py, warm_pool.py), with real CPU launches: a job's results do not
+"""The warm launch agent (agents/warm.py, warm_pool.py), with real CPU launches: a job's results do not
 depend on it, every run still gets new rank processes with a fresh launch's threads, a failed or timed-out job
 ends the agent and the next job gets a new one, nothing outlives the session, and the distperf_fresh_agent ini key turns
 it off."""
@@ -247,7 +247,7 @@ def test_the_warm_agent_key_leaves_out_only_the_per_job_variables():
 
 
 def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
-    from pytest_distperf.measure.figures import job_time_split, run_time_split, time_split_text
+    from pytest_distperf.figures.quantities import job_time_split, run_time_split, time_split_text
     from pytest_distperf.rank.results import RankResult, RunResult
 
     def rank(r: int, started: float, build: float) -> RankResult:

@@ -12,10 +12,10 @@ import pytest
 from pytest_distperf.decide import regression, verdicts
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.store.baselines import MetricSeries, metrics_from_runs
-from pytest_distperf.measure.figures import metric_traits
+from pytest_distperf.figures.quantities import metric_traits
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.launcher import launch
-from pytest_distperf.measure.figures import job_figures, run_work
+from pytest_distperf.figures.quantities import job_figures, run_work
 from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 

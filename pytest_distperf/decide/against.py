@@ -34,7 +34,7 @@ from pytest_distperf.store.baselines import job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
-from pytest_distperf.measure.figures import JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 

@@ -21,12 +21,12 @@ from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.measure.figures import (WORK_METRICS, JobRuns, breakdown_lines, geometric_mean, memory_metric,
+from pytest_distperf.figures.quantities import (WORK_METRICS, JobRuns, breakdown_lines, geometric_mean, memory_metric,
                                              memory_words, run_peak_memory, run_step_time, run_work,
                                              secondary_memory_metric, secondary_words, work_not_measured)
-from pytest_distperf.measure.stats import max_relative_difference, relative_spread
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.measure.wording import bound_text, is_words
+from pytest_distperf.figures.stats import max_relative_difference, relative_spread
+from pytest_distperf.figures.units import fmt_bytes, fmt_seconds
+from pytest_distperf.figures.wording import bound_text, is_words
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Check:
                    reason=v.reason, next_look=e.next_look, **extra)
 
     def interval_text(self) -> str:
-        """'[0.970, 1.160]', or words where the design cannot bound it (measure/wording.bound_text)."""
+        """'[0.970, 1.160]', or words where the design cannot bound it (figures/wording.bound_text)."""
         if self.method == "exact":
             return "exact"
         if self.method not in ("paired", "unpaired"):
@@ -118,7 +118,7 @@ def _step_line(side: JobRuns) -> str:
 
 
 def _work(side: JobRuns, metric: str) -> list[float]:
-    """One value per run of a work figure (measure/figures.run_work); skips the test where a run has none."""
+    """One value per run of a work figure (figures/quantities.run_work); skips the test where a run has none."""
     values = [run_work(r).get(metric) for r in side.runs]
     if any(v is None for v in values):
         field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
@@ -145,7 +145,7 @@ def _memories(side: JobRuns, metric: str) -> list[float]:
 
 
 def _memory(side: JobRuns, metric: str) -> float:
-    """The job's memory figure: the geometric mean of its runs (measure/figures.py)."""
+    """The job's memory figure: the geometric mean of its runs (figures/quantities.py)."""
     return side.figures.peak_memory if metric == "peak_memory" else geometric_mean(_work(side, metric))
 
 
@@ -242,7 +242,7 @@ class Comparison:
                                  "step time")
 
     def assert_memory_within(self, k: float) -> Check:
-        """Fail unless A's memory is at most k x B's, on the device's memory figure (measure/figures.memory_metric):
+        """Fail unless A's memory is at most k x B's, on the device's memory figure (figures/quantities.memory_metric):
         CUDA peak allocated on CUDA; on CPU the training state (`train_memory`: parameters, gradients, optimizer
         state + a step's allocation peak), with host RSS growth beside it as a secondary figure, never decided on
         (it counts imports and one-time engine allocations). The check is named after the figure that decided it
@@ -264,7 +264,7 @@ class Comparison:
         return f"{secondary_words(metric, _device(self.a))}: A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}"
 
     def assert_gpu_time_within(self, k: float) -> Check:
-        """Fail unless A's GPU kernel time per step (compute + memcpy/memset, measure/figures.py) is at most k x
+        """Fail unless A's GPU kernel time per step (compute + memcpy/memset, figures/quantities.py) is at most k x
         B's: the same interval over the interleaved pairs as step time, on a figure the host's noise does not
         move. Skips where it was not measured (CPU jobs)."""
         __tracebackhide__ = True

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from pytest_distperf.decide.sequential import FIRST_LOOK, look_levels, planned_looks, t_upper_inv
-from pytest_distperf.measure.stats import relative_spread
-from pytest_distperf.measure.wording import bound_text
+from pytest_distperf.figures.stats import relative_spread
+from pytest_distperf.figures.wording import bound_text
 from pytest_distperf.spec.settings import MAX_LOOKS
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.measure.figures import KNOWN_METRICS, memory_metric
+from pytest_distperf.figures.quantities import KNOWN_METRICS, memory_metric
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Policy:
 
     def gates(self, metric: str, device: str | None = None) -> bool:
         """Whether the gate decides this metric. Named in `metrics`, "peak_memory" stands for the memory verdict,
-        which on CPU the training state decides (measure/figures.memory_metric): there it gates `train_memory`."""
+        which on CPU the training state decides (figures/quantities.memory_metric): there it gates `train_memory`."""
         if self.metrics is None or metric in self.metrics:
             return True
         return device is not None and metric == memory_metric(device) and "peak_memory" in self.metrics

@@ -23,7 +23,7 @@ from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL
 from pytest_distperf.rank.probes.results import ProbeResult
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
+from pytest_distperf.figures.units import fmt_bytes, fmt_seconds
 
 PERFETTO = "https://ui.perfetto.dev"
 

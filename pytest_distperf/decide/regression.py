@@ -28,11 +28,11 @@ from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (MetricVerdict, Resolution, decide_metric, describe_verdict, is_failing,
                                              is_pending, job_metrics, property_text, resolutions, secondary_text)
-from pytest_distperf.measure.figures import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
-from pytest_distperf.measure.units import fmt_pct
+from pytest_distperf.figures.units import fmt_pct
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],

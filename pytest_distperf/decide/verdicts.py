@@ -7,7 +7,7 @@ against the stored runs, unpaired (the stored runs are fixed; only the candidate
   (`time_threshold`, default 5 %, per test through the marker): T is a floor the interval must clear,
   not a multiple of the noise. PASS when the interval lies within 1 + T; INCONCLUSIVE while it holds it.
 - memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline), on the device's
-  memory figure (measure/figures.memory_metric): CUDA peak allocated on CUDA, the training state (`train_memory`)
+  memory figure (figures/quantities.memory_metric): CUDA peak allocated on CUDA, the training state (`train_memory`)
   on CPU; there host RSS growth (`peak_memory`) is stored and shown on the memory verdict (`secondary`), never
   decided on (`job_metrics`).
 - counts (collectives, optimizer state bytes): exact.
@@ -30,10 +30,10 @@ from typing import Any, Mapping
 from pytest_distperf.store.baselines import MetricSeries
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
-from pytest_distperf.measure.figures import WORK_METRICS, memory_metric, secondary_memory_metric, secondary_words
+from pytest_distperf.figures.quantities import WORK_METRICS, memory_metric, secondary_memory_metric, secondary_words
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_value
-from pytest_distperf.measure.wording import bound_text, is_words
+from pytest_distperf.figures.units import fmt_bytes, fmt_pct, fmt_value
+from pytest_distperf.figures.wording import bound_text, is_words
 
 STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
@@ -49,7 +49,7 @@ class MetricVerdict:
     unit: str
     direction: str  # lower | higher is better
     status: str  # STATUSES
-    baseline: float | None = None  # the job's figure over the stored runs (measure/figures: geometric mean)
+    baseline: float | None = None  # the job's figure over the stored runs (figures/quantities: geometric mean)
     current: float | None = None
     baseline_cv: float | None = None  # run-to-run: sd of the log run values
     current_cv: float | None = None
@@ -80,7 +80,7 @@ class MetricVerdict:
 
     def interval_text(self) -> str:
         """The change's interval as every report shows it: '[+7.9%, +11.7%]', words where the design cannot bound
-        it (measure/wording.bound_text), '-' for a count or a verdict without an interval."""
+        it (figures/wording.bound_text), '-' for a count or a verdict without an interval."""
         if self.metric_kind == "count" or (self.low is None and self.high is None and self.level is None):
             return "-"
         low, high = self.low, self.high
@@ -131,7 +131,7 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
 
 def job_metrics(current: dict[str, MetricSeries], policy: Policy, device: str | None) -> list[str]:
     """The metrics of a job the gate decides, in order: those the policy gates (Policy.gates), less the device's
-    secondary memory figure (measure/figures.secondary_memory_metric: host RSS growth on CPU), which is shown on
+    secondary memory figure (figures/quantities.secondary_memory_metric: host RSS growth on CPU), which is shown on
     the memory verdict instead (secondary_text). `device` None: every gated metric (no device rule)."""
     secondary = secondary_memory_metric(device) if device else None
     return [name for name in current if name != secondary and policy.gates(name, device)]

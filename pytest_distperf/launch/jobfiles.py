@@ -16,7 +16,7 @@ Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder eve
     rdzv-endpoint.txt   the endpoint agent 0 offers when the plan has none (SLURM)
     place-rank{r}.pkl   where rank r runs: host, node agent, node rank, pid, log folder
     value-rank{r}.pkl   rank r's return value (torchrun and the script agent hand back no values)
-    error-rank{r}.txt   a script job's rank that raised (launch/script_agent.py)
+    error-rank{r}.txt   a script job's rank that raised (agents/script.py)
     result-agent{i}.pkl node agent i's AgentResult; agent{i}.log its own output
     logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
     dump-stacks.request on a timeout: each node agent has its ranks dump their stacks

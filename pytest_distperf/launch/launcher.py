@@ -163,9 +163,9 @@ def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base
     """(the job's agent process, the warm agent it was forked from or None). torch elastic's agent, or for a job
     launched as Lightning's users launch it the script agent, the user's `python script.py` (spec/profiles.py)."""
     if profiles.PROFILES[job.launch_profile].starter == "script":
-        agent = "pytest_distperf.launch.script_agent"
+        agent = "pytest_distperf.agents.script"
     else:
-        agent = "pytest_distperf.rank.agent"
+        agent = "pytest_distperf.agents.elastic"
         if not fresh_agent:
             from pytest_distperf.launch import warm_pool
 

@@ -1,4 +1,4 @@
-"""The torchrun launcher: a job's ranks on N node agents (`python -m pytest_distperf.rank.node_agent JOB_DIR I`,
+"""The torchrun launcher: a job's ranks on N node agents (`python -m pytest_distperf.agents.node JOB_DIR I`,
 each running torchrun) that meet through torchrun's c10d rendezvous. Agent 0 runs here; agents 1..N-1 here too,
 by srun, or by the user's engine from a command template. The job folder is the meeting point (nodes.py), on a
 file system every node mounts under the same path (--distperf-shared-dir) when agents run elsewhere.
@@ -25,7 +25,7 @@ from pytest_distperf.launch.launcher import agent_environment, end_tree, threads
 from pytest_distperf.launch.nodes import free_port
 from pytest_distperf.spec.job import JobSpec
 
-NODE_AGENT = "pytest_distperf.rank.node_agent"
+NODE_AGENT = "pytest_distperf.agents.node"
 POLL_SECONDS = 0.05
 PEER_GRACE_SECONDS = 10.0  # after one agent failed, how long the others get to write their own result
 STACK_DUMP_SECONDS = 1.5  # the agents look for the request every 0.2 s

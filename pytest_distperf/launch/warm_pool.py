@@ -1,4 +1,4 @@
-"""The pytest side of the warm launch agents (rank/warm_agent.py): one per device kind and agent environment,
+"""The pytest side of the warm launch agents (agents/warm.py): one per device kind and agent environment,
 started on the first job that needs it, ended when a job of it fails or times out (the next job gets a new one)
 and at the session's end.
 
@@ -28,7 +28,7 @@ from pytest_distperf.launch.devices import NVML_CHECK
 # libraries load, so it is part of the agent's key.
 PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", "TORCH_CUDA_ARCH_LIST")
 # Not in the warm agent's own environment: the first job's values would be stale for the next (run_job in
-# rank/warm_agent.py sets each job's own).
+# agents/warm.py sets each job's own).
 NOT_IN_AGENT_ENVIRONMENT = ("OMP_NUM_THREADS", "PYTEST_CURRENT_TEST")
 READY_TIMEOUT_SECONDS = 300.0  # imports of torch and the strategy libraries on a very busy host
 STOP_GRACE_SECONDS = 3.0
@@ -127,7 +127,7 @@ class WarmAgent:
         self.device, self.log_path = device, log_path
         self.lock = threading.Lock()  # one job at a time; a concurrent job gets a fresh agent
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.warm_agent", device],
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agents.warm", device],
                                          env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, bufsize=0)

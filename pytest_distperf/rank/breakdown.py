@@ -2,7 +2,7 @@
 bookkeeping, per-step collectives).
 
 Measured inside the ranks by a strategy's optional `step_breakdown(inputs, targets)`, in a short phase after the
-timing phase (its device synchronisations would slow timed steps); measure/figures.py reads it back, so a failing
+timing phase (its device synchronisations would slow timed steps); figures/quantities.py reads it back, so a failing
 step-time check says which phase one side spends its extra time in.
 """
 

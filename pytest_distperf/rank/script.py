@@ -74,7 +74,7 @@ def _wait_for_started_ranks(job_dir: str, world_size: int) -> None:
 
 def main(job_dir: str) -> int:
     from pytest_distperf.launch import jobfiles
-    from pytest_distperf.launch.script_agent import write_error, write_value
+    from pytest_distperf.agents.script import write_error, write_value
 
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # one node: the framework sets LOCAL_RANK for ranks 1..N-1
     _own_logs(job_dir, rank)

@@ -6,7 +6,7 @@ not. Per profiled step, per rank:
 - ``gpu_time``: summed duration of the step's compute kernels, memcpys and memsets (CUPTI); communication
   kernels apart (``gpu_comm_time``), as their duration includes waiting for the peers;
 - ``gpu_busy``: the union of every GPU activity's interval, all streams (``gpu_busy / step_time`` is the
-  host-bound share, measure/figures.py); ``kernels``: GPU kernels launched;
+  host-bound share, figures/quantities.py); ``kernels``: GPU kernels launched;
 - ``flops`` (``FlopCounterMode``) and ``aten_ops`` (every operator call a dispatch mode sees);
 - ``instructions``: user-space instructions of the rank's main thread (``perf_event_open``), where the kernel
   exposes a hardware PMU;

@@ -1,7 +1,7 @@
 """Rank entry point. The only code that imports the heavy libraries.
 
 Started by torch's elastic agent (see agent.py): forked from it for a CPU job, spawned for CUDA (forked for
-both when the agent itself was forked from the warm agent, rank/warm_agent.py). It joins
+both when the agent itself was forked from the warm agent, agents/warm.py). It joins
 the process group, then either measures a job -- a strategy on a workload, or the user's
 own step (rank/prepare.py): warm-up, a timing phase with nothing else attached, then
 probes and the step breakdown -- or calls the user's function.

@@ -16,8 +16,8 @@ from markupsafe import Markup
 if TYPE_CHECKING:
     from pytest_distperf.store.history.trend import Trend
 
-from pytest_distperf.measure.figures import step_time_of
-from pytest_distperf.measure.units import fmt_seconds
+from pytest_distperf.figures.quantities import step_time_of
+from pytest_distperf.figures.units import fmt_seconds
 from pytest_distperf.rank.probes.results import StepTimeline
 from pytest_distperf.report.outcomes import LIMIT_SIGN
 from pytest_distperf.report.rows import fmt_unit

@@ -21,7 +21,7 @@ from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
 from pytest_distperf.decide.regression import GateContext
-from pytest_distperf.measure.figures import SCOPES, JobFigures, job_figures
+from pytest_distperf.figures.quantities import SCOPES, JobFigures, job_figures
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.store.baselines import job_identity
 from pytest_distperf.store.report_format import REPORT, run_to_dict
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class JobRecord:
-    """One job of a test as the test ended: its figures (measure/figures.job_figures, the one derivation), the
+    """One job of a test as the test ended: its figures (figures/quantities.job_figures, the one derivation), the
     identity the baseline keys it by, its runs (store/report_format.run_to_dict, each run's one serialisation),
     and what the fixture adds. The JSON report holds it once, as `tests[].jobs[]`."""
 
@@ -180,7 +180,7 @@ class SharedJob:
 
 
 def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
-    """Each job once, by its id (measure/figures.job_id), in the order the jobs first appeared. Tests that share
+    """Each job once, by its id (figures/quantities.job_id), in the order the jobs first appeared. Tests that share
     a job's runs carry it as it stood when each ended; the view with the most runs is kept."""
     shared: list[SharedJob] = []
     by_id: dict[str, SharedJob] = {}
@@ -229,7 +229,7 @@ class SessionDocument:
             "invocation": self.invocation,
             "summary": {"tests": len(self.tests), "outcomes": outcomes, "verdicts": verdicts,
                         "out_of_budget": sum(1 for t in self.tests if t.out_of_budget)},
-            # what each job figure is: unit and scope (per rank, slowest rank, summed), as measure/figures defines it
+            # what each job figure is: unit and scope (per rank, slowest rank, summed), as figures/quantities defines it
             "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
             "tests": [t.to_json() for t in self.tests],
         })

@@ -19,10 +19,10 @@ from pytest_distperf.report.outcomes import OUTCOME_MARK
 from pytest_distperf.report.rows import md_cell
 from pytest_distperf.report.terminal import baseline_row
 from pytest_distperf.fs.jsonio import write_json_atomic
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
-from pytest_distperf.measure.wording import pair_to_pair, short_test
-from pytest_distperf.measure.figures import SCOPES
-from pytest_distperf.measure.stats import quantile
+from pytest_distperf.figures.units import fmt_bytes, fmt_seconds
+from pytest_distperf.figures.wording import pair_to_pair, short_test
+from pytest_distperf.figures.quantities import SCOPES
+from pytest_distperf.figures.stats import quantile
 
 BENCHMARK_FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this export follows (5.x)
 
@@ -130,7 +130,7 @@ def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any])
             "params": {"job": job.label}, "param": job.label,
             "extra_info": {
                 "machine_class": e.machine_class, "config_hash": job.config_hash, "runs": len(job.runs),
-                # the job's figures as every report shows them (measure/figures.py); stats below are per step
+                # the job's figures as every report shows them (figures/quantities.py); stats below are per step
                 "step_time": job.figures.step_time, "step_time_scope": SCOPES["step_time"][1],
                 "run_to_run": job.figures.run_cv, "peak_memory_bytes": job.figures.peak_memory,
                 "tokens_per_step": job.runs[0]["tokens_per_step"],

@@ -20,7 +20,7 @@ from pytest_distperf.fs.jsonio import write_text_atomic as write_text
 from pytest_distperf.report.document import SessionDocument
 from pytest_distperf.report.charts import ChangePoint, TrendPoint, TrendSeries, trend_chart
 from pytest_distperf.report.outcomes import LEGEND, style
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.views import SECTIONS, report_view
 
 __all__ = ["ChangePoint", "SECTIONS", "TrendPoint", "TrendSeries", "render_history", "render_html", "write_html",

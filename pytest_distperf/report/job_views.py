@@ -9,12 +9,12 @@ from typing import Iterable, Mapping
 
 from markupsafe import Markup
 
-from pytest_distperf.measure.figures import SCOPES, JobFigures, step_time_of, time_split_text
-from pytest_distperf.measure.units import fmt_bytes, fmt_seconds
+from pytest_distperf.figures.quantities import SCOPES, JobFigures, step_time_of, time_split_text
+from pytest_distperf.figures.units import fmt_bytes, fmt_seconds
 from pytest_distperf.rank.probes.results import ProbeSummary, StepTimeline
 from pytest_distperf.report.document import JobRecord, TestDocument, unique_jobs
 from pytest_distperf.report.charts import WIDTH, bar_chart, breakdown_chart, strip_chart, timeline_chart
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.rows import probe_records, run_steps
 from pytest_distperf.report.svg import COMM_COLOUR, COMPUTE_COLOUR, OVERLAP_COLOUR, RANK_COLOURS, legend
 
@@ -34,7 +34,7 @@ class JobSection:
     tests: list[str]
     figures: list[Figure]
     host_bound_text: str
-    time_split_text: str  # where the runs' wall time went (measure/figures.time_split_text)
+    time_split_text: str  # where the runs' wall time went (figures/quantities.time_split_text)
     ranks: Markup
     memory_what: str
     memory: Markup | None
@@ -107,7 +107,7 @@ def _job_section(job: JobRecord, tests: list[str]) -> JobSection:
 
 
 def figures_parts(f: JobFigures) -> list[Figure]:
-    """The job's figures as the document states them (measure/figures.py defines each)."""
+    """The job's figures as the document states them (figures/quantities.py defines each)."""
     parts: list[Figure] = [("step time ", fmt_seconds(f.step_time), f" ({SCOPES['step_time'][1]})")]
     if f.run_cv is not None:
         parts.append((f"run-to-run {f.run_cv:.1%}", "", ""))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.document import TestDocument
 
 STAT = "out of budget"  # pytest's stats line: '3 passed, 2 skipped, 2 out of budget'

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_distperf.fs.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import counted, mark, rank, test_outcome
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.document import SessionDocument, unique_jobs
 from pytest_distperf.report.out_of_budget import count_text, markdown_lines, out_of_budget
 from pytest_distperf.report.rows import SharedRow, md_cell, shared_rows, verdict_rows

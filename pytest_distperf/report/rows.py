@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping, Union
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict
-from pytest_distperf.measure.units import fmt_value
-from pytest_distperf.measure.wording import WIDE, is_words, pair_to_pair
+from pytest_distperf.figures.units import fmt_value
+from pytest_distperf.figures.wording import WIDE, is_words, pair_to_pair
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.report.document import TestDocument
 from pytest_distperf.report.outcomes import LIMIT_SIGN, record_outcome, test_outcome

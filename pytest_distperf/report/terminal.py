@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pytest_distperf.measure.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
-from pytest_distperf.measure.wording import pair_to_pair, short_test
-from pytest_distperf.measure.figures import TIME_PARTS, JobFigures, time_split_text
+from pytest_distperf.figures.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
+from pytest_distperf.figures.wording import pair_to_pair, short_test
+from pytest_distperf.figures.quantities import TIME_PARTS, JobFigures, time_split_text
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
@@ -26,7 +26,7 @@ def _fmt_value(value: float, unit: str) -> str:
     return fmt_value(value, unit, digits=4)  # a check's sides: four digits keep the table narrow
 
 
-# What the job table's figures are (measure/figures.py), said once under it.
+# What the job table's figures are (figures/quantities.py), said once under it.
 LEGEND = ("step time: slowest rank per step, median of a run's steps, geometric mean of the runs; run-to-run: sd of "
           "log run step times; peak mem: highest rank (CUDA peak allocated, CPU host RSS growth: a secondary figure, "
           "memory on CPU is decided on train mem), geometric mean of the runs; collectives: per step, per rank (the "
@@ -100,7 +100,7 @@ def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
 
 
 def _job_row(r: JobFigures) -> list[str]:
-    """One job's figures (measure/figures.JobFigures) as the job table's cells."""
+    """One job's figures (figures/quantities.JobFigures) as the job table's cells."""
     return [r.label, f"{r.runs}x{r.steps}", fmt_seconds(r.step_time),
             "-" if r.run_cv is None else f"{r.run_cv:.1%}", f"{fmt_seconds(r.step_p10)} - {fmt_seconds(r.step_p90)}",
             fmt_rate(r.tokens_per_s) if r.tokens_per_s else "-",  # 0: a workload that counts no tokens
@@ -244,7 +244,7 @@ def _saved_section(tests: list[TestDocument]) -> list[str]:
 
 
 def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
-    """Where the jobs' wall time went (measure/figures.run_time_split): a row a job, then the session's total."""
+    """Where the jobs' wall time went (figures/quantities.run_time_split): a row a job, then the session's total."""
     parts = TIME_PARTS
 
     def cells(split: dict[str, float]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Iterable, Union
 
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.verdicts import MetricVerdict
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.document import TestDocument
 
 Verdict = Union[Check, MetricVerdict]

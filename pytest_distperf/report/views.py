@@ -20,7 +20,7 @@ from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart
 from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
 from pytest_distperf.report.outcomes import counted, record_outcome, test_outcome
-from pytest_distperf.measure.wording import short_test
+from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
                                          shared_rows, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend

@@ -3,7 +3,7 @@
 A file holds, for each job the test measured (keyed by the job's label, plus its injection knobs
 when it carries any: ' +extra_work=0.4'), the hash of the job's configuration and, per metric, its
 unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
-measure/figures.py defines each) and the raw step samples of each run. Collective counts and bytes
+figures/quantities.py defines each) and the raw step samples of each run. Collective counts and bytes
 per step are per rank (the rank with the most).
 
     {"format_version": 1, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
@@ -37,8 +37,8 @@ from pytest_distperf.fs import jsonio
 from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.measure.figures import geometric_mean, metric_traits, metric_values, run_figures
-from pytest_distperf.measure.stats import relative_spread
+from pytest_distperf.figures.quantities import geometric_mean, metric_traits, metric_values, run_figures
+from pytest_distperf.figures.stats import relative_spread
 
 FORMAT = jsonio.Format("baseline")
 
@@ -85,12 +85,12 @@ class MetricSeries:
     unit: str
     direction: str  # "lower" or "higher" is better
     kind: str  # "time" | "memory" | "count"
-    runs: list[float]  # one value per run (measure/figures.py): step time, peak bytes, a count
+    runs: list[float]  # one value per run (figures/quantities.py): step time, peak bytes, a count
     samples: list[list[float]] | None = None  # raw per-step values of each run (time metrics)
 
     @property
     def center(self) -> float:
-        """The job's figure: the geometric mean of the runs (measure/figures.py); a count's median."""
+        """The job's figure: the geometric mean of the runs (figures/quantities.py); a count's median."""
         return statistics.median(self.runs) if self.kind == "count" else geometric_mean(self.runs)
 
     @property
@@ -153,7 +153,7 @@ def injection_suffix(job: JobSpec) -> str:
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
-    """The gated metrics of a job's runs (measure/figures.metric_values), with each run's raw step samples for
+    """The gated metrics of a job's runs (figures/quantities.metric_values), with each run's raw step samples for
     step time."""
     values = metric_values([run_figures(r) for r in runs])
     out = {}

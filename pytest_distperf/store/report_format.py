@@ -1,6 +1,6 @@
 """The JSON report's format (REPORT, fs/jsonio.Format), and its runs as it holds them (`tests[].jobs[].runs[]`).
 
-A run is written once, with its stable id, its figures (measure/figures.run_figures: the one derivation) and its
+A run is written once, with its stable id, its figures (figures/quantities.run_figures: the one derivation) and its
 per-rank measurements; its job (report/document.JobRecord) holds its id, figures and runs. Every reader of a
 report -- the history, the HTML report, the PR comment -- reads the figures written here and derives none.
 """
@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.fs.jsonio import Format
-from pytest_distperf.measure.figures import node_step_medians, rank_probe_metrics, run_figures, step_time_of
+from pytest_distperf.figures.quantities import node_step_medians, rank_probe_metrics, run_figures, step_time_of
 
 if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult

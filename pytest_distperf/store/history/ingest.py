@@ -1,8 +1,8 @@
 """A session's `--distperf-json` report document -> the rows the history stores (plain data).
 
 Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
-metric: the metrics the gate keeps (measure/figures.metric_values) over the figures each run carries
-(`runs[].figures`). Unit, direction and kind come from measure/figures.metric_traits. Tests that measured nothing
+metric: the metrics the gate keeps (figures/quantities.metric_values) over the figures each run carries
+(`runs[].figures`). Unit, direction and kind come from figures/quantities.metric_traits. Tests that measured nothing
 (failed at set-up, run without a gate) add no rows.
 """
 
@@ -86,7 +86,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
         raise ReportDocumentError(f"{where}: has jobs but no 'machine_class'")
     if not isinstance(jobs, list):
         raise ReportDocumentError(f"{where}: 'jobs' is not an array")
-    from pytest_distperf.measure.figures import metric_traits
+    from pytest_distperf.figures.quantities import metric_traits
 
     rows = []
     for j, job in enumerate(jobs):
@@ -108,7 +108,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
 
 def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
     """metric -> one value per run, from the report's run dicts (see the module docstring)."""
-    from pytest_distperf.measure.figures import RunFigures, metric_values
+    from pytest_distperf.figures.quantities import RunFigures, metric_values
 
     if not runs:
         return {}

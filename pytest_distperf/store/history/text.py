@@ -3,7 +3,7 @@ their commit ranges, and (asked for) every session's value."""
 
 from __future__ import annotations
 
-from pytest_distperf.measure.units import fmt_pct, fmt_value
+from pytest_distperf.figures.units import fmt_pct, fmt_value
 from pytest_distperf.store.history.trend import ChangePoint, Trend, short_commit
 
 BARS = "▁▂▃▄▅▆▇█"

@@ -1,4 +1,4 @@
-"""The launch agent: `python -m pytest_distperf.rank.agent JOB_DIR`.
+"""The launch agent: `python -m pytest_distperf.agents.elastic JOB_DIR`.
 
 Runs torch's elastic launcher in its own process (its own session), so that:
 - torch elastic's signal handlers and environment writes never touch the pytest process;

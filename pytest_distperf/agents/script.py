@@ -1,4 +1,4 @@
-"""The script agent: `python -m pytest_distperf.launch.script_agent JOB_DIR`, for jobs launched as a
+"""The script agent: `python -m pytest_distperf.agents.script JOB_DIR`, for jobs launched as a
 framework's users launch them (launch profile "lightning").
 
 It stands where the user's shell stands: it starts rank 0 as `python -m pytest_distperf.rank.script

@@ -1,4 +1,4 @@
-"""One node's agent: `python -m pytest_distperf.rank.node_agent JOB_DIR AGENT_INDEX`.
+"""One node's agent: `python -m pytest_distperf.agents.node JOB_DIR AGENT_INDEX`.
 
 Runs torchrun (`torch.distributed.run --nnodes N ... -m pytest_distperf.rank.entry JOB_DIR`) with the node
 plan the pytest process wrote into the shared job folder, in this process, so that what torchrun raises (which
@@ -18,7 +18,7 @@ import time
 
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.nodes import free_port
-from pytest_distperf.rank.agent import SHUTDOWN_GRACE_SECONDS, rank_failures
+from pytest_distperf.agents.elastic import SHUTDOWN_GRACE_SECONDS, rank_failures
 
 RANK_ENTRY = "pytest_distperf.rank.entry"
 MONITOR_INTERVAL_SECONDS = 0.1

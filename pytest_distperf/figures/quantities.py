@@ -42,8 +42,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from pytest_distperf.measure.stats import quantile, relative_spread
-from pytest_distperf.measure.units import fmt_seconds
+from pytest_distperf.figures.stats import quantile, relative_spread
+from pytest_distperf.figures.units import fmt_seconds
 from pytest_distperf.rank.breakdown import ALL_KEYS, PHASES, median_step
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
-"""The warm launch agent: `python -m pytest_distperf.rank.warm_agent`, one per session, device kind and agent
+"""The warm launch agent: `python -m pytest_distperf.agents.warm`, one per session, device kind and agent
 environment (launch/warm_pool.py starts and keeps it).
 
 It imports torch, the harness's rank code and the installed strategy libraries once, holds no CUDA context, and
-for each job forks a child that becomes that job's elastic agent (rank/agent.py) as a fresh
-`python -m pytest_distperf.rank.agent JOB_DIR` would be: own session, log, environment, working directory and
+for each job forks a child that becomes that job's elastic agent (agents/elastic.py) as a fresh
+`python -m pytest_distperf.agents.elastic JOB_DIR` would be: own session, log, environment, working directory and
 CPU affinity. That child forks the job's ranks (CUDA ones too), so every run is still a new process; only the
 imports are shared. This process stays single-threaded on the Python side and runs no tensor op, so a fork
 inherits no held lock and no OpenMP pool; each rank sets the job's threads itself (agent.forked_rank_setup).
@@ -30,7 +30,7 @@ from pytest_distperf.launch.warm_pool import Channel
 # What a job agent and its ranks would import for themselves: the harness's rank side, then the strategy
 # libraries where installed.
 HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing",
-                   "torch.distributed.launcher.api", "pytest_distperf.rank.agent",
+                   "torch.distributed.launcher.api", "pytest_distperf.agents.elastic",
                    "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
                    "pytest_distperf.rank.timing", "pytest_distperf.strategies")
 # Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop
@@ -96,7 +96,7 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
     os.setsid()  # own session and process group: the launcher ends the job's tree by it
     os.close(channel.read_fd)
     os.close(channel.write_fd)
-    from pytest_distperf.rank.agent import python_signal_handlers
+    from pytest_distperf.agents.elastic import python_signal_handlers
 
     python_signal_handlers(signal.SIGUSR1)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -113,7 +113,7 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
         os.sched_setaffinity(0, request["affinity"])
     code = 2
     try:
-        from pytest_distperf.rank import agent
+        from pytest_distperf.agents import elastic as agent
 
         code = agent.main(request["job_dir"], warm=True)
     except BaseException:

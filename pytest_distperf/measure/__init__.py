@@ -1,1 +1,0 @@
-"""Numbers about runs: a job's figures, statistics, units and the wording of intervals. Pure Python, no torch."""
