@@ -23,21 +23,11 @@ RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDE
 FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
 
 
-write_value = jobfiles.write_rank_value
-
-
-def write_error(job_dir: str, rank: int, text: str) -> None:
-    jobfiles.write_file(os.path.join(job_dir, f"error-rank{rank}.txt"), text.encode())
-
-
-def _errors(job_dir: str) -> dict[int, str]:
-    return jobfiles.rank_files(job_dir, "error-rank", ".txt")
-
 
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     """The AgentResult of a script job from the files its ranks left."""
     values = jobfiles.read_rank_values(job_dir)
-    errors = _errors(job_dir)
+    errors = jobfiles.rank_error_files(job_dir)
     failures = []
     for rank, path in sorted(errors.items()):
         with open(path, errors="replace") as f:
@@ -86,7 +76,7 @@ def main(job_dir: str) -> int:
         # Fail fast, as the elastic agent does: once a rank has left its error, end rank 0 (the ranks it
         # started die with it) after a moment for the others' errors, instead of waiting on collectives
         # that will never complete (Lightning's own watcher looks only every 5 s).
-        if failed_since is None and _errors(job_dir):
+        if failed_since is None and jobfiles.rank_error_files(job_dir):
             failed_since = time.monotonic()
         if failed_since is not None and time.monotonic() - failed_since > FAIL_FAST_GRACE_SECONDS:
             proc.kill()

@@ -448,6 +448,15 @@ def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
     _dump(os.path.join(job_dir, f"value-rank{rank}.pkl"), value)
 
 
+def write_rank_error(job_dir: str, rank: int, text: str) -> None:
+    """A script job's rank that failed: its error, for the script agent (agents/script.py)."""
+    write_file(os.path.join(job_dir, f"error-rank{rank}.txt"), text.encode())
+
+
+def rank_error_files(job_dir: str) -> dict[int, str]:
+    return rank_files(job_dir, "error-rank", ".txt")
+
+
 def read_rank_values(job_dir: str, ranks: list[int] | None = None) -> dict[int, Any]:
     return {rank: _load(path) for rank, path in rank_files(job_dir, "value-rank", ".pkl").items()
             if ranks is None or rank in ranks}

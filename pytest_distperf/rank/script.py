@@ -74,7 +74,7 @@ def _wait_for_started_ranks(job_dir: str, world_size: int) -> None:
 
 def main(job_dir: str) -> int:
     from pytest_distperf.launch import jobfiles
-    from pytest_distperf.agents.script import write_error, write_value
+    from pytest_distperf.launch.jobfiles import write_rank_error, write_rank_value
 
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # one node: the framework sets LOCAL_RANK for ranks 1..N-1
     _own_logs(job_dir, rank)
@@ -106,10 +106,10 @@ def main(job_dir: str) -> int:
         text = "".join(traceback.format_exception(e))
         if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
             text += "\n" + worker._oom_message(rank, device)
-        write_error(job_dir, rank, text)
+        write_rank_error(job_dir, rank, text)
         traceback.print_exc()
         return 1
-    write_value(job_dir, rank, value)
+    write_rank_value(job_dir, rank, value)
     jobfiles.mark_returned(job_dir, rank)
     if rank == 0:
         _wait_for_started_ranks(job_dir, job.world_size)
