@@ -1,4 +1,8 @@
+from __future__ import annotations
+
 import os
+
+import pytest
 
 # pytester points HOME at a fresh folder for every inner run, so DeepSpeed would JIT-build its ops
 # (cpu_adam: a minute or more) again in each one. One build cache for the whole session:
@@ -19,8 +23,85 @@ TEST_TIMEOUT_SECONDS = 900
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_SECONDS, method="signal"))
+
+
+# -- one real saved baseline for the whole session -----------------------------------------------------------------
+# Several end-to-end tests only need "a saved baseline of the 2-rank DDP job" before they do what they test (compare
+# against it, re-save beside it). Saving one takes over a minute on the 2-core box (8 runs: the adaptive budget), so
+# it is saved once per test session, by a real `--distperf-save` session, and each test gets its own copy of the
+# files (never the shared folder: a test writes next to, or over, its baselines).
+#
+# The job is tests/test_regression.py's PERF_TEST (the same text: test_regression writes it beside the copied
+# baseline and compares against it; a different text would be a different configuration and read "not comparable").
+SAVED_JOB_TEST = """
+import os
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_ddp(distperf):
+    # DP_EXTRA_WORK: real extra matmuls inside every step, the way a code change would slow it down
+    extra = float(os.environ.get("DP_EXTRA_WORK", "0"))
+    distperf.measure("ddp", repeats=int(os.environ.get("DP_REPEATS", "3")), steps=int(os.environ.get("DP_STEPS", "6")),
+                     warmup=2, shape_overrides={"extra_work": extra} if extra else None)
+"""
+# Saving records each job up to the adaptive budget (--distperf-max-repeats): 8 runs, so a verdict against it can
+# call the injected slowdown on a busy box (tests/test_regression.py).
+SAVED_JOB_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "8")
+SAVED_JOB_STEPS, SAVED_JOB_WARMUP, SAVED_JOB_RUNS = 6, 2, 8
+
+
+class SavedBaseline:
+    """The session's saved baseline of the DDP job: `test_perf.py::test_ddp`, steps 6, warmup 2, 8 runs."""
+
+    nodeid = "test_perf.py::test_ddp"
+    source = SAVED_JOB_TEST
+    steps, warmup, runs = SAVED_JOB_STEPS, SAVED_JOB_WARMUP, SAVED_JOB_RUNS
+
+    def __init__(self, folder):
+        self.folder = folder  # the saved baselines folder (read only: copy from it)
+
+    def copy_to(self, root, test: str | None = None, runs: int | None = None):
+        """Copy the saved file into `root`/baselines/<machine class>/, the path a save in `root` writes for `test`
+        (default: the saved test). runs: keep the first this many runs of each metric, the file a save recording
+        only that many runs would have written. Returns the copy's path."""
+        import dataclasses
+        from pathlib import Path
+
+        from pytest_distperf.store.baselines import MetricSeries, Store
+
+        [machine] = [p for p in self.folder.iterdir() if p.is_dir()]
+        [path] = machine.glob("*.json")
+        doc = Store(str(self.folder)).load(str(path), self.nodeid)
+        assert doc is not None
+        if runs is not None:
+            assert runs <= self.runs
+            for job in doc.jobs.values():
+                job.metrics = {name: MetricSeries(m.unit, m.direction, m.kind, m.runs[:runs],
+                                                  None if m.samples is None else m.samples[:runs])
+                               for name, m in job.metrics.items()}
+        doc = dataclasses.replace(doc, test=test or self.nodeid)
+        return Path(Store(str(Path(root) / "baselines")).save(doc))
+
+
+@pytest.fixture(scope="session")
+def saved_ddp_baseline(tmp_path_factory) -> SavedBaseline:
+    """A real `--distperf-save` session of the DDP job, run once per test session (in a subprocess: a fresh
+    process, as a user's save runs)."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("saved")
+    (root / "test_perf.py").write_text(SAVED_JOB_TEST)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DP_", "GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS", "PYTEST_XDIST"))}
+    out = subprocess.run([sys.executable, "-m", "pytest", *SAVED_JOB_OPTS, "--distperf-save", "test_perf.py",
+                          f"--basetemp={root / 'basetemp'}"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    saved = SavedBaseline(root / "baselines")
+    [machine] = [p for p in saved.folder.iterdir() if p.is_dir()]
+    assert [p.name for p in machine.glob("*.json")] == ["test_perf--test_ddp.json"], out.stdout
+    return saved

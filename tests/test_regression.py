@@ -249,20 +249,12 @@ def test_ddp(distperf):
 """
 
 
-@pytest.fixture(scope="module")
-def saved_baselines(tmp_path_factory: pytest.TempPathFactory):
-    """A baselines folder saved once from the unchanged job (copied into each test's pytester dir)."""
-    import os
-    import subprocess
-    import sys
-
-    root = tmp_path_factory.mktemp("saved")
-    (root / "test_perf.py").write_text(PERF_TEST)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DP_", "GITHUB_STEP_SUMMARY"))}
-    out = subprocess.run([sys.executable, "-m", "pytest", *INNER_OPTS, "--distperf-save", "test_perf.py"], cwd=root,
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return root / "baselines"
+@pytest.fixture
+def saved_baselines(saved_ddp_baseline):
+    """A baselines folder saved from the unchanged job, once per test session (tests/conftest.py's real
+    --distperf-save session of this PERF_TEST, 8 runs); each test copies it into its pytester dir."""
+    assert saved_ddp_baseline.source == PERF_TEST  # the job compared against is the job that was saved
+    return saved_ddp_baseline.folder
 
 
 def machine_dir() -> str:

@@ -14,16 +14,17 @@ from pytest_distperf.decide.regression import GateContext
 from pytest_distperf.launch import fingerprint
 from records import job_record, documents_of
 
-# Saving records each job up to the adaptive budget (--distperf-max-repeats): 2, as the test's repeats.
+# Comparing adds runs up to the adaptive budget (--distperf-max-repeats): 2, as the test's repeats.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "2")
-STEPS = 4
+# test_ddp's job is the one tests/conftest.py saves once per session (saved_ddp_baseline): its steps and warmup
+STEPS, WARMUP = 6, 2
 
 PERF_TESTS = f"""
 import pytest
 
 @pytest.mark.distperf(world_size=2)
 def test_ddp(distperf):
-    distperf.measure("ddp", repeats=2, steps={STEPS}, warmup=1)
+    distperf.measure("ddp", repeats=2, steps={STEPS}, warmup={WARMUP})
 
 @pytest.mark.distperf(world_size=2)
 def test_broken_baseline(distperf):
@@ -37,10 +38,15 @@ def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+def test_json_markdown_benchmark_and_junit_reports(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                  saved_ddp_baseline):
     pytester.makepyfile(test_perf=PERF_TESTS)
-    pytester.runpytest(*INNER_OPTS, "--distperf-save", "-k", "test_ddp").assert_outcomes(passed=1, deselected=1)
+    # test_ddp's baseline: the session's real save of this job (tests/conftest.py), copied here as a save of 2 runs
+    # (the test's repeats and budget) would have written it
+    assert (saved_ddp_baseline.steps, saved_ddp_baseline.warmup) == (STEPS, WARMUP)
+    saved_ddp_baseline.copy_to(pytester.path, "test_perf.py::test_ddp", runs=2)
     folder = pytester.path / "baselines" / fingerprint.machine_class("cpu", 2).name
+    assert sorted(p.name for p in folder.glob("*.json")) == ["test_perf--test_ddp.json"]
     broken = folder / "test_perf--test_broken_baseline.json"
     broken.write_text('{"format_version": 1, "test": ')  # truncated: that test errors before running a job
 
