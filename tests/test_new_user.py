@@ -498,3 +498,17 @@ def test_departures_reach_the_job_table():
     lines = render(documents_of(("t.py::test_x", [run])))
     assert ("  deepspeed[stage=3] tiny x2 cpu departs from its library's defaults: optimizer.params.torch_adam "
             "true (DeepSpeed's default: its fused Adam): ...") in lines
+
+
+def test_the_op_cache_is_the_folder_torch_builds_in(monkeypatch, tmp_path):
+    """torch builds in $TORCH_EXTENSIONS_DIR itself where it is set (no py/cuda subfolder), so a built op is found."""
+    import os
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    from pytest_distperf.strategies import ds_ops
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert ds_ops.cache_dir() == os.path.dirname(_get_build_directory("cpu_adam", verbose=False)) == str(tmp_path)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    assert os.path.dirname(ds_ops.cache_dir()) == os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")

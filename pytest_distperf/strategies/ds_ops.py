@@ -25,14 +25,11 @@ _incompatible: dict[str, str] = {}  # op builder -> DeepSpeed's reason, found by
 _checked: set[tuple[str, ...]] = set()  # op sets this process found built (or built): not checked again
 
 
-def cache_root() -> str:
-    """torch's extension cache (torch.utils.cpp_extension: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions)."""
-    return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                   "torch_extensions")
-
-
 def cache_dir() -> str:
-    """The folder torch builds this interpreter's extensions in: <root>/py311_cpu (or _cu128 on a CUDA build)."""
+    """The folder torch builds this interpreter's extensions in (torch.utils.cpp_extension._get_build_directory):
+    $TORCH_EXTENSIONS_DIR itself where it is set, else ~/.cache/torch_extensions/py311_cpu (or _cu128 on CUDA)."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.environ["TORCH_EXTENSIONS_DIR"]
     try:
         import torch
 
@@ -41,7 +38,7 @@ def cache_dir() -> str:
         cuda_version = None
     py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
     cu = "cpu" if not cuda_version else f"cu{str(cuda_version).replace('.', '')}"
-    return os.path.join(cache_root(), f"{py}_{cu}")
+    return os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions", f"{py}_{cu}")
 
 
 def is_built(builder: str, folder: str | None = None) -> bool:
