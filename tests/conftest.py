@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from records import DDP_PERF_TEST
 
 # pytester points HOME at a fresh folder for every inner run, so DeepSpeed would JIT-build its ops
 # (cpu_adam: a minute or more) again in each one. One build cache for the whole session:
@@ -34,19 +35,8 @@ def pytest_collection_modifyitems(config, items):
 # it is saved once per test session, by a real `--distperf-save` session, and each test gets its own copy of the
 # files (never the shared folder: a test writes next to, or over, its baselines).
 #
-# The job is tests/test_regression.py's PERF_TEST (the same text: test_regression writes it beside the copied
-# baseline and compares against it; a different text would be a different configuration and read "not comparable").
-SAVED_JOB_TEST = """
-import os
-import pytest
-
-@pytest.mark.distperf(world_size=2)
-def test_ddp(distperf):
-    # DP_EXTRA_WORK: real extra matmuls inside every step, the way a code change would slow it down
-    extra = float(os.environ.get("DP_EXTRA_WORK", "0"))
-    distperf.measure("ddp", repeats=int(os.environ.get("DP_REPEATS", "3")), steps=int(os.environ.get("DP_STEPS", "6")),
-                     warmup=2, shape_overrides={"extra_work": extra} if extra else None)
-"""
+# The job is records.DDP_PERF_TEST, the one text test_regression also writes beside the copied baseline and
+# compares against (a different text would be a different configuration and read "not comparable").
 # Saving records each job up to the adaptive budget (--distperf-max-repeats): 8 runs, so a verdict against it can
 # call the injected slowdown on a busy box (tests/test_regression.py).
 SAVED_JOB_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "8")
@@ -57,7 +47,7 @@ class SavedBaseline:
     """The session's saved baseline of the DDP job: `test_perf.py::test_ddp`, steps 6, warmup 2, 8 runs."""
 
     nodeid = "test_perf.py::test_ddp"
-    source = SAVED_JOB_TEST
+    source = DDP_PERF_TEST
     steps, warmup, runs = SAVED_JOB_STEPS, SAVED_JOB_WARMUP, SAVED_JOB_RUNS
 
     def __init__(self, folder):
@@ -94,7 +84,7 @@ def saved_ddp_baseline(tmp_path_factory) -> SavedBaseline:
     import sys
 
     root = tmp_path_factory.mktemp("saved")
-    (root / "test_perf.py").write_text(SAVED_JOB_TEST)
+    (root / "test_perf.py").write_text(DDP_PERF_TEST)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DP_", "GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS", "PYTEST_XDIST"))}
     out = subprocess.run([sys.executable, "-m", "pytest", *SAVED_JOB_OPTS, "--distperf-save", "test_perf.py",

@@ -13,6 +13,8 @@ import shutil
 
 import pytest
 
+from records import DDP_PERF_TEST
+
 from pytest_distperf.launch import fingerprint
 from pytest_distperf.store.baselines import JobEntry, MetricSeries
 from pytest_distperf.spec.settings import SettingsError
@@ -236,24 +238,13 @@ def test_x(distperf):
 
 
 # -- end to end on real jobs ------------------------------------------------------------------------------------
-PERF_TEST = """
-import os
-import pytest
-
-@pytest.mark.distperf(world_size=2)
-def test_ddp(distperf):
-    # DP_EXTRA_WORK: real extra matmuls inside every step, the way a code change would slow it down
-    extra = float(os.environ.get("DP_EXTRA_WORK", "0"))
-    distperf.measure("ddp", repeats=int(os.environ.get("DP_REPEATS", "3")), steps=int(os.environ.get("DP_STEPS", "6")),
-                     warmup=2, shape_overrides={"extra_work": extra} if extra else None)
-"""
+PERF_TEST = DDP_PERF_TEST
 
 
 @pytest.fixture
 def saved_baselines(saved_ddp_baseline):
     """A baselines folder saved from the unchanged job, once per test session (tests/conftest.py's real
     --distperf-save session of this PERF_TEST, 8 runs); each test copies it into its pytester dir."""
-    assert saved_ddp_baseline.source == PERF_TEST  # the job compared against is the job that was saved
     return saved_ddp_baseline.folder
 
 

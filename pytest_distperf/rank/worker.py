@@ -185,11 +185,11 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
     cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
     clocks = ClockSampler.for_device(device)  # GPU clocks, throttling, power (clocks.py); None on CPU
     window = timer.window(job.steps)
+    say(f"{job.steps} timed steps")  # once: a progress file written between steps is host work inside the loop
     cpu.start()  # outside the loop: the timed region holds only the step
     if clocks:
         clocks.start()
     for i in range(job.steps):
-        say(f"timed step {i + 1}/{job.steps}")
         losses.append(window.time(lambda b=timed[i]: trainer.step(*b)))
     step_times = window.finish()  # on CUDA the window's one synchronisation
     gpu_window = clocks.stop() if clocks else None
