@@ -46,3 +46,33 @@ def test_header_says_why_the_device_was_chosen(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest_subprocess("--distperf", "--distperf-device=cpu")
     result.stdout.fnmatch_lines(["distperf: device cpu (--distperf-device=cpu); world size 2*",
                                  "distperf: machine class cpu-*-ws2; torch *"])
+
+
+def test_every_module_outside_the_history_store_imports_without_the_extras() -> None:
+    """The extras are optional: with SQLAlchemy, ruptures, DeepSpeed, Lightning and submitit absent, every module
+    but the history store and the libraries' own strategy modules imports (the HTML report among them)."""
+    import subprocess
+    import sys
+
+    code = """
+import pkgutil, importlib, sys
+for name in ("sqlalchemy", "ruptures", "psycopg", "deepspeed", "lightning", "accelerate", "submitit"):
+    sys.modules[name] = None  # import fails as if not installed
+import pytest_distperf
+# the history store is the history extra; a library's strategy module is imported only for that library's jobs
+needs_extra = {"pytest_distperf.store.history.store", "pytest_distperf.store.history.schema",
+               "pytest_distperf.strategies.deepspeed", "pytest_distperf.strategies.lightning_fabric",
+               "pytest_distperf.strategies.lightning_trainer"}
+failed = []
+for m in pkgutil.walk_packages(pytest_distperf.__path__, "pytest_distperf."):
+    if m.name in needs_extra:
+        continue
+    try:
+        importlib.import_module(m.name)
+    except ImportError as e:
+        failed.append(f"{m.name}: {e}")
+print("\\n".join(failed))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"modules that need an extra to import:\n{out.stdout}"

@@ -12,10 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.store.history import changepoints
-from pytest_distperf.store.history.store import HistoryStore, SeriesKey, SeriesRow
+
+if TYPE_CHECKING:  # the store needs the history extra (SQLAlchemy); a report's trend chart must not
+    from pytest_distperf.store.history.store import HistoryStore, SeriesKey, SeriesRow
 
 ENVIRONMENT_FIELDS = ("torch", "deepspeed", "host")
 
