@@ -62,7 +62,7 @@ import pytest_distperf
 # the history store is the history extra; a library's strategy module is imported only for that library's jobs
 needs_extra = {"pytest_distperf.store.history.store", "pytest_distperf.store.history.schema",
                "pytest_distperf.strategies.deepspeed", "pytest_distperf.strategies.lightning_fabric",
-               "pytest_distperf.strategies.lightning_trainer"}
+               "pytest_distperf.strategies.lightning_trainer", "pytest_distperf.strategies.accelerate"}
 failed = []
 for m in pkgutil.walk_packages(pytest_distperf.__path__, "pytest_distperf."):
     if m.name in needs_extra:
