@@ -9,8 +9,8 @@ echo "== build-ops"; python -m pytest_distperf build-ops 2>&1 | tail -5
 echo "== set-up took $((SECONDS - start)) s"
 # the op builds' ninja files, to compare with what the ranks leave there (a rank must load, not rebuild)
 ext=$(python -c "from pytest_distperf.strategies.ds_ops import cache_dir; print(cache_dir())")
-save_ninja() { mkdir -p "$OUT/ninja-$1"; for f in "$ext"/*/build.ninja "$ext"/*/.ninja_log; do
-  [ -e "$f" ] && cp "$f" "$OUT/ninja-$1/$(basename "$(dirname "$f")")$(basename "$f")"; done; ls -la --time-style=+%T "$ext"/*/*.so >> "$OUT/ninja-$1/so.txt" 2>&1; }
+save_ninja() { head -n 400 "$ext"/*/build.ninja "$ext"/*/.ninja_log > "$OUT/ninja-$1.txt" 2>&1
+  ls -la --time-style=+%T "$ext"/*/*.so >> "$OUT/ninja-$1.txt" 2>&1; }
 save_ninja set-up
 t=$SECONDS
 timeout $((${LIMIT:-590} - SECONDS)) python -m pytest --distperf -m zero3 --distperf-world-size 1 --distperf-session-budget ${BUDGET:-420} \
