@@ -5,9 +5,13 @@ import os
 import pytest
 from records import DDP_PERF_TEST
 
+from pytest_distperf.strategies import ds_ops  # noqa: E402
+
 # pytester points HOME at a fresh folder for every inner run, so DeepSpeed would JIT-build its ops
-# (cpu_adam: a minute or more) again in each one. One build cache for the whole session:
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions"))
+# (cpu_adam: a minute or more) again in each one. One build cache for the whole session: the folder torch
+# builds in by default, which `build-ops` fills. (This conftest loads in any session that collects tests/,
+# README's main job too: another folder here made every DeepSpeed offload job there build its op again.)
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", ds_ops.cache_dir())
 
 # The plugin loads torch only when a distperf test runs. pytester's in-process runs restore sys.modules
 # afterwards, which would drop a torch first imported inside an inner run, and a second import of torch's

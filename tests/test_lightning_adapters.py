@@ -12,6 +12,7 @@ import os
 import pytest
 
 from pytest_distperf import strategies
+from pytest_distperf.strategies import ds_ops
 
 from pytest_distperf.rank import breakdown
 from pytest_distperf.decide.checks import Comparison, DistPerfCheckFailed
@@ -43,7 +44,7 @@ def test_trains_like_raw_ddp(distperf):
 
 # pytester points HOME at a fresh folder, which would make DeepSpeed JIT-build its CPU Adam op again
 # (minutes) in every inner run: keep the ranks on the user's op cache, read before any test changes HOME.
-TORCH_EXTENSIONS_DIR = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
+TORCH_EXTENSIONS_DIR = ds_ops.cache_dir()
 
 DS_OPTIMIZER_HELPERS = """
 import deepspeed
