@@ -57,6 +57,19 @@ def _label(job: JobSpec) -> str:
     return job.describe() + injection_suffix(job)
 
 
+def _job_keywords(strategy: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """run()/measure()'s keywords are job()'s; a strategy's own option passed among them is named, with where it goes."""
+    import inspect
+
+    known = inspect.signature(DistPerf.job).parameters
+    unknown = sorted(k for k in kwargs if k not in known)
+    if unknown:
+        given = ", ".join(f"{k!r}: {kwargs[k]!r}" for k in unknown)
+        raise UsageError(f"distperf job {strategy!r}: {', '.join(unknown)} is not a keyword of job(); a strategy's "
+                         f"own options go in options={{{given}}}")
+    return kwargs
+
+
 def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
     """A call that launches jobs: a job the session budget stopped (SessionBudgetSpent) skips the test, noted out
     of budget (fails with --distperf-strict). Adaptive repeats catch it first: their verdict stands."""
@@ -285,7 +298,7 @@ class DistPerf:
         return self._measured(strategy, repeats or self.plan.repeats, kwargs, adaptive=True)
 
     def _measured(self, strategy: str | JobSpec, repeats: int, kwargs: dict, adaptive: bool) -> list[RunResult]:
-        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **kwargs)
+        job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **_job_keywords(strategy, kwargs))
         label, runs = _label(job), [self._run(job) for _ in range(repeats)]
         self._record_run(label, runs)
 

@@ -138,7 +138,7 @@ import test_cpu_jobs
 ])
 def test_strategy_on_cpu(distperf, strategy, options):
     assert distperf.device == "cpu"
-    distperf.run(strategy, steps=2, warmup=1, **options)
+    distperf.run(strategy, steps=2, warmup=1, options=options)
 
 @pytest.mark.distperf(world_size=2)
 def test_library_choices(distperf):

@@ -104,6 +104,18 @@ def test_local_function_is_rejected(pytester):
     result.stdout.fnmatch_lines(["*run_function needs a module-level function*"])
 
 
+
+def test_a_strategy_option_among_the_jobs_keywords_is_named_with_where_it_goes(pytester):
+    pytester.makepyfile("""
+        def test_fn(distperf):
+            distperf.run("deepspeed", steps=2, stage=3)
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*UsageError: distperf job 'deepspeed': stage is not a keyword of job(); "
+                                 "a strategy's own options go in options={'stage': 3}*"])
+    result.assert_outcomes(failed=1)
+
+
 @pytest.mark.slow
 def test_two_strategies_on_the_same_data_give_matching_losses(pytester):
     pytester.makepyfile("""
