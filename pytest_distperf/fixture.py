@@ -58,7 +58,7 @@ def _label(job: JobSpec) -> str:
 
 
 def _job_keywords(strategy: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """run()/measure()'s keywords are job()'s; a strategy's own option passed among them is named, with where it goes."""
+    """run()/measure()'s keywords are job()'s; a strategy's own option among them is named, with where it goes."""
     import inspect
 
     known = inspect.signature(DistPerf.job).parameters

@@ -20,7 +20,7 @@ from pytest_distperf.store.baselines import JobEntry, MetricSeries
 from pytest_distperf.spec.settings import SettingsError
 from pytest_distperf.decide.policy import Policy, policy_for
 from pytest_distperf.decide.regression import decide_job
-from pytest_distperf.decide.verdicts import Resolution, decide_metric, describe_verdict, is_failing
+from pytest_distperf.decide.verdicts import DetectableChange, decide_metric, describe_verdict, is_failing
 from pytest_distperf.report.terminal import render
 from pytest_distperf.report.document import TestDocument
 
@@ -402,7 +402,7 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", BaselineNoisyWarning)
         landing = gate.finish(test_passed=True)
-    saved = {r.metric: r for r in landing.records if isinstance(r, Resolution)}
+    saved = {r.metric: r for r in landing.records if isinstance(r, DetectableChange)}
     # counts are exact: nothing to resolve; on CPU memory is decided on the training state, and host RSS growth,
     # stored beside it, is never decided on: nothing said of it either
     assert set(saved) == {"step_time", "train_memory"}
@@ -411,10 +411,10 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     quiet = saved["step_time"]
     assert quiet.can_pass and 0.05 < quiet.fails_above < 0.08 and quiet.candidate_runs == 12
     assert quiet.file == os.path.relpath(gate.path, tmp_path) and quiet.test == "t.py::test_x"
-    from pytest_distperf.decide.verdicts import resolutions
+    from pytest_distperf.decide.verdicts import detectable_changes
     from pytest_distperf.store.baselines import metrics_from_runs
     from pytest_distperf.decide.decision import Design
-    assert resolutions("j", metrics_from_runs([]), Policy(), Design()) == []  # a job that never ran: nothing said
+    assert detectable_changes("j", metrics_from_runs([]), Policy(), Design()) == []  # a job that never ran: nothing said
 
     # a burst of other load through the save: said when it is saved, with what it costs
     _, gate = make_gate(tmp_path, save=True)
@@ -424,7 +424,7 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
                       r"step_time recorded over 6 run\(s\), run-to-run 4\d.\d%: against 6 run\(s\) as spread, a "
                       r"change fails above \+\d+.\d%, and an unchanged job cannot pass the \+5.0% limit"):
         landing = gate.finish(test_passed=True)
-    noisy = next(r for r in landing.records if isinstance(r, Resolution) and r.metric == "step_time")
+    noisy = next(r for r in landing.records if isinstance(r, DetectableChange) and r.metric == "step_time")
     assert not noisy.can_pass and noisy.fails_above > 0.5
     lines = "\n".join(render([TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records)]))
     assert "no baseline yet" not in lines  # it was just saved

@@ -335,10 +335,10 @@ def test_an_oversized_or_symlinked_baseline_is_refused_saying_which(tmp_path, mo
 
 
 def test_a_huge_resolution_factor_prints_sanely():
-    from pytest_distperf.decide.verdicts import Resolution
+    from pytest_distperf.decide.verdicts import DetectableChange
     from pytest_distperf.report.terminal import _saved_row
 
-    r = Resolution("ddp tiny x2 cpu", "step_time", 3, 0.9, 12, 0.05, 2.4e21)
+    r = DetectableChange("ddp tiny x2 cpu", "step_time", 3, 0.9, 12, 0.05, 2.4e21)
     assert "> +1000" in r.fails_above_text() and "e+" not in r.text() and "2400000" not in r.text()
     row = _saved_row("t.py::test_slow", r.saved_as("t.py::test_slow", "f.json"))
     assert row[6] == "> +1000.0%" and "×/÷>1000" in row[7]

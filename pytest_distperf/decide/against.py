@@ -27,7 +27,7 @@ from typing import Any, Callable
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import GateContext, Landing, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
 from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
                                              is_failing, job_metrics, secondary_text)
 from pytest_distperf.store.baselines import job_identity, metrics_from_runs
@@ -264,7 +264,7 @@ class AgainstGate:
                 False, progress, paired.label, against="head vs base", unit="pairs")
         return self._decide(paired)
 
-    def finish(self, test_passed: bool) -> Landing:
+    def finish(self, test_passed: bool) -> GateOutcome:
         verdicts = [v for job in self.jobs.values() for v in self._decide(job)]
         records: list[Any] = [replace(v.landed(self.policy), reference=self.checkout.label(),
                                       head_commit=self.checkout.head_commit, base_commit=self.checkout.base_commit)
@@ -279,4 +279,4 @@ class AgainstGate:
             message = "\n".join(lines)
         context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),
                               environment=self.environment, against=self.checkout.to_json())
-        return Landing(bool(failing), message, props, context, records)
+        return GateOutcome(bool(failing), message, props, context, records)

@@ -26,8 +26,9 @@ from pytest_distperf.store.baselines import (BaselineError, BaselineFile, Baseli
 from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
-from pytest_distperf.decide.verdicts import (MetricVerdict, Resolution, decide_metric, describe_verdict, is_failing,
-                                             is_pending, job_metrics, property_text, resolutions, secondary_text)
+from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
+                                             detectable_changes, is_failing, is_pending, job_metrics, property_text,
+                                             secondary_text)
 from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
@@ -166,7 +167,7 @@ class GateContext:
 
 
 @dataclass
-class Landing:
+class GateOutcome:
     """What the test's report gets: failure or not, the message, JUnit properties, the context its verdicts
     were decided in and the final verdict records (decided on all the runs the test's jobs had when it ended)."""
 
@@ -174,7 +175,7 @@ class Landing:
     message: str | None
     properties: list[tuple[str, str]] = field(default_factory=list)
     context: GateContext | None = None
-    records: list[MetricVerdict | Resolution] = field(default_factory=list)  # report/document.py's records
+    records: list[MetricVerdict | DetectableChange] = field(default_factory=list)  # report/document.py's records
 
 
 class Gate(Protocol):
@@ -196,7 +197,7 @@ class Gate(Protocol):
         verdicts as they stand; finish() decides again on all the runs."""
         ...
 
-    def finish(self, test_passed: bool) -> Landing:
+    def finish(self, test_passed: bool) -> GateOutcome:
         """The test ended: every job decided on all its runs; what the test's report gets (and, where the gate
         saves, the saved baseline)."""
         ...
@@ -291,37 +292,37 @@ class BaselineGate:
                                                   clock or Clock(), self.save_mode, progress, m.label)
         return self._decide(m)
 
-    def finish(self, test_passed: bool) -> Landing:
+    def finish(self, test_passed: bool) -> GateOutcome:
         """Decide every job on all its runs; save (with --distperf-save, when the test passed) or decide
         whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
         self.verdicts = [v for m in self.jobs.values() if m.runs for v in self._decide(m)]
         context = self._context()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
-        records: list[MetricVerdict | Resolution] = [v.landed(self.policy, enforced=not self.save_mode)
+        records: list[MetricVerdict | DetectableChange] = [v.landed(self.policy, enforced=not self.save_mode)
                                                      for v in self.verdicts]
         if self.save_mode:
             if not test_passed or not self.jobs:
-                return Landing(False, None, props, context, records)
+                return GateOutcome(False, None, props, context, records)
             jobs = {key: JobEntry(label=key, config_hash=self.identity[key][1], config=self.identity[key][2],
                                   metrics=metrics_from_runs(m.runs)) for key, m in self.jobs.items()}
             try:
                 saved = context.saved = self._save(jobs)
             except BaselineError as e:
-                return Landing(True, f"distperf --distperf-save: {e}", props, context, records)
+                return GateOutcome(True, f"distperf --distperf-save: {e}", props, context, records)
             props.append(("distperf.baseline.saved", saved))
-            return Landing(False, None, props, context, records + self._resolutions(saved, jobs))
+            return GateOutcome(False, None, props, context, records + self._detectable_changes(saved, jobs))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
                 warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
                                                    f"{v.note}"), stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
-        return Landing(bool(failing), self._message(failing) if failing else None, props, context, records)
+        return GateOutcome(bool(failing), self._message(failing) if failing else None, props, context, records)
 
-    def _resolutions(self, path: str, jobs: dict[str, JobEntry]) -> list[Resolution]:
+    def _detectable_changes(self, path: str, jobs: dict[str, JobEntry]) -> list[DetectableChange]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
         rel = os.path.relpath(path, self.session.rootdir)
         found = [r for key, entry in jobs.items()
-                 for r in resolutions(key, entry.metrics, self.policy, self.budget.design(), self.device)]
+                 for r in detectable_changes(key, entry.metrics, self.policy, self.budget.design(), self.device)]
         for r in found:
             if not r.can_pass:
                 warnings.warn(BaselineNoisyWarning(

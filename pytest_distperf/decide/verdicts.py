@@ -16,7 +16,7 @@ against the stored runs, unpaired (the stored runs are fixed; only the candidate
 - no baseline (file, job or metric): "new" -- a failure only with --distperf-require-baseline; a job
   whose configuration hash changed: "not comparable", never "regression".
 
-What a saved baseline's runs let later verdicts resolve: `resolutions` (decision.unpaired_resolution).
+What a saved baseline's runs let later verdicts resolve: `detectable_changes` (decision.unpaired_resolution).
 
 The decision functions are pure; decide/regression.py's gate applies them to a test's jobs.
 """
@@ -166,7 +166,7 @@ def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") 
 
 
 @dataclass
-class Resolution:
+class DetectableChange:
     """What a saved baseline lets the gate decide for one time or memory metric, against as many candidate runs
     as the budget allows, spread as the stored runs are (decision.unpaired_resolution)."""
 
@@ -209,7 +209,7 @@ class Resolution:
     def factor_text(self) -> str:
         return fmt_factor(self.factor)
 
-    def saved_as(self, test: str, path: str) -> "Resolution":
+    def saved_as(self, test: str, path: str) -> "DetectableChange":
         """This resolution as its test's record: the test and the baseline file it was saved to."""
         return replace(self, test=test, file=path)
 
@@ -218,7 +218,7 @@ class Resolution:
                 "fails_above_text": self.fails_above_text(), "factor_text": self.factor_text()}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Resolution":
+    def from_json(cls, d: Mapping[str, Any]) -> "DetectableChange":
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -232,8 +232,8 @@ def fmt_factor(factor: float | None) -> str:
     return "-" if factor is None else (">1000" if factor > 1000 else f"{factor:.2f}")
 
 
-def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design,
-                device: str | None = None) -> list[Resolution]:
+def detectable_changes(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design,
+                device: str | None = None) -> list[DetectableChange]:
     """The time and memory metrics of a job about to be saved that the gate decides (job_metrics), each with what
     it will let the gate decide."""
     out = []
@@ -242,7 +242,7 @@ def resolutions(job: str, metrics: dict[str, MetricSeries], policy: Policy, desi
         if series.kind == "count" or not series.runs:
             continue
         limit, _ = limit_of(series, policy, name)
-        out.append(Resolution(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
+        out.append(DetectableChange(job=job, metric=name, runs=len(series.runs), run_cv=series.variation,
                               candidate_runs=design.max_pairs, limit=limit, factor=_reach(series, design)))
     return out
 

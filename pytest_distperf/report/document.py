@@ -4,7 +4,7 @@ controller, that every report reads.
 A test's records are made in the ranks' parent (fixture.py, decide/): each job as the test ended (`JobRecord`:
 its figures and runs), its checks (`decide.checks.Check`), its baseline verdicts (`decide.verdicts.MetricVerdict`),
 its probes (`rank.probes.results.ProbeSummary`), what a saved baseline lets the gate decide
-(`decide.verdicts.Resolution`) and the context its verdicts were decided in (`decide.regression.GateContext`).
+(`decide.verdicts.DetectableChange`) and the context its verdicts were decided in (`decide.regression.GateContext`).
 They cross the xdist boundary as their JSON (`to_json`, the report attributes `distperf_records` and
 `distperf_context`), and `TestDocument.from_records` makes them typed again, once. The JSON report is
 `SessionDocument.to_json` (each job once, `tests[].jobs[]`); `SessionDocument.from_json` reads one back (the HTML
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
-from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
+from pytest_distperf.decide.verdicts import MetricVerdict, DetectableChange
 from pytest_distperf.decide.regression import GateContext
 from pytest_distperf.figures.quantities import SCOPES, JobFigures, job_figures
 from pytest_distperf.rank.probes.results import ProbeSummary
@@ -72,7 +72,7 @@ class JobRecord:
                    {str(k): str(v) for k, v in (d.get("departures") or {}).items()})
 
 
-Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, Resolution]
+Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, DetectableChange]
 
 
 def record_from_json(d: Mapping[str, Any]) -> Record:
@@ -87,7 +87,7 @@ def record_from_json(d: Mapping[str, Any]) -> Record:
     if kind == "probe":
         return ProbeSummary.from_json(d)
     if kind == "baseline_saved":
-        return Resolution.from_json(d)
+        return DetectableChange.from_json(d)
     raise ValueError(f"distperf record: kind must be job, check, baseline, probe or baseline_saved, got {kind!r}")
 
 
@@ -102,7 +102,7 @@ class TestDocument:
     checks: list[Check] = field(default_factory=list)
     verdicts: list[MetricVerdict] = field(default_factory=list)
     probes: list[ProbeSummary] = field(default_factory=list)
-    saved: list[Resolution] = field(default_factory=list)
+    saved: list[DetectableChange] = field(default_factory=list)
     context: GateContext | None = None  # the machine class, the baseline or base checkout; None: none read
     message: str | None = None  # the failure text
     failure: str | None = None  # the failure's reason, one line (session.failure_text)
@@ -148,7 +148,7 @@ class TestDocument:
             self.verdicts.append(record)
         elif isinstance(record, ProbeSummary):
             self.probes.append(record)
-        elif isinstance(record, Resolution):
+        elif isinstance(record, DetectableChange):
             self.saved.append(record)
         else:
             raise TypeError(f"distperf record: {type(record).__name__} is not a record")

@@ -10,7 +10,7 @@ from pytest_distperf.figures.wording import pair_to_pair, short_test
 from pytest_distperf.figures.quantities import TIME_PARTS, JobFigures, time_split_text
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
-from pytest_distperf.decide.verdicts import MetricVerdict, Resolution
+from pytest_distperf.decide.verdicts import MetricVerdict, DetectableChange
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.report.document import TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
@@ -234,7 +234,7 @@ def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
 
 
 def _saved_section(tests: list[TestDocument]) -> list[str]:
-    """What each baseline just saved lets the gate decide (decide/verdicts.Resolution)."""
+    """What each baseline just saved lets the gate decide (decide/verdicts.DetectableChange)."""
     rows = [_saved_row(t.nodeid, r) for t in tests for r in t.saved]
     if not rows:
         return []
@@ -259,7 +259,7 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
     return lines
 
 
-def _saved_row(nodeid: str, r: Resolution) -> list[str]:
+def _saved_row(nodeid: str, r: DetectableChange) -> list[str]:
     """One metric of a job just saved: what its stored runs let the gate decide."""
     cv = "-" if r.run_cv is None else f"{r.run_cv:.1%}"
     passes = "yes" if r.can_pass else ("no: too few runs" if r.factor is None else f"no: interval ×/÷{r.factor_text()}")
