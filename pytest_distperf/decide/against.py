@@ -1,16 +1,13 @@
 """Head against base in one session (--distperf-against=REF): every job runs as interleaved pairs, the job on
 HEAD's code and on REF's, and each gated metric is decided on the pairs by the decision core.
 
-The stored-baseline gate compares today's runs with runs recorded days earlier, unpaired: a machine whose speed
-drifted in between reads an unchanged job as slower. Pairs run back to back (head then base, base then head
-next) cancel the drift common to a pair, as a ratio check between two strategies does (decide/decision.py,
-paired). The per-metric limits are the gate's (verdicts.limit_of: time +5 %, memory, exact counts).
+Pairs run back to back cancel the machine drift that unpaired runs against stored baselines read as a change.
+The per-metric limits are the gate's (verdicts.limit_of).
 
 The base side is a `git worktree` of REF (the merge base of REF and HEAD unless --distperf-against-exact) in a
-temporary folder. Its ranks import the project from there (each sys.path entry inside the repository moved to
-the worktree, its root and src/ first), while the harness stays HEAD's: a folder holding only a link to this
-package comes before them. What cannot be compared says so and never reads as a regression of HEAD: a REF that
-does not exist (a usage error), a project with compiled extensions built in place, a test file that does not
+temporary folder. Its ranks import the project from there (sys.path entries inside the repository moved to the
+worktree), while the harness stays HEAD's. What cannot be compared says so and never reads as a regression of
+HEAD: a REF that does not exist (a usage error), compiled extensions built in place, a test file that does not
 exist at REF ("new"), a job that fails on the base side ("not comparable", with the error).
 """
 

@@ -1,33 +1,19 @@
 """The one decision core: an interval of a ratio, and PASS / FAIL / INCONCLUSIVE decided on it.
 
-Every verdict of the plugin goes through here: ratio checks between two strategies ("A within 1.1x
-of B"), probe checks, and the baseline gate (candidate against stored runs). Pure Python over numbers.
+Every verdict goes through here: ratio checks between two strategies, probe checks, and the baseline gate.
+The intervals are repeated confidence intervals of a group-sequential design on log ratios
+(decide/sequential.py: looks, spending, bound; decide/stopping.py: the stopping rule): a decision taken at
+whichever look stops the sequence is wrong with probability <= 1 % per direction.
 
-The procedure: repeated confidence intervals (RCIs) of a two-sided group-sequential design with a few
-*planned* looks, Pocock-type error spending, and a Bonferroni bound over the looks, on log ratios
-(decide/sequential.py: the looks, the spending, the bound; decide/stopping.py: the stopping rule).
-A decision taken at whichever look stops the sequence is wrong with probability <= 1 % per direction.
+- paired: interleaved runs A B, B A, ...: d_i = log(a_i / b_i); drift common to a pair cancels.
+- unpaired: candidate runs against fixed stored runs: the log ratio of the geometric means, Welch's standard
+  error, Hsu's conservative df min(n, m) - 1 (Mickey and Brown 1966). A few candidate runs against many quiet
+  stored runs are nearly a one-sample t test, whose tail runs above its level for skewed log values (Pearson
+  and Please 1975), so unpaired intervals spend UNPAIRED_SHARE of the error. A side with a single run has no
+  variance: the interval is unbounded unless the other side showed none at all (a deterministic metric),
+  where it is the point.
 
-- Unpaired: Welch's statistic against t with Hsu's df min(n, m) - 1 is conservative under normality
-  (Mickey and Brown 1966, Ann. Math. Statist. 37:639-642). A few candidate runs against many quiet stored
-  runs are nearly a one-sample t test, whose tail runs above the nominal level for skewed log values
-  (Pearson and Please 1975, Biometrika 62:223-241), so unpaired intervals spend UNPAIRED_SHARE of the error.
-  Simulated operating characteristic (false FAILs / PASSes, first-look power, the skewed cases beyond the
-  contract): benchmarks/decision_power.py, results in benchmarks/results/decision-power.md;
-  tests/test_decision.py checks the paired and unpaired cases.
-
-Two ways to form the log ratios:
-- paired: interleaved runs of A and B (A B, then B A, ...), d_i = log(a_i / b_i). Drift common to the
-  two runs of a pair cancels: sd(d) = CV sqrt(2 (1 - rho)), rho the correlation of a pair's runs.
-- unpaired: candidate runs against stored baseline runs, which cannot be paired. The log ratio of the
-  geometric means with Welch's standard error and Hsu's conservative degrees of freedom
-  min(n, m) - 1. A side with a single run has no variance: the interval is unbounded unless the other
-  side showed no variance at all (a deterministic metric such as CUDA peak allocated), where it is the
-  point. The stored runs are fixed; only the candidate side grows (its planned looks count candidate
-  runs), so a baseline of few runs bounds what the gate can resolve (2 stored runs leave 1 df at every look).
-
-Decision against a limit L ("at_most": ratio <= L is good): PASS when hi <= L, FAIL when lo > L,
-INCONCLUSIVE while the interval holds L.
+Against a limit L ("at_most": ratio <= L is good): PASS when hi <= L, FAIL when lo > L, else INCONCLUSIVE.
 """
 
 from __future__ import annotations

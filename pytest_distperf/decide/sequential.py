@@ -1,28 +1,18 @@
 """The group-sequential boundaries of the decision core (decide/decision.py): the planned looks, the error
-spent at each (Lan-DeMets Pocock-type spending) and the Student's t quantiles they need (no scipy). Pure
-Python over numbers. The alternatives the benchmarks weigh it against are in benchmarks/sequential_methods.py;
-the critical values and power of each design are in benchmarks/results/decision-power.md.
+spent at each (Lan-DeMets Pocock-type spending) and the Student's t quantiles they need (no scipy).
 
-- Looks. The design looks at the first look n_1 (the test's repeats, 3 by default) and then at doubled
-  pair counts up to the budget N (`planned_looks`: 3 -> 6 -> 12 for N = 12). Between planned looks it
-  does not look: an estimate taken at n pairs, n_k <= n < n_(k+1), is the one of look k, over the first
-  n_k pairs, and the adaptive loops add pairs up to the next planned look before looking again. So however
-  often, and by however many tests sharing the runs, a quantity is looked at, only the K planned tests are
-  ever made on it. Few looks leave an early look able to decide (Jennison and Turnbull 2000, ch. 2: most
-  of a sequential design's saving comes with its first few looks; Pocock 1977 used 2-5).
-- Spending. Lan and DeMets (1983), Biometrika 70:659-663: alpha(t) = alpha ln(1 + (e - 1) t), t the
-  information fraction (n / N paired; (1/m + 1/N) / (1/m + 1/n) against m stored runs), the continuous
-  form of Pocock (1977), Biometrika 64:191-199. It gives the first look more of the error than the
-  Kim-DeMets power family alpha t^rho (rho >= 1), so a clear effect is decided at 3 pairs; the price is
-  a slightly wider last look.
-- The bound over looks. Each look k gets the nominal one-sided level p_k = alpha(t_k) - alpha(t_(k-1))
-  and its interval is  mean +- t_(p_k, df_k) SE_k  with the look's own variance estimate. By Bonferroni's
-  inequality all K intervals hold the ratio with probability >= 1 - 2 sum p_k = 98 %, whatever the
-  correlation of the looks: the spending bounds the error without an approximation.
-
-Alternatives weighed: Wald's SPRT and always-valid confidence sequences (Howard, Ramdas, McAuliffe and
-Sekhon 2021, Ann. Statist. 49:1055-1080) allow a look after every pair, but with an unknown variance and
-3-12 observations they are wider than a t interval of a few planned looks.
+- Looks: the first look n_1 (the test's repeats), then doubled pair counts up to the budget N
+  (`planned_looks`: 3 -> 6 -> 12 for N = 12). An estimate taken at n pairs, n_k <= n < n_(k+1), is the one of
+  look k, over the first n_k pairs: however often, and by however many tests, a quantity is looked at, only
+  the K planned tests are made on it. Few looks leave an early look able to decide (Jennison and Turnbull
+  2000, ch. 2).
+- Spending: Lan and DeMets (1983), Biometrika 70:659-663: alpha(t) = alpha ln(1 + (e - 1) t), t the
+  information fraction (n / N paired; (1/m + 1/N) / (1/m + 1/n) against m stored runs), the continuous form
+  of Pocock (1977). It gives the first look more of the error than the power family alpha t^rho, so a clear
+  effect is decided at 3 pairs.
+- The bound over looks: look k gets the one-sided level p_k = alpha(t_k) - alpha(t_(k-1)) and the interval
+  mean +- t_(p_k, df_k) SE_k with its own variance estimate. By Bonferroni all K intervals hold the ratio
+  with probability >= 1 - 2 sum p_k = 98 %, whatever the correlation of the looks.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The stopping rule of adaptive repeats, and its budget: look; while undecided, add pairs (or runs) up to
 the next planned look of the group-sequential design (decide/sequential.py) and look again.
 
-Between planned looks the rule does not look, so however often, and by however many tests sharing the
-runs, a quantity is looked at, only the design's planned tests are ever made on it, and a decision taken
-at whichever look stops the sequence -- "stop as soon as decided" -- keeps the repeated intervals' error
-bound (decide/decision.py; the design and its sources, Jennison and Turnbull 2000 and Lan and DeMets 1983,
-in decide/sequential.py). `look_until` is the one loop: `until_decided` (one quantity's verdict) and
+Only the design's planned looks are ever made, so "stop as soon as decided" keeps the repeated intervals'
+error bound. `look_until` is the one loop: `until_decided` (one quantity's verdict, within a budget of pairs,
+wall-clock seconds, the session's deadline and the test's share of it) and
 decide/regression.until_job_decided (a job's baseline verdicts) call it.
-
-`until_decided` adds pairs (or runs) up to the next planned look while INCONCLUSIVE, within a budget of
-pairs, of wall-clock seconds, of the session's deadline and of the test's share of it (`session_share`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Lightning's `Trainer` running the workload under DDP, FSDP or DeepSpeed.
 
-`Trainer.fit` owns the loop, so `run_loop` runs it once on the rank's main thread (where its users run it;
-`fit` on a second thread made CPU-offloaded optimizer steps much slower: benchmarks/seed004_reporter.py
---fit-thread; benchmarks/results/seed004-1xh200.md) and the worker's measurement on a second thread. A gate in
-`on_train_batch_start` waits for `step()` to hand in a batch and releases the loop for one iteration;
-`step()` returns when the loop is back at the gate, so one timed step is one full iteration of the loop
-(what a user's it/s counts). Setup happens before the first gate, so it lands in build time. The dataloader
-yields only step numbers: the gate hands over the worker's own batches, already on the device.
-
-Under the controlled launch Lightning picks TorchElasticEnvironment and reuses the worker's process group
-(both checked after setup); launched as its users launch it, `fit` in rank 0 starts the other ranks.
-Progress bar, logger, checkpointing, summary, sanity and validation loops are off. Engines, precision and
-optimizer are the raw adapters' (frontend.lightning_engine). `close()` makes the gate return -1, which ends
-the epoch, so `fit` returns through Lightning's own teardown while the process group is up; a loop that
-fails wakes the measurement, and the rank raises the loop's error.
+`Trainer.fit` owns the loop, so `run_loop` runs it on the rank's main thread (where its users run it; on a
+second thread CPU-offloaded optimizer steps ran much slower) and the worker's measurement on a second thread.
+A gate in `on_train_batch_start` waits for `step()` to hand in a batch and releases the loop for one
+iteration, so one timed step is one full iteration of the loop. Setup happens before the first gate (build
+time). `close()` makes the gate return -1, which ends the epoch, so `fit` returns through Lightning's own
+teardown while the process group is up; a loop that fails wakes the measurement, and the rank raises its error.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Step changes in one metric's series of sessions (oldest first).
 
-The method is E-divisive with a t-test, as MongoDB (Daly et al., ICPE 2020) and Apache Otava use it: split a
-segment where a change is most likely, keep the split only when the values before and after differ by a
-Student/Welch t-test at p <= `alpha` (0.001 by default, Otava's), recurse into both halves, then re-test every
-kept split against its neighbours' segments and drop the weakest until all hold.
+E-divisive with a t-test, as MongoDB (Daly et al., ICPE 2020) and Apache Otava use it: split a segment where a
+change is most likely (ruptures' `Binseg.single_bkp` with the bounded RBF kernel cost, so one outlying session
+does not pull the split to itself), keep the split only when a Welch t-test gives p <= `alpha`, recurse into
+both halves, then re-test every kept split against its neighbours' segments and drop the weakest until all hold.
+(Otava itself pins numpy and scipy versions a torch install would be downgraded by; ruptures needs only those.)
 
-The split is proposed by `ruptures` (binary segmentation, `Binseg.single_bkp`, with the RBF kernel cost: a kernel
-two-sample statistic like E-divisive's energy distance, and bounded, so one outlying session does not pull the
-split to itself). Apache Otava itself pins numpy 2.2.0 and scipy < 1.17 and brings BigQuery, Slack and Graphite
-clients along, which would downgrade the numpy a torch install already has; ruptures needs only numpy and scipy.
-
-The p-value is the t-test's at the chosen split, not corrected for the search over splits (as in Otava), so it
-reads smaller than a fixed-split test's would: that is why the default `alpha` is strict. A change is found once
-`min_size` sessions exist on each side of it.
+The p-value is not corrected for the search over splits (as in Otava), hence the strict default `alpha`. A
+change is found once `min_size` sessions exist on each side of it.
 """
 
 from __future__ import annotations

@@ -2,18 +2,6 @@
 version (HISTORY, fs/jsonio.Format: the one upgrade mechanism every file of the plugin goes through).
 
 Tables carry a `distperf_` prefix so that a team's shared PostgreSQL database can hold them next to others.
-
-- `distperf_format`: one row, the database's `format_version`.
-- `distperf_sessions`: one row per recorded pytest session: its `session_id` (unique), the SHA-256 of the report
-  document (unique: the same report recorded twice is one session), when the session ended (`created_at`) and
-  when it was recorded, the commit, host and versions (torch, deepspeed, python, cuda) and the whole environment
-  as JSON.
-- `distperf_measurements`: one row per (session, machine class, test, job, metric, run): the run-level value
-  with its unit and direction ('lower' or 'higher' is better), the metric's kind (time | memory | count) and the
-  job's configuration hash, and the other load on the host's cores while that run was timed (the report's
-  `host_other_load_cores`: a noisy session shows as one). A `comms.*` value is per step, per rank (the rank with
-  the most).
-
 `open_schema` creates the tables of a new database, brings an older one up to date (HISTORY's update_to_N steps,
 each a function of the open connection inside the caller's transaction) and refuses a newer one, untouched.
 """

@@ -1,21 +1,14 @@
 """The history database: open it from a URL (schema.open_schema), append sessions, read series back.
 
-Why SQLAlchemy Core (and not sqlite3 + psycopg with a layer of our own): one table definition yields the DDL of
-both SQLite and PostgreSQL (types, auto-increment ids, constraints, indexes), statements are built once and bound
-by each driver's own parameter style, and reflection lets an update step look at the database it upgrades.
-It is a well-kept library (2.x), pure Python at its core, with wheels for every Python the project supports.
-No ORM: the rows are plain dataclasses (ingest.py, trend.py). PostgreSQL is reached through psycopg 3.
-
-Concurrent writers (xdist workers, several CI runners) lose nothing:
-- a session is one transaction (its row and all its measurements, or nothing);
-- session ids are random (uuid4) unless given, and unique in the table; the report's digest is unique too, so
-  the same report recorded twice is stored once (the second call says so);
-- SQLite: every transaction starts with BEGIN IMMEDIATE (it takes the write lock at once, so two writers never
-  deadlock upgrading read locks), waits up to `SQLITE_BUSY_TIMEOUT_S` for the lock, and is retried with backoff
-  when SQLite still answers 'database is locked'. The default rollback journal is kept (WAL needs shared memory
-  that network file systems do not give);
-- PostgreSQL: READ COMMITTED inserts do not conflict; serialization failures and deadlocks (SQLSTATE 40001,
-  40P01) are retried all the same, and schema changes hold an advisory lock.
+SQLAlchemy Core (no ORM): one table definition gives both SQLite's and PostgreSQL's DDL, and reflection lets an
+update step look at the database it upgrades. Concurrent writers (xdist workers, several CI runners) lose nothing:
+- a session is one transaction; session ids are random unless given and unique, and so is the report's digest
+  (the same report recorded twice is stored once);
+- SQLite: BEGIN IMMEDIATE (two writers never deadlock upgrading read locks), a busy timeout of
+  `SQLITE_BUSY_TIMEOUT_S`, retries with backoff; the rollback journal is kept (WAL needs shared memory that
+  network file systems do not give);
+- PostgreSQL: serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried, and schema changes
+  hold an advisory lock.
 """
 
 from __future__ import annotations
