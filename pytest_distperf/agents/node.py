@@ -8,6 +8,7 @@ command is printed first, to reproduce one node by hand.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -105,10 +106,8 @@ def _dump_stacks_on_request(job_dir: str, agent: int) -> None:
         time.sleep(STACKS_POLL_SECONDS)
     for place in jobfiles.read_rank_places(job_dir).values():
         if place.agent == agent:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(place.pid, signal.SIGUSR1)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def agent_index(text: str) -> int:

@@ -16,6 +16,7 @@ ends it; it also dies with the pytest process (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -122,10 +123,8 @@ def run_job(request: dict[str, Any], channel: Channel) -> None:
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 

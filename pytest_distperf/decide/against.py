@@ -13,6 +13,7 @@ exist at REF ("new"), a job that fails on the base side ("not comparable", with 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -105,10 +106,8 @@ class BaseCheckout:
             _git(self.repo_root, "worktree", "remove", "--force", self.worktree)
         except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
             shutil.rmtree(self.worktree, ignore_errors=True)
-            try:
+            with contextlib.suppress(subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
                 _git(self.repo_root, "worktree", "prune")
-            except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
-                pass
         shutil.rmtree(os.path.dirname(self.harness_dir), ignore_errors=True)
 
 

@@ -13,6 +13,7 @@ removed. Reading never follows a symlink, and names the file in every error.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -141,21 +142,17 @@ def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o600, durable: bo
             os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     if not durable:
         return
-    try:  # make the rename itself durable
+    with contextlib.suppress(OSError):  # make the rename itself durable
         dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError:
-        pass
 
 
 def remove_stale_tmp(folder: str) -> list[str]:

@@ -9,6 +9,7 @@ then nobody else can rename or delete the private (0700) job folders made in it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -32,10 +33,8 @@ def make_private_folder(path: str) -> str:
     """Create `path` 0700 when missing (its parents as usual) and check it (check_private_folder)."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     check_private_folder(path)
     return path
 

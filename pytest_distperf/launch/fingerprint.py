@@ -14,6 +14,7 @@ Read in the pytest process without initialising CUDA (NVML only).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import platform
@@ -101,13 +102,11 @@ def network_fabric(sysfs: str = "/sys/class/infiniband") -> str:
 
 
 def cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine() or "unknown"
 
 

@@ -15,6 +15,7 @@ DISTPERF_GPU_CLOCKS_STATE.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import json
 import os
@@ -257,10 +258,8 @@ class SessionClocks:
                               f"`nvidia-smi -rgc` as root does")
             return
         for path in dead:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
         if reset:
             self.notes.append(f"unlocked GPU clocks a killed session left locked: {', '.join(g.uuid for g in reset)}")
 
@@ -327,10 +326,8 @@ class SessionClocks:
                         nvml.nvmlDeviceResetGpuLockedClocks(nvml.nvmlDeviceGetHandleByUUID(g.uuid))
                 finally:
                     nvml.nvmlShutdown()
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
-            except OSError:
-                pass
             if os.environ.get(STATE_ENV) == self.path:
                 del os.environ[STATE_ENV]
             self._restored = True

@@ -31,6 +31,7 @@ objects, so the format stays pickle.)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import hashlib
@@ -273,10 +274,8 @@ def tail(path: str | None, lines: int = 20) -> str:
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Linux: have the kernel kill this process when its parent dies (no orphaned ranks)."""
     if sys.platform.startswith("linux"):
-        try:
+        with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def no_core_dumps() -> None:
@@ -287,14 +286,12 @@ def no_core_dumps() -> None:
     below any core's size. DISTPERF_CORE_DUMPS=1 keeps the limit as it is (to debug a native crash)."""
     if os.environ.get("DISTPERF_CORE_DUMPS") == "1":
         return
-    try:
+    with contextlib.suppress(ImportError, ValueError, OSError):
         import resource
 
         _, hard = resource.getrlimit(resource.RLIMIT_CORE)
         soft = 1 if hard == resource.RLIM_INFINITY or hard >= 1 else 0  # a soft limit cannot exceed the hard one
         resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
-    except (ImportError, ValueError, OSError):
-        pass
 
 
 def write_exit(job_dir: str, rank: int, exited: bool, status: int) -> None:

@@ -375,10 +375,8 @@ def end_tree(proc: Any) -> None:
     # Whatever is left in the agent's process group (it leads its own session): multiprocessing's resource
     # tracker, or a rank whose parent is gone. A group outlives its leader, so this reaches them after the
     # agent has exited and is no longer anyone's parent.
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal(p: psutil.Process, sig: int) -> None:

@@ -9,6 +9,7 @@ test fails with every rank's log. When one agent fails, the others get a short g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
@@ -151,11 +152,9 @@ class _Agents:
                                                     else subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                                     start_new_session=True)
         if key_on_stdin and proc.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):  # the agent died at once: its exit is reported as usual
                 proc.stdin.write(jobfiles.job_key().hex().encode() + b"\n")
                 proc.stdin.close()
-            except OSError:
-                pass  # the agent died at once: its exit is reported as usual
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs.values())

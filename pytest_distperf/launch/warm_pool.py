@@ -10,6 +10,7 @@ and ends both trees alike.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -102,10 +103,8 @@ class WarmJob:
         return self.returncode
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, 9)
-        except ProcessLookupError:
-            pass
 
     def _read(self, timeout: float | None) -> None:
         message = self.agent.receive(timeout)
@@ -177,19 +176,15 @@ class WarmAgent:
         import signal
 
         for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
+            with contextlib.suppress(OSError):
                 pipe.close() if pipe else None
-            except OSError:
-                pass
         try:
             self.proc.wait(STOP_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 _agents: dict[tuple[Any, ...], WarmAgent] = {}

@@ -9,6 +9,7 @@ down at the power or thermal limit, so the reasons are always read. No torch or 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -216,12 +217,10 @@ def _nvml_handle(nvml: Any, device: Any) -> tuple[Any, str]:
                       else nvml.nvmlDeviceGetHandleByPciBusId(key))
         except nvml.NVMLError:
             continue
-        try:
+        with contextlib.suppress(nvml.NVMLError, AttributeError):
             is_mig = nvml.nvmlDeviceIsMigDeviceHandle(handle)  # a ctypes c_uint in pynvml
             if int(getattr(is_mig, "value", is_mig)):
                 handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
-        except (nvml.NVMLError, AttributeError):
-            pass
         return handle, _text(nvml.nvmlDeviceGetUUID(handle))
     raise LookupError(f"no NVML device matches {device} (tried {', '.join(k for _, k in candidates) or 'nothing'})")
 
@@ -264,11 +263,9 @@ class ClockSampler:
         (throttle) name of the same call."""
         newer = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if newer is not None:
-            try:
+            with contextlib.suppress(Exception):  # NVMLError_FunctionNotFound on an older driver
                 newer(handle)
                 return lambda: newer(handle)
-            except Exception:  # NVMLError_FunctionNotFound on an older driver
-                pass
         return lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
     @classmethod

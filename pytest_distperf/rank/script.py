@@ -11,6 +11,7 @@ folder for the script agent; rank 0 waits for the ranks it started before it exi
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -61,11 +62,9 @@ def _wait_for_started_ranks(job_dir: str, world_size: int) -> None:
         started = jobfiles.started_ranks(job_dir)
         ours = set()
         for child in psutil.Process().children():
-            try:
+            with contextlib.suppress(psutil.Error):
                 if child.status() != psutil.STATUS_ZOMBIE:
                     ours.add(child.pid)
-            except psutil.Error:
-                pass
         pending = [pid for rank, pid in started.items() if rank != 0 and pid in ours]
         if not pending and (len(started) >= world_size or not ours):
             return

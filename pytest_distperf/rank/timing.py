@@ -12,6 +12,7 @@ Host memory peaks come from the kernel's high-water mark (VmHWM), which Linux le
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import time
 from dataclasses import dataclass
@@ -101,13 +102,11 @@ class TimedWindow:
 
 
 def _status_kib(field: str) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
-    except OSError:
-        pass
     return None
 
 
