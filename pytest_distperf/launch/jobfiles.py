@@ -222,6 +222,16 @@ def mark_started(job_dir: str, rank: int) -> None:
     write_file(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
 
 
+def start_rank(job_dir: str, rank: int) -> JobSpec:
+    """A rank's first steps: read its job, mark it started, put the job's import path first on sys.path."""
+    job = read_job(job_dir)
+    mark_started(job_dir, rank)
+    for p in reversed(job.sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    return job
+
+
 def mark_returned(job_dir: str, rank: int) -> None:
     write_file(os.path.join(job_dir, f"rank{rank}.returned"), b"")
 

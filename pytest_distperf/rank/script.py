@@ -82,11 +82,7 @@ def main(job_dir: str) -> int:
     else:
         _die_with_rank_zero()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    job = jobfiles.read_job(job_dir)
-    jobfiles.mark_started(job_dir, rank)
-    for p in reversed(job.sys_path):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    job = jobfiles.start_rank(job_dir, rank)
 
     import torch
 

@@ -43,11 +43,7 @@ def rank_main(job_dir: str) -> Any:
     # On a fatal signal (SIGSEGV, SIGABRT, ...) the stacks go to a file the launcher watches: the failure shows
     # them, and a death the agent is slow to report (the kernel still busy with the process) fails the job anyway.
     faulthandler.enable(jobfiles.fatal_report_file(job_dir, rank), all_threads=True)
-    job = jobfiles.read_job(job_dir)
-    jobfiles.mark_started(job_dir, rank)
-    for p in reversed(job.sys_path):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    job = jobfiles.start_rank(job_dir, rank)
 
     if job.device == "cuda":
         device = torch.device("cuda", local_rank)
@@ -221,26 +217,15 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
         step_breakdown = breakdown.collect(trainer, timed)
 
     result = RankResult(
-        rank=rank,
-        step_times=step_times,
+        rank=rank, step_times=step_times,
         losses=[float(x) for x in losses] if all(x is not None for x in losses) else [],
-        cuda_peak_allocated=peaks.allocated if peaks else None,
-        cuda_peak_reserved=peaks.reserved if peaks else None,
-        host_peak_rss=peak_rss,
-        host_rss_before_build=rss_before,
+        cuda_peak_allocated=peaks.allocated if peaks else None, cuda_peak_reserved=peaks.reserved if peaks else None,
+        host_peak_rss=peak_rss, host_rss_before_build=rss_before,
         optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
-        num_params=prepared.num_params,
-        tokens_per_step=prepared.tokens_per_step,
-        build_seconds=build_seconds,
-        build_started_at=build_started_at,
-        warmup_seconds=warmup_seconds,
-        probes=probe_result,
-        step_breakdown=step_breakdown,
-        cpu_window=cpu_window,
-        gpu_window=gpu_window,
-        work=work,
-        extra={"launch": prepare.launch_facts(job, ctx, trainer)},
-    )
+        num_params=prepared.num_params, tokens_per_step=prepared.tokens_per_step, build_seconds=build_seconds,
+        build_started_at=build_started_at, warmup_seconds=warmup_seconds, probes=probe_result,
+        step_breakdown=step_breakdown, cpu_window=cpu_window, gpu_window=gpu_window, work=work,
+        extra={"launch": prepare.launch_facts(job, ctx, trainer)})
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up
         close()
