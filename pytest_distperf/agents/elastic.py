@@ -44,20 +44,12 @@ def main(job_dir: str, warm: bool = False) -> int:
     start_method = "fork" if warm else START_METHODS[job.device]
     entry = rank_main if start_method == "spawn" else forked_rank_entry(warm_rank_setup() if warm else None)
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=job.world_size,
-        run_id=uuid.uuid4().hex,
+        min_nodes=1, max_nodes=1, nproc_per_node=job.world_size, run_id=uuid.uuid4().hex,
         rdzv_backend=rendezvous.BACKEND_NAME,  # torch's dynamic rendezvous, stores on 127.0.0.1:<free port>
-        rdzv_endpoint=f"{rendezvous.LOOPBACK}:0",
-        rdzv_configs={"timeout": 120},
-        local_addr=rendezvous.LOOPBACK,
-        max_restarts=0,
-        monitor_interval=0.1,
-        start_method=start_method,
+        rdzv_endpoint=f"{rendezvous.LOOPBACK}:0", rdzv_configs={"timeout": 120}, local_addr=rendezvous.LOOPBACK,
+        max_restarts=0, monitor_interval=0.1, start_method=start_method,
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
-        **_shutdown_grace(LaunchConfig),
-    )
+        **_shutdown_grace(LaunchConfig))
 
     try:
         values = elastic_launch(config, entry)(job_dir)
@@ -145,17 +137,10 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
     """torch elastic's ChildFailedError as RankFailures (also used by the multi-node agent, node_agent.py)."""
     from pytest_distperf.launch import jobfiles
 
-    failures = []
-    for rank, f in sorted(error.failures.items()):
-        sig = None
-        if f.exitcode < 0:
-            try:
-                sig = signal.Signals(-f.exitcode).name
-            except ValueError:
-                sig = str(-f.exitcode)
-        failures.append(jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, signal=sig,
-                                             message=_traceback_text(f.message), timestamp=f.timestamp, host=host))
-    return failures
+    return [jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, host=host, timestamp=f.timestamp,
+                                 signal=jobfiles.signal_name(-f.exitcode) if f.exitcode < 0 else None,
+                                 message=jobfiles.error_text(f.message))
+            for rank, f in sorted(error.failures.items())]
 
 
 def record_rank_exits(job_dir: str) -> None:
@@ -187,7 +172,6 @@ def plain_torch_log_format() -> None:
     exception, which torch elastic logs when a rank fails (benchmarks/results/abort-latency.md). torch elastic's
     and the launcher's records go to a plain handler of their own instead (same stream, same levels)."""
     import logging
-    import sys
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s"))
@@ -202,14 +186,6 @@ def _shutdown_grace(config_cls: type) -> dict[str, int]:
     SIGKILL after this grace instead of torch's default 30 s. Older torch has no such field."""
     names = {f.name for f in dataclasses.fields(config_cls)}
     return {"shutdown_timeout": SHUTDOWN_GRACE_SECONDS} if "shutdown_timeout" in names else {}
-
-
-def _traceback_text(message: object) -> str:
-    """torch elastic gives the rank's error file as a dict, or a plain string without one."""
-    if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        return str(extra.get("py_callstack") or message.get("message") or message)
-    return str(message)
 
 
 if __name__ == "__main__":

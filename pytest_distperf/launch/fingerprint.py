@@ -198,9 +198,5 @@ def git_commit(rootdir: str | None) -> str | None:
 
 def soft_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """'torch 2.5.1 -> 2.6.0' for each version that differs between the baseline and this run."""
-    out = []
-    for key in VERSION_FIELDS:
-        a, b = saved.get(key), current.get(key)
-        if a != b and (a is not None or b is not None):
-            out.append(f"{key} {a or '?'} -> {b or '?'}")
-    return out
+    return [f"{key} {saved.get(key) or '?'} -> {current.get(key) or '?'}" for key in VERSION_FIELDS
+            if saved.get(key) != current.get(key)]

@@ -345,10 +345,15 @@ def read_rank_error(job_dir: str, rank: int) -> str | None:
             message = json.load(f).get("message")
     except (IndexError, OSError, ValueError, AttributeError):
         return None
+    return error_text(message) if isinstance(message, dict) or message else None
+
+
+def error_text(message: object) -> str:
+    """A rank's error as torch elastic gives it: its error file's dict (the traceback), or a plain string."""
     if isinstance(message, dict):
         extra = message.get("extraInfo") or {}
         return str(extra.get("py_callstack") or message.get("message") or message)
-    return str(message) if message else None
+    return str(message)
 
 
 def fatal_report_file(job_dir: str, rank: int) -> Any:

@@ -85,6 +85,9 @@ def _mode(path: str) -> str:
     return f"mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}"
 
 
+_KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "folder", stat.S_IFIFO: "named pipe", stat.S_IFSOCK: "socket"}
+
+
 def _kind(path: str) -> str:
     if os.path.islink(path) and not os.path.exists(path):
         return "broken symbolic link"
@@ -92,12 +95,4 @@ def _kind(path: str) -> str:
         mode = os.stat(path).st_mode
     except OSError:
         return "path that cannot be read"
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "folder"
-    if stat.S_ISFIFO(mode):
-        return "named pipe"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
