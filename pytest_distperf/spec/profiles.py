@@ -2,7 +2,7 @@
 
 A job's `launch` is "controlled" (the default) or "as_user". "as_user" resolves to the launch profile
 of the job's strategy (Strategy.user_launch; a user's own step launches as torchrun does). What differs
-(who starts the ranks, intra-op threads per rank, CPU pinning) is each profile's `says` in PROFILES.
+(who starts the ranks, intra-op threads per rank, CPU pinning) is each profile's fields in PROFILES.
 
 A user's own OMP_NUM_THREADS wins in every profile, as it does for each of these launchers. The
 controlled profile also keeps NCCL's bootstrap on loopback (NCCL_SOCKET_IFNAME=lo); the user
@@ -26,22 +26,14 @@ class LaunchProfile:
     starter: str  # "elastic": the harness's agent runs torch elastic; "script": `python script.py`, the framework starts the rest
     threads: str  # "cores_per_rank" | "one" | "torch_default" | "accelerate" | "framework"
     pin_cpu: bool  # CPU jobs: each rank on its own slice of the cores
-    harness_env: bool  # the harness's own environment settings (NCCL on loopback)
-    says: str  # for reports: how the ranks were started
 
 
 PROFILES: dict[str, LaunchProfile] = {p.name: p for p in (
-    LaunchProfile("controlled", "elastic", "cores_per_rank", True, True,
-                  "torch elastic from the harness; usable cores // ranks threads a rank; CPU ranks pinned"),
-    LaunchProfile("torchrun", "elastic", "one", False, False,
-                  "as torchrun starts it: torch elastic, OMP_NUM_THREADS=1 with more than one rank"),
-    LaunchProfile("deepspeed", "elastic", "torch_default", False, False,
-                  "as the deepspeed launcher starts it: no thread setting, torch's one thread per core in every rank"),
-    LaunchProfile("accelerate", "elastic", "accelerate", False, False,
-                  "as accelerate launch starts it: OMP_NUM_THREADS=1 on CUDA, physical cores // ranks on CPU"),
-    LaunchProfile("lightning", "script", "framework", False, False,
-                  "as Lightning launches it: `python script.py`, Lightning's launcher starts the other ranks and "
-                  "the process group and sets cores // processes threads"),
+    LaunchProfile("controlled", "elastic", "cores_per_rank", True),  # the harness's: CPU ranks pinned
+    LaunchProfile("torchrun", "elastic", "one", False),  # OMP_NUM_THREADS=1 with more than one rank
+    LaunchProfile("deepspeed", "elastic", "torch_default", False),  # no thread setting: a thread per core a rank
+    LaunchProfile("accelerate", "elastic", "accelerate", False),
+    LaunchProfile("lightning", "script", "framework", False),  # `python script.py`: Lightning starts the rest
 )}
 
 
