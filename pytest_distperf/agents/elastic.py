@@ -169,8 +169,8 @@ def record_rank_exits(job_dir: str) -> None:
 
 def plain_torch_log_format() -> None:
     """torch's log formatter imports the compiler stack (seconds) the first time it formats a record with an
-    exception, which torch elastic logs when a rank fails (benchmarks/results/abort-latency.md). torch elastic's
-    and the launcher's records go to a plain handler of their own instead (same stream, same levels)."""
+    exception, which torch elastic logs when a rank fails. torch elastic's and the launcher's records go to a
+    plain handler of their own instead (same stream, same levels)."""
     import logging
 
     handler = logging.StreamHandler(sys.stderr)

@@ -23,7 +23,6 @@ RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDE
 FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
 
 
-
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
     """The AgentResult of a script job from the files its ranks left."""
     values = jobfiles.read_rank_values(job_dir)

@@ -34,8 +34,8 @@ HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.mult
                    "torch.distributed.launcher.api", "pytest_distperf.agents.elastic",
                    "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
                    "pytest_distperf.rank.timing", "pytest_distperf.strategies")
-# Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop
-# (benchmarks/results/warm-agent.md). Lightning's jobs import it in their ranks, as with a fresh agent.
+# Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop.
+# Lightning's jobs import it in their ranks, as with a fresh agent.
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
 # What the libraries import on first use, each only where its library is installed: DeepSpeed's engine and ZeRO
 # optimizers (their Muon module calls torch.compile at import: seconds of every DeepSpeed build).

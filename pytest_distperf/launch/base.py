@@ -17,7 +17,6 @@ from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.spec.settings import LAUNCHERS
 
 
-
 class Launcher(Protocol):
     name: str
 

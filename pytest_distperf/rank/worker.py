@@ -142,9 +142,8 @@ def run_strategy(job: JobSpec, rank: int, local_rank: int, device: Any, job_dir:
         return _measure(job, prepared, loaded.ctx, timer, t0, build_started_at, rss_before, rank, device, job_dir,
                         progress)
 
-    # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as
-    # its users do, and the measurement on a second thread: a loop on a second thread is not the users' loop
-    # (benchmarks/seed004_reporter.py --fit-thread).
+    # An adapter that owns the training loop (Lightning's Trainer.fit) runs it on this, the main, thread, as its
+    # users do (a loop on a second thread is not theirs), and the measurement on a second thread.
     run_loop = getattr(prepared.adapter, "run_loop", None)
     return run_loop(measure) if run_loop else measure()
 
