@@ -134,7 +134,7 @@ def python_signal_handlers(*more: signal.Signals) -> None:
 
 
 def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:
-    """torch elastic's ChildFailedError as RankFailures (also used by the multi-node agent, node_agent.py)."""
+    """torch elastic's ChildFailedError as RankFailures (also used by the multi-node agent, agents/node.py)."""
     from pytest_distperf.launch import jobfiles
 
     return [jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, host=host, timestamp=f.timestamp,

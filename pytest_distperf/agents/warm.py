@@ -93,7 +93,7 @@ def preload(device: str = "cpu") -> tuple[list[str], str | None]:
 
 
 def run_job(request: dict[str, Any], channel: Channel) -> None:
-    """In the forked child: become the job's elastic agent, as a fresh `python -m ...rank.agent` would be."""
+    """In the forked child: become the job's elastic agent, as a fresh `python -m pytest_distperf.agents.elastic` would be."""
     os.setsid()  # own session and process group: the launcher ends the job's tree by it
     os.close(channel.read_fd)
     os.close(channel.write_fd)

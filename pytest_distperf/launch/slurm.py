@@ -1,10 +1,10 @@
 """The SLURM launcher: each job is a SLURM job submitted with submitit, one task per node agent.
 
-Each task runs `run_node_agent`: the node agent (node_agent.py, torchrun with the plan in the job folder), whose
-result comes back through submitit; values and logs are in the job folder, shared by every node
-(--distperf-shared-dir). Agent 0 picks the rendezvous endpoint on its host and writes it there for the others.
-The timeout counts from the moment SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or
-any error the job is cancelled (scancel) and waited for until it has left the queue.
+Each task runs `run_node_agent` (agents/node.py: torchrun with the plan in the job folder), whose result comes
+back through submitit; values and logs are in the job folder every node shares (--distperf-shared-dir). Agent 0
+picks the rendezvous endpoint on its host and writes it there for the others. The timeout counts from the moment
+SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or any error the job is cancelled
+(scancel) and waited for until it has left the queue.
 """
 
 from __future__ import annotations

@@ -202,6 +202,6 @@ def node_agent_command(job_dir: str, agent: int | str) -> list[str]:
 
 
 def request_stacks(job_dir: str) -> None:
-    """Every node agent has its ranks write their Python stacks to their stderr logs (node_agent.py)."""
+    """Every node agent has its ranks write their Python stacks to their stderr logs (agents/node.py)."""
     jobfiles.request_stacks(job_dir)
     time.sleep(STACK_DUMP_SECONDS)

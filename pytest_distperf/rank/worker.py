@@ -1,9 +1,8 @@
 """Rank entry point. The only code that imports the heavy libraries.
 
-Started by torch's elastic agent (see agent.py): forked from it for a CPU job, spawned for CUDA (forked for
-both when the agent itself was forked from the warm agent, agents/warm.py). It joins
-the process group, then either measures a job -- a strategy on a workload, or the user's
-own step (rank/prepare.py): warm-up, a timing phase with nothing else attached, then
+Started by torch's elastic agent (agents/elastic.py): forked for a CPU job, spawned for CUDA (forked for both
+under the warm agent, agents/warm.py). It joins the process group, then either measures a job -- a strategy on
+a workload, or the user's own step (rank/prepare.py): warm-up, a timing phase with nothing else attached, then
 probes and the step breakdown -- or calls the user's function.
 """
 

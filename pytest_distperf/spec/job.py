@@ -1,7 +1,5 @@
-"""What a job is: plain data that crosses the process boundary from pytest to the ranks.
-
-Everything here is a dataclass of builtins so it pickles for the local launcher and
-turns into JSON for reports and baselines.
+"""What a job is: dataclasses of builtins that cross from pytest to the ranks (pickled) and into reports and
+baselines (as JSON).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """The probes a job may ask for (`distperf.job(probes=...)`, `@pytest.mark.distperf(probes=...)`,
-`Recorder(probes=...)`), and their validation: a setting, checked in the pytest process before any rank starts.
-
-What each probe measures, and how, is in rank/probes (the ranks' side).
+`Recorder(probes=...)`), validated in the pytest process before any rank starts (rank/probes measures them).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Every path a run will write, checked before the first job starts.
-
-A report or baseline that cannot be written must fail the session at configure or collection time,
-not after an hour of GPU jobs, and the message must say what is in the way: a file where a folder
-is needed, a folder where a file is needed, a folder without write permission, a read-only file
-system. The check writes nothing that stays: it creates (and removes) one empty probe file in the
-nearest existing folder, because permission bits alone do not answer (root, ACLs, read-only mounts).
+"""Every path a run will write, checked before the first job starts: a report or baseline that cannot be
+written fails the session at configure or collection time, not after an hour of GPU jobs, naming what is in the
+way. The check creates (and removes) one empty file in the nearest existing folder, because permission bits
+alone do not answer (root, ACLs, read-only mounts).
 """
 
 from __future__ import annotations

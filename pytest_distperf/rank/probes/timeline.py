@@ -1,8 +1,7 @@
 """One profiled step of one rank, read from its probe trace: when compute and when communication ran.
 
-The probe phase computes it next to the other probes (recorder.py) from the trace it already holds, so the
-report draws it from the JSON document and never opens a trace file. No torch here: the pytest process reads
-these records back.
+Computed in the probe phase (recorder.py) from the trace it holds, so the report draws it from the JSON
+document without opening a trace file. No torch here: the pytest process reads these records back.
 """
 
 from __future__ import annotations

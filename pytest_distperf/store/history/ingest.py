@@ -1,9 +1,8 @@
 """A session's `--distperf-json` report document -> the rows the history stores (plain data).
 
-Per test, every job the baseline gate measured (`tests[].jobs[]`, with its runs) gives one value per run and
-metric: the metrics the gate keeps (figures/quantities.metric_values) over the figures each run carries
-(`runs[].figures`). Unit, direction and kind come from figures/quantities.metric_traits. Tests that measured nothing
-(failed at set-up, run without a gate) add no rows.
+Per test, every job the baseline gate measured (`tests[].jobs[]`) gives one value per run and gated metric, from
+the figures each run carries (`runs[].figures`; traits from figures/quantities.metric_traits). Tests that
+measured nothing add no rows.
 """
 
 from __future__ import annotations

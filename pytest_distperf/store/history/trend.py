@@ -1,10 +1,8 @@
 """Trends: one metric's value per session over time, with the step changes found in it (plain data).
 
-A point is a session: its value is the median of that session's run-level values (the gate's central value),
-points are ordered by the time the session ended. Change points come from changepoints.find_splits over the
-points' values; each names the commit range it lies in (last commit before, first commit after), the size of
-the step (means of the segments either side) and the t-test's p-value and statistic, and says whether the
-job's configuration or the recorded versions changed across it.
+A point is a session (the median of its run-level values), in the order the sessions ended. Each change point
+(changepoints.find_splits) names its commit range, the step's size, the t-test's p-value and whether the job's
+configuration or the recorded versions changed across it.
 """
 
 from __future__ import annotations
