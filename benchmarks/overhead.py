@@ -68,14 +68,14 @@ def loops(shape: str, steps: int, rounds: int) -> dict:
     from pytest_distperf.rank.hostload import CpuMeter
     from pytest_distperf.rank.timing import StepTimer
     from pytest_distperf.rank.workload import build_model, make_batches, resolve_shape
-    from pytest_distperf.strategies import RankContext
+    from pytest_distperf.strategies import RankContext, ddp
 
     rank = int(os.environ["RANK"])
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")
     s = resolve_shape(shape)
     ctx = RankContext(rank=rank, local_rank=int(os.environ["LOCAL_RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
                       device=device, micro_batch=s.micro_batch, scratch_dir="/tmp")
-    trainer = strategies.build("ddp", build_model(s, 0, device), ctx, strategies.validate("ddp", {}))
+    trainer = ddp.build(build_model(s, 0, device), ctx, **strategies.validate("ddp", {}))
     batches = make_batches(s, 0, rank, steps, device)
     timer = StepTimer(device)
     for b in batches[:3]:

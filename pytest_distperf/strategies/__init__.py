@@ -10,7 +10,6 @@ so the pytest process rejects an unknown strategy or option before any rank is s
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -68,11 +67,6 @@ def unsupported_reason(name: str, options: dict[str, Any], device: str) -> str |
 
 def adapter_module(name: str) -> str:
     return REGISTRY.get(name).adapter
-
-
-def build(name: str, model: Any, ctx: "RankContext", options: dict[str, Any]) -> Any:
-    """The adapter of strategy `name` over a built model (the worker goes through rank/prepare.py)."""
-    return importlib.import_module(adapter_module(name)).build(model, ctx, **options)
 
 
 @dataclass
