@@ -1,28 +1,25 @@
 """Collectives per step and per kind: count, bytes, message sizes. Works on gloo and NCCL.
 
-What torch.profiler records (torch 2.13; tests/test_probes.py counts the gloo events exactly):
-- every ``torch.distributed`` collective, DDP's reducer included, is a c10d dispatcher op
-  (``c10d::allgather_``, ``c10d::_reduce_scatter_base_``, ...) recorded as a ``cpu_op`` on the calling thread
-  when issued; functional collectives (DTensor, compiled code) are ``_c10d_functional::*`` ops, which on gloo
-  nest a c10d op;
-- gloo also records ``gloo:*`` ranges on its worker threads, but not one per call (it runs reduce_scatter as
-  all_reduce), so they are not counted;
-- NCCL also runs one GPU kernel per collective, or per coalesced group (``ncclDevKernel_AllGather_RING_LL``;
-  ``ncclKernel_*`` before NCCL 2.19), to which Kineto attaches the op's ``Collective name``, ``dtype``,
-  ``In msg nelems`` and ``Out msg nelems``.
+What torch.profiler records (tests/test_probes.py counts the gloo events exactly):
+- every ``torch.distributed`` collective, DDP's reducer included, is a c10d dispatcher op (``c10d::allgather_``,
+  ...) recorded as a ``cpu_op`` on the calling thread; functional collectives (DTensor, compiled code) are
+  ``_c10d_functional::*`` ops, which on gloo nest a c10d op;
+- gloo's own ``gloo:*`` ranges are not one per call (it runs reduce_scatter as all_reduce): not counted;
+- NCCL runs one GPU kernel per collective or coalesced group (``ncclDevKernel_AllGather_RING_LL``;
+  ``ncclKernel_*`` before NCCL 2.19), with the op's ``Collective name``, ``dtype`` and message element counts.
 
 How we count:
-- gloo (CPU): one collective = one outermost c10d / functional op of the profiler's event tree (which keeps
-  each tensor's dtype and shape, also inside tensor lists), in the ``distperf:step`` range holding its start.
+- gloo (CPU): one collective = one outermost c10d / functional op of the profiler's event tree, in the
+  ``distperf:step`` range holding its start.
 - NCCL (CUDA): one collective = one NCCL kernel of the Chrome trace, in the step its launch call ran in
-  (``Trace.gpu_step``); a coalesced group counts once. Not the c10d ops: those issued from autograd's device
-  thread (FSDP2's and ZeRO-3's backward) can be missing from the CPU-side record; the kernels are all there.
+  (``Trace.gpu_step``). Not the c10d ops: those issued from autograd's device thread (FSDP2's and ZeRO-3's
+  backward) can be missing from the CPU-side record; the kernels are all there.
 
-Message size (bytes) follows nccl-tests: the full buffer the collective covers. From a kernel: the larger of
-its element counts times the dtype's size. From a c10d op whose arguments show only the shard side (list-form
-``allgather_``, ``reduce_scatter_``, ``gather_``, ``scatter_``): shard x group size, the group being the job's
-world size (gloo records no group; every strategy here uses one data-parallel group). A kernel without size
-arguments counts, with its size unknown (``CollectiveStats.unsized``).
+Message size (bytes) follows nccl-tests: the full buffer the collective covers. From a kernel: the larger of its
+element counts times the dtype's size. From a c10d op whose arguments show only the shard side (list-form
+``allgather_``, ``reduce_scatter_``, ``gather_``, ``scatter_``): shard x the job's world size (every strategy here
+uses one data-parallel group). A kernel without size arguments counts, its size unknown
+(``CollectiveStats.unsized``).
 """
 
 from __future__ import annotations
