@@ -11,7 +11,9 @@ not. Per profiled step, per rank:
 - ``instructions``: user-space instructions of the rank's main thread (``perf_event_open``), where the kernel
   exposes a hardware PMU;
 - on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
-  a step allocates above its start): the training state, where host RSS counts whatever the rank imports.
+  a step allocates above its start): the training state, where host RSS counts whatever the rank imports;
+- ``explain``: where the step's time goes, by operator (CPU) or kernel (CUDA), from the profiler pass's events
+  (figures/explain.py defines the rows).
 
 Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
 the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
@@ -177,6 +179,9 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     trace = Trace([e for e in events if e.get("ph") == "X"])
     if len(trace.steps) != steps:
         raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
+    from pytest_distperf.figures.explain import rank_table  # pure Python: cheap in the rank
+
+    result.explain = rank_table(trace, cuda)
     if cuda:
         _gpu_figures(result, trace)
     else:
