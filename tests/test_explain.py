@@ -100,3 +100,90 @@ def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_no
     assert e.rows[0].noise is None and not e.rows[0].beyond_noise and "noise unknown" in e.lines()[1]
     missing = ex.explain([None], [_run(mm=(1, 0.02))])
     assert missing.rows == [] and "the baseline holds no operator/kernel table" in missing.lines()[0]
+
+
+def test_a_baseline_round_trips_its_tables_and_an_older_one_explains_nothing(tmp_path):
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.decide.regression import decide_job
+    from pytest_distperf.decide.verdicts import describe_verdict
+    from pytest_distperf.store.baselines import BaselineFile, JobEntry, MetricSeries, Store, parse
+
+    tables = [_run(mm=(2, 0.010)), _run(mm=(2, 0.011), sort=(1, 0.002))]
+    entry = JobEntry("job", "h", {}, {"step_time": MetricSeries("s", "lower", "time", [0.1, 0.11])}, explain=tables)
+    doc = BaselineFile("t.py::test_x", "cpu-x", {}, {}, "now", {"job": entry})
+    path = Store(str(tmp_path)).save(doc)
+    again = Store(str(tmp_path)).load(path, "t.py::test_x")
+    assert again is not None and again.jobs["job"].explain == tables and again.to_dict() == doc.to_dict()
+    older = doc.to_dict()
+    del older["jobs"]["job"]["explain"]
+    assert parse(older, "old.json").jobs["job"].explain is None
+    bad = doc.to_dict()
+    bad["jobs"]["job"]["explain"] = [{"op:mm": [1.0]}]
+    with pytest.raises(Exception, match="expected \\[count, seconds\\]"):
+        parse(bad, "bad.json")
+    # a failed verdict against the older file says there is nothing to explain, and does not fail for it
+    old_entry = parse(older, "old.json").jobs["job"]
+    v = decide_job("t", "job", old_entry, "h", {"step_time": MetricSeries("s", "lower", "time", [0.2, 0.21])},
+                   Policy(), "")[0]
+    v.explanation = ex.explain(old_entry.explain or [None], tables).to_json()
+    assert any("the baseline holds no operator/kernel table" in line for line in describe_verdict(v, Policy()))
+
+
+EXTRA_OP_STEP = """
+import os
+
+import torch
+
+
+def stepper():
+    model = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+    big = torch.randn(1 << 16)
+    extra = os.environ.get("DP_EXTRA_OP") == "1"  # the code change: one more operator in the step
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        if extra:
+            torch.sort(big)
+        return loss.detach()
+
+    return step
+"""
+
+
+@pytest.mark.slow
+def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    import json
+
+    pytester.makepyfile(usersteps=EXTRA_OP_STEP)
+    pytester.makepyfile(test_steps="""
+        import pytest
+        from usersteps import stepper
+
+        @pytest.mark.distperf(world_size=2, repeats=2)
+        def test_step(distperf):
+            distperf.measure(distperf.step_job(stepper, steps=4, warmup=1))
+    """)
+    inner = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats=3")
+    pytester.runpytest(*inner, "--distperf-save").assert_outcomes(passed=1)
+    monkeypatch.setenv("DP_EXTRA_OP", "1")
+    result = pytester.runpytest(*inner, "--distperf-json", "report.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*distperf baseline gate failed for test_steps.py::test_step*",
+                                 "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
+                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; beyond its "
+                                 "noise (* ms))"])
+    report = json.loads((pytester.path / "report.json").read_text())
+    failed = [v for v in report["tests"][0]["verdicts"] if v.get("fails")]
+    assert failed and all(v["explanation"]["rows"][0]["name"] == "op:aten::sort" for v in failed)
+    assert len(failed[0]["explanation"]["rows"]) > 5  # the whole table, not only the rows the message shows
+    # distperf_explain: every verdict compared against the baseline says what changed, a passing one too
+    monkeypatch.delenv("DP_EXTRA_OP")
+    clean = pytester.runpytest(*inner, "-o", "distperf_explain=true", "--distperf-json", "clean.json")
+    clean.assert_outcomes(passed=1)
+    clean.stdout.fnmatch_lines(["*step:usersteps:stepper x2 cpu (step_time *, *flops_per_step PASS*",
+                                "*what changed (per step, median of 3 baseline / * current runs*"])
+    verdicts = json.loads((pytester.path / "clean.json").read_text())["tests"][0]["verdicts"]
+    assert all(v["explanation"]["rows"] for v in verdicts if v["status"] != "new")

@@ -231,13 +231,13 @@ class Explanation:
             head += " no row changed beyond its noise"
         out = [head]
         for r in self.rows[:top]:
-            mark = (" beyond noise" if r.beyond_noise else " within noise" if r.noise is not None
-                    else " noise unknown")
+            mark = ("noise unknown (one run a side)" if r.noise is None else
+                    f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
             share = f", {r.share:.0%} of the change" if r.share is not None else ""
             status = f" [{r.status}]" if r.status else ""
             out.append(f"  {r.name}{status}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
-                       f"{_count(r.candidate_count)}x {_ms(r.candidate_time)} ({_signed_ms(r.change)}{share};"
-                       f"{mark}{'' if r.noise is None else ' ' + _ms(r.noise)})")
+                       f"{_count(r.candidate_count)}x {_ms(r.candidate_time)} ({_signed_ms(r.change)}{share}; "
+                       f"{mark})")
         return out
 
 
