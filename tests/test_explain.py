@@ -187,3 +187,36 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
                                 "*what changed (per step, median of 3 baseline / * current runs*"])
     verdicts = json.loads((pytester.path / "clean.json").read_text())["tests"][0]["verdicts"]
     assert all(v["explanation"]["rows"] for v in verdicts if v["status"] != "new")
+
+
+def _synthetic_run(step: float, table: dict[str, list[float]]):
+    from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
+    from pytest_distperf.spec.job import JobSpec
+
+    rank = RankResult(rank=0, step_times=[step * f for f in (1.0, 1.01, 0.99)], losses=[1.0] * 3,
+                      cuda_peak_allocated=None, cuda_peak_reserved=None, host_peak_rss=1 << 20,
+                      host_rss_before_build=0, optimizer_state_bytes=0, num_params=1, tokens_per_step=1,
+                      build_seconds=0.0, warmup_seconds=0.0, work=WorkResult(steps=3, explain=table))
+    return RunResult(spec=JobSpec(world_size=1, device="cpu", strategy="ddp"), ranks=[rank], wall_seconds=1.0)
+
+
+def test_head_vs_base_says_what_changed_under_a_failed_verdict():
+    from pytest_distperf.decide import against
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.launch.fingerprint import machine_class
+
+    checkout = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                    repo_root="/repo", worktree="/base", harness_dir="/harness")
+    machine = machine_class("cpu", 1)
+    gate = against.AgainstGate(checkout, "t.py::test_x", Policy(), machine=machine, environment={})
+    [paired] = [gate._job(_synthetic_run(0.1, {}).spec)]
+    for i in range(4):
+        jitter = 1 + 0.001 * i
+        paired.sources[0].append(_synthetic_run(0.2 * jitter, _run(mm=(2, 0.01 * jitter), sort=(1, 0.1 * jitter))))
+        paired.base_runs.append(_synthetic_run(0.1 * jitter, _run(mm=(2, 0.01 * jitter))))
+    outcome = gate.finish(test_passed=True)
+    assert outcome.failed and outcome.message is not None
+    assert "what changed (per step, median of 4 base / 4 head runs" in outcome.message
+    assert "op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change; beyond its noise" in outcome.message
+    step_time = next(r for r in outcome.records if r.metric == "step_time")
+    assert step_time.explanation["rows"][0]["name"] == "op:sort"

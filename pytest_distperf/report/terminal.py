@@ -232,7 +232,9 @@ def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
             + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval", "status"],
                      _merge_shared([row[:-1] for row in rows]))
             + [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark("pass")]
-            + _secondary_lines(secondaries.get(reference, {})) for reference, rows in against.items()]
+            + _secondary_lines(secondaries.get(reference, {}))
+            + explanation_lines([v for t in tests for v in t.verdicts if v.reference == reference], ("base", "head"))
+            for reference, rows in against.items()]
 
 
 def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
