@@ -169,7 +169,8 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     inner = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats=3")
     pytester.runpytest(*inner, "--distperf-save").assert_outcomes(passed=1)
     monkeypatch.setenv("DP_EXTRA_OP", "1")
-    result = pytester.runpytest(*inner, "--distperf-json", "report.json")
+    result = pytester.runpytest(*inner, "--distperf-json", "report.json", "--distperf-html", "report.html",
+                                "--distperf-pr-comment", "comment.md")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*distperf baseline gate failed for test_steps.py::test_step*",
                                  "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
@@ -179,6 +180,10 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     failed = [v for v in report["tests"][0]["verdicts"] if v.get("fails")]
     assert failed and all(v["explanation"]["rows"][0]["name"] == "op:aten::sort" for v in failed)
     assert len(failed[0]["explanation"]["rows"]) > 5  # the whole table, not only the rows the message shows
+    html = (pytester.path / "report.html").read_text()
+    assert '<table class="explain">' in html and "op:aten::sort [new]" in html
+    comment = (pytester.path / "comment.md").read_text()
+    assert "What changed in step:usersteps:stepper x2 cpu: `op:aten::sort` +" in comment and "(new)" in comment
     # distperf_explain: every verdict compared against the baseline says what changed, a passing one too
     monkeypatch.delenv("DP_EXTRA_OP")
     clean = pytester.runpytest(*inner, "-o", "distperf_explain=true", "--distperf-json", "clean.json")

@@ -241,6 +241,29 @@ class Explanation:
         return out
 
 
+    def headline(self, sides: tuple[str, str] = ("baseline", "current")) -> str:
+        """The first of `lines`: what the diff is over, or why there is none."""
+        return self.lines(sides, top=0)[0]
+
+    def header(self, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+        return ["row", f"{sides[0]} count", f"{sides[0]} time", f"{sides[1]} count", f"{sides[1]} time", "change",
+                "share", "noise", "beyond noise"]
+
+    def cells(self) -> list[list[str]]:
+        """Every row as the HTML report's diff table shows it (`header`)."""
+        return [[r.name + (f" [{r.status}]" if r.status else ""), _count(r.reference_count), _ms(r.reference_time),
+                 _count(r.candidate_count), _ms(r.candidate_time), _signed_ms(r.change),
+                 "–" if r.share is None else f"{r.share:.0%}", "unknown" if r.noise is None else _ms(r.noise),
+                 "yes" if r.beyond_noise else "no"] for r in self.rows]
+
+    def short(self, top: int = 3) -> str:
+        """The top rows in one line, as the PR comment lists them."""
+        if self.missing:
+            return "nothing to explain (" + self.missing.split(" (")[0] + ")"
+        return "; ".join(f"`{r.name}` {_signed_ms(r.change)}" + (f" ({r.status})" if r.status else "")
+                         + ("" if r.beyond_noise else " within noise") for r in self.rows[:top])
+
+
 def _count(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 1e-6 else f"{x:.2f}"
 
