@@ -27,7 +27,8 @@ from typing import Any, Callable
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.regression import (GateContext, GateOutcome, note_deciding_figure, once_per_job,
+                                              until_job_decided)
 from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
                                              is_failing, job_metrics, secondary_text)
 from pytest_distperf.store.baselines import explain_tables, job_identity, metrics_from_runs
@@ -288,7 +289,7 @@ class AgainstGate:
         message = None
         if failing:
             lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
-            for v in failing:
+            for v in once_per_job(failing):
                 lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
             message = "\n".join(lines)
         context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),

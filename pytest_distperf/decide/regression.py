@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
@@ -109,6 +109,16 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
     _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
                                  say if progress else None)
     return f"{runs()} runs recorded" if save_mode and why == "decided" else why
+
+
+def once_per_job(verdicts: list[MetricVerdict]) -> list[MetricVerdict]:
+    """The verdicts with a job's what-changed diff on its first one only (every verdict of a job carries the same)."""
+    seen: set[str] = set()
+    out = []
+    for v in verdicts:
+        out.append(replace(v, explanation=None) if v.job in seen else v)
+        seen.add(v.job)
+    return out
 
 
 # -- the per-test gate ---------------------------------------------------------------------
@@ -369,7 +379,7 @@ class BaselineGate:
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)
         lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):"]
-        for v in failing:
+        for v in once_per_job(failing):
             lines += ["  " + line for line in describe_verdict(v, self.policy)]
         if self.baseline is not None:
             env = self.baseline.environment
