@@ -1,24 +1,25 @@
-"""What changed (figures/explain.py): kernel names, self time, the per-run table and the diff of two sides."""
+"""What changed (rank/time_table.py, figures/explain.py): kernel names, self time, the per-run table and the diff of two sides."""
 
 from __future__ import annotations
 
 import pytest
 
 from pytest_distperf.figures import explain as ex
+from pytest_distperf.rank import time_table as tt
 from pytest_distperf.rank.probes.trace import STEP_MARK, Trace
 
 
 def test_kernel_names_drop_templates_parameters_and_return_types():
-    assert ex.kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
+    assert tt.kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
                           "at::detail::Array<char*, 3> >(int, at::native::AddFunctor<float>, "
                           "at::detail::Array<char*, 3>)") == "at::native::vectorized_elementwise_kernel"
-    assert ex.kernel_name("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
+    assert tt.kernel_name("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
         "ncclDevKernel_AllGather_RING_LL"
-    assert ex.kernel_name("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == \
+    assert tt.kernel_name("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == \
         "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32"
-    assert ex.kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)") == \
+    assert tt.kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)") == \
         "at::native::anon::cunn_SoftMaxForward"
-    assert ex.kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>"
+    assert tt.kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>"
                           "(cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4::Params) [clone .kd]") == \
         "cutlass::Kernel2"
 
@@ -31,11 +32,11 @@ def test_self_time_subtracts_direct_children_per_thread():
     events = [_e("aten::linear", 0, 100), _e("aten::t", 5, 10), _e("aten::addmm", 20, 70),
               _e("aten::copy_", 30, 20),  # inside addmm: taken from addmm, not from linear
               _e("aten::mm", 10, 50, tid=2)]  # another thread: no parent, whatever its time overlaps
-    selfs = {(e["name"], e["tid"]): s for e, s in ex.self_times(events)}
+    selfs = {(e["name"], e["tid"]): s for e, s in tt.self_times(events)}
     assert selfs == {("aten::linear", 1): 20, ("aten::t", 1): 10, ("aten::addmm", 1): 50, ("aten::copy_", 1): 20,
                      ("aten::mm", 2): 50}
     # a child sticking out of its parent by rounding is clamped: no self time below zero
-    clamped = {e["name"]: s for e, s in ex.self_times([_e("a", 0, 10), _e("b", 2, 10)])}
+    clamped = {e["name"]: s for e, s in tt.self_times([_e("a", 0, 10), _e("b", 2, 10)])}
     assert clamped == {"a": 2, "b": 10}
 
 
@@ -49,20 +50,20 @@ def test_a_cpu_trace_gives_op_and_collective_rows_per_step():
                    _e("Optimizer.step#SGD.step", t0 + 300, 100, cat="user_annotation"),
                    _e("aten::add_", t0 + 310, 40)]
     events.append(_e("aten::mm", 5000, 100))  # outside every step: not counted
-    table = ex.rank_table(Trace(events), cuda=False)
+    table = tt.rank_table(Trace(events), cuda=False)
     assert table == {"op:aten::mm": [1.0, 90e-6], "op:aten::empty": [1.0, 10e-6],
                      "collective:c10d::allreduce_": [1.0, 50e-6], "collective:gloo:all_reduce": [1.0, 30e-6],
                      "op:aten::add_": [1.0, 40e-6]}
 
 
 def test_a_table_keeps_the_top_rows_and_sums_the_rest():
-    table = ex.trimmed({f"op:o{i}": [1.0, float(i)] for i in range(40)}, top=30)
+    table = tt.trimmed({f"op:o{i}": [1.0, float(i)] for i in range(40)}, top=30)
     assert len(table) == 31 and "op:o39" in table and "op:o9" not in table
-    assert table[ex.OTHER] == [10.0, float(sum(range(10)))]
+    assert table[tt.OTHER] == [10.0, float(sum(range(10)))]
     # over ranks: the mean, a rank without a row counting 0
-    assert ex.run_table([{"op:a": [2.0, 4.0]}, {"op:a": [2.0, 2.0], "op:b": [1.0, 1.0]}]) == \
+    assert tt.run_table([{"op:a": [2.0, 4.0]}, {"op:a": [2.0, 2.0], "op:b": [1.0, 1.0]}]) == \
         {"op:a": [2.0, 3.0], "op:b": [0.5, 0.5]}
-    assert ex.run_table([{"op:a": [1.0, 1.0]}, None]) is None
+    assert tt.run_table([{"op:a": [1.0, 1.0]}, None]) is None
 
 
 def _run(**rows: tuple[float, float]) -> dict[str, list[float]]:

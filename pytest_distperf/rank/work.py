@@ -13,7 +13,7 @@ not. Per profiled step, per rank:
 - on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
   a step allocates above its start): the training state, where host RSS counts whatever the rank imports;
 - ``explain``: where the step's time goes, by operator (CPU) or kernel (CUDA), from the profiler pass's events
-  (figures/explain.py defines the rows).
+  (rank/time_table.py defines the rows).
 
 Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
 the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
@@ -32,6 +32,7 @@ from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CA
                                                is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
+from pytest_distperf.rank.time_table import rank_table
 
 # perf_event_open(2): a hardware counter of user-space instructions on the calling thread.
 _PERF_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -179,8 +180,6 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     trace = Trace([e for e in events if e.get("ph") == "X"])
     if len(trace.steps) != steps:
         raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
-    from pytest_distperf.figures.explain import rank_table  # pure Python: cheap in the rank
-
     result.explain = rank_table(trace, cuda)
     if cuda:
         _gpu_figures(result, trace)

@@ -5,7 +5,7 @@ when it carries any: ' +extra_work=0.4'), the hash of the job's configuration an
 unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
 figures/quantities.py defines each) and the raw step samples of each run. Collective counts and bytes
 per step are per rank (the rank with the most). Next to them, `explain`: each run's operator/kernel table
-(figures/explain.py: row -> [count per step, seconds per step], the top rows and "(other)"), what a failing
+(rank/time_table.py: row -> [count per step, seconds per step], the top rows and "(other)"), what a failing
 verdict's "what changed" is diffed against. An optional key, so the format version stays 1: an older reader
 passes over it, and a file without it (saved before it existed) explains nothing and says so.
 
@@ -40,7 +40,7 @@ from pytest_distperf.fs import jsonio
 from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.figures.explain import Table, run_table
+from pytest_distperf.rank.time_table import Table, run_table
 from pytest_distperf.figures.quantities import geometric_mean, metric_traits, metric_values, run_figures
 from pytest_distperf.figures.stats import relative_spread
 
@@ -173,7 +173,7 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
 
 
 def explain_tables(runs: list[RunResult]) -> list[Table] | None:
-    """Each run's operator/kernel table (figures/explain.run_table); None unless every run has one."""
+    """Each run's operator/kernel table (rank/time_table.run_table); None unless every run has one."""
     tables = [run_table([r.work.explain if r.work is not None else None for r in run.ranks]) for run in runs]
     return None if not tables or any(t is None for t in tables) else [t for t in tables if t is not None]
 

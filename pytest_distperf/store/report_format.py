@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from pytest_distperf.figures.explain import run_table
+from pytest_distperf.rank.time_table import run_table
 from pytest_distperf.fs.jsonio import Format
 from pytest_distperf.figures.quantities import node_step_medians, rank_probe_metrics, run_figures, step_time_of
 
