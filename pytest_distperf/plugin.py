@@ -115,7 +115,8 @@ def _gate_session(config: pytest.Config, settings: Settings) -> "regression.Gate
             _project_root(config), config.getoption("distperf_baselines"), config.getini("distperf_baselines"),
             settings.save, settings.require_baseline, settings.fail_on_improvement,
             {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, settings.strict,
-            rootdir_fixed=config.inipath is not None or bool(config.getoption("rootdir", None)))
+            rootdir_fixed=config.inipath is not None or bool(config.getoption("rootdir", None)),
+            explain=settings.explain)
         gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
             gate.store.check_writable()  # before any job runs, not after an hour of them

@@ -76,3 +76,15 @@ print("\\n".join(failed))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"modules that need an extra to import:\n{out.stdout}"
+
+
+def test_no_import_runs_back_up_a_layer_and_no_module_cycle() -> None:
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "docs" / "design" / "import_layers.py"), str(root)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "): 0\n" in out.split("module cycles")[0], out.split("module cycles")[0]
+    assert "module cycles: 0" in out, out

@@ -9,7 +9,7 @@ package but errors), since an arrow into a leaf ties no layer to another.
 """
 import ast, pathlib, sys, collections
 ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]) / "pytest_distperf"
-LAYERS = ["errors", "fs", "strategy registry", "spec", "launch", "rank", "strategies", "measure", "store", "decide",
+LAYERS = ["errors", "fs", "strategy registry", "spec", "launch", "rank", "strategies", "figures", "store", "decide",
           "report", "session", "fixture", "plugin", "__main__", "__init__"]
 STRATEGY_REGISTRY = {"pytest_distperf.strategies", "pytest_distperf.strategies.registry",
                      "pytest_distperf.strategies.engines", "pytest_distperf.strategies.frontend",

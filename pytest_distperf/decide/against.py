@@ -25,13 +25,15 @@ from typing import Any, Callable
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.regression import (GateContext, GateOutcome, note_deciding_figure, once_per_job,
+                                              until_job_decided)
 from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
                                              is_failing, job_metrics, secondary_text)
-from pytest_distperf.store.baselines import job_identity, metrics_from_runs
+from pytest_distperf.store.baselines import explain_tables, job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
+from pytest_distperf.figures.explain import explain
 from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
@@ -260,8 +262,21 @@ class AgainstGate:
                 False, progress, paired.label, against="head vs base", unit="pairs")
         return self._decide(paired)
 
+    def _explain(self, job: JobRuns, verdicts: list[MetricVerdict]) -> None:
+        """What changed by operator/kernel (figures/explain.py) on a failed verdict (every one with distperf_explain):
+        head's runs against their base twins' tables (medians a side, not paired)."""
+        shown = [v for v in verdicts if v.status == "fail" or (self.policy.explain and v.baseline is not None)]
+        if shown and job.base_runs:
+            diff = explain(explain_tables(job.base_runs) or [None], explain_tables(job.runs) or [None]).to_json()
+            for v in shown:
+                v.explanation = diff
+
     def finish(self, test_passed: bool) -> GateOutcome:
-        verdicts = [v for job in self.jobs.values() for v in self._decide(job)]
+        verdicts = []
+        for job in self.jobs.values():
+            decided = self._decide(job)
+            self._explain(job, decided)
+            verdicts += decided
         records: list[Any] = [replace(v.landed(self.policy), reference=self.checkout.label(),
                                       head_commit=self.checkout.head_commit, base_commit=self.checkout.base_commit)
                               for v in verdicts]
@@ -270,7 +285,7 @@ class AgainstGate:
         message = None
         if failing:
             lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
-            for v in failing:
+            for v in once_per_job(failing):
                 lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
             message = "\n".join(lines)
         context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),

@@ -21,6 +21,7 @@ class Policy:
     fail_on_improvement: bool = False
     require_baseline: bool = False
     strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
+    explain: bool = False  # every verdict says what changed by operator/kernel, not only a failed one
     metrics: tuple[str, ...] | None = None  # gated metrics; None: all
 
     def gates(self, metric: str, device: str | None = None) -> bool:
@@ -73,7 +74,7 @@ class GateSettings:
 
 def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
                   require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
-                  strict: bool = False, rootdir_fixed: bool = False) -> GateSettings:
+                  strict: bool = False, rootdir_fixed: bool = False, explain: bool = False) -> GateSettings:
     """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
     command). `rootdir_fixed`: an ini file or --rootdir fixed `rootdir`, so test keys are relative to it
     (wherever the baselines folder is); otherwise to the baselines folder's parent. SettingsError naming the
@@ -95,5 +96,5 @@ def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | 
             args += [flag, str(value)]
     return GateSettings(baselines_dir=path, save=save,
                         policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
-                                      strict=strict),
+                                      strict=strict, explain=explain),
                         accept_args=tuple(args), project_root=rootdir if rootdir_fixed else None)

@@ -15,20 +15,21 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive)
 from pytest_distperf.launch import fingerprint
 from pytest_distperf.store.baselines import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries,
-                                             Store, job_identity, metrics_from_runs, now_iso)
+                                             Store, explain_tables, job_identity, metrics_from_runs, now_iso)
 from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
                                              detectable_changes, is_failing, is_pending, job_metrics, property_text,
                                              secondary_text)
+from pytest_distperf.figures.explain import explain
 from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
@@ -108,6 +109,16 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
     _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
                                  say if progress else None)
     return f"{runs()} runs recorded" if save_mode and why == "decided" else why
+
+
+def once_per_job(verdicts: list[MetricVerdict]) -> list[MetricVerdict]:
+    """The verdicts with a job's what-changed diff on its first one only (every verdict of a job carries the same)."""
+    seen: set[str] = set()
+    out = []
+    for v in verdicts:
+        out.append(replace(v, explanation=None) if v.job in seen else v)
+        seen.add(v.job)
+    return out
 
 
 # -- the per-test gate ---------------------------------------------------------------------
@@ -296,6 +307,8 @@ class BaselineGate:
         """Decide every job on all its runs; save (with --distperf-save, when the test passed) or decide
         whether the verdicts fail the test. An INCONCLUSIVE verdict warns (fails with --distperf-strict)."""
         self.verdicts = [v for m in self.jobs.values() if m.runs for v in self._decide(m)]
+        if not self.save_mode:
+            self._explain()
         context = self._context()
         props = [(f"distperf.baseline.{v.metric}[{v.job}]", property_text(v)) for v in self.verdicts]
         records: list[MetricVerdict | DetectableChange] = [v.landed(self.policy, enforced=not self.save_mode)
@@ -304,7 +317,8 @@ class BaselineGate:
             if not test_passed or not self.jobs:
                 return GateOutcome(False, None, props, context, records)
             jobs = {key: JobEntry(label=key, config_hash=self.identity[key][1], config=self.identity[key][2],
-                                  metrics=metrics_from_runs(m.runs)) for key, m in self.jobs.items()}
+                                  metrics=metrics_from_runs(m.runs), explain=explain_tables(m.runs))
+                    for key, m in self.jobs.items()}
             try:
                 saved = context.saved = self._save(jobs)
             except BaselineError as e:
@@ -317,6 +331,19 @@ class BaselineGate:
                                                    f"{v.note}"), stacklevel=2)
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return GateOutcome(bool(failing), self._message(failing) if failing else None, props, context, records)
+
+    def _explain(self) -> None:
+        """What changed by operator/kernel (figures/explain.py), on each failed verdict compared against a stored
+        entry (on every such verdict with --distperf-explain): the job's runs against the stored runs' tables."""
+        by_job: dict[str, dict[str, Any]] = {}
+        for v in self.verdicts:
+            if v.baseline is None or not (v.status == "fail" or self.policy.explain):
+                continue
+            if v.job not in by_job:
+                entry, runs = self._entry(v.job), self.jobs[v.job].runs
+                stored = entry.explain if entry is not None and entry.explain is not None else [None]
+                by_job[v.job] = explain(stored, explain_tables(runs) or [None]).to_json()
+            v.explanation = by_job[v.job]
 
     def _detectable_changes(self, path: str, jobs: dict[str, JobEntry]) -> list[DetectableChange]:
         """What the saved file lets later runs decide, per job and metric; a warning for each that cannot pass."""
@@ -352,7 +379,7 @@ class BaselineGate:
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)
         lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):"]
-        for v in failing:
+        for v in once_per_job(failing):
             lines += ["  " + line for line in describe_verdict(v, self.policy)]
         if self.baseline is not None:
             env = self.baseline.environment

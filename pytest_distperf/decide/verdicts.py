@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from pytest_distperf.store.baselines import MetricSeries
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, Design
+from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.figures.quantities import WORK_METRICS, memory_metric, secondary_memory_metric, secondary_words
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.figures.units import fmt_bytes, fmt_pct, fmt_value
@@ -73,6 +74,9 @@ class MetricVerdict:
     baseline_samples: tuple[tuple[float, ...], ...] = ()  # a time metric's: each stored run's per-step values
     # A figure shown beside this one, never decided on (on CPU, the memory verdict's host RSS growth), in words
     secondary: str = ""
+    # What changed, by operator/kernel (figures/explain.Explanation.to_json): on a failed verdict, or on every one
+    # with --distperf-explain; None otherwise
+    explanation: dict[str, Any] | None = None
 
     def landed(self, policy: Policy, enforced: bool = True) -> "MetricVerdict":
         """The verdict as its test lands it: `fails` says whether it fails the test (never while saving)."""
@@ -354,6 +358,8 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
         lines.append("  (an inconclusive verdict fails because of --distperf-strict)")
     if v.status == "improved":
         lines.append("  (an improvement fails only because distperf_fail_on_improvement is set)")
+    if v.explanation:
+        lines += ["  " + line for line in Explanation.from_json(v.explanation).lines(sides)]
     return lines
 
 

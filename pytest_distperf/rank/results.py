@@ -35,6 +35,9 @@ class WorkResult:
     instructions: list[int] | None = None  # user space, the rank's main thread
     state_bytes: int | None = None  # CPU: parameters, gradients, optimizer state (tensor bytes)
     step_peak_bytes: list[int] | None = None  # CPU: tensor bytes a step allocates above its start, at most
+    # Where a step's time goes, by operator (CPU) or kernel (CUDA): row -> [count per step, seconds per step], the
+    # top rows and "(other)" (figures/explain.py defines the rows); None where the profiler pass did not run.
+    explain: dict[str, list[float]] | None = None
     not_measured: dict[str, str] = field(default_factory=dict)
 
     def median(self, name: str) -> float | None:

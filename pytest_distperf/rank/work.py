@@ -11,7 +11,9 @@ not. Per profiled step, per rank:
 - ``instructions``: user-space instructions of the rank's main thread (``perf_event_open``), where the kernel
   exposes a hardware PMU;
 - on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
-  a step allocates above its start): the training state, where host RSS counts whatever the rank imports.
+  a step allocates above its start): the training state, where host RSS counts whatever the rank imports;
+- ``explain``: where the step's time goes, by operator (CPU) or kernel (CUDA), from the profiler pass's events
+  (rank/time_table.py defines the rows).
 
 Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
 the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
@@ -30,6 +32,7 @@ from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CA
                                                is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
+from pytest_distperf.rank.time_table import rank_table
 
 # perf_event_open(2): a hardware counter of user-space instructions on the calling thread.
 _PERF_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -177,6 +180,7 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     trace = Trace([e for e in events if e.get("ph") == "X"])
     if len(trace.steps) != steps:
         raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
+    result.explain = rank_table(trace, cuda)
     if cuda:
         _gpu_figures(result, trace)
     else:

@@ -20,6 +20,7 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
+from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.fs.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import counted, mark, rank, test_outcome
 from pytest_distperf.figures.wording import short_test
@@ -133,6 +134,7 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
         table += [_listed_row(s) for s in listed]
     else:
         table = ["No failing, inconclusive or improved metric."]
+    table += _explained_lines(session)
     late = markdown_lines(session.tests)
     if late:  # the tests the session budget left unmeasured, each with its reason (listed, never cut)
         table += [""] + late
@@ -152,6 +154,18 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
             "", f"_All {len(listed)} failing/inconclusive/improved rows are listed (never cut): "
                 f"this comment is longer than its usual {MAX_LINES} lines._"]
     return "\n".join(lines) + "\n"
+
+
+def _explained_lines(session: SessionDocument) -> list[str]:
+    """What changed in each job with a failing verdict: its top three rows (figures/explain.py), a line a job."""
+    found: dict[str, Explanation] = {}
+    for t in session.tests:
+        for v in t.verdicts:
+            if v.fails and v.explanation and v.job not in found:
+                found[v.job] = Explanation.from_json(v.explanation)
+    if not found:
+        return []
+    return [""] + [f"What changed in {md_cell(job)}: {md_cell(e.short())}" for job, e in found.items()]
 
 
 def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = None,

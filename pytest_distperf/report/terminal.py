@@ -11,6 +11,7 @@ from pytest_distperf.figures.quantities import TIME_PARTS, JobFigures, time_spli
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict, DetectableChange
+from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.report.document import TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
@@ -197,8 +198,23 @@ def _baselines_section(tests: list[TestDocument]) -> list[str]:
                     secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
     if not rows:
         return []
-    return _table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
-                  _merge_shared(rows)) + _secondary_lines(secondaries)
+    return (_table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
+                   _merge_shared(rows)) + _secondary_lines(secondaries)
+            + explanation_lines([v for t in tests for v in t.verdicts if not v.reference]))
+
+
+def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+    """What changed by operator/kernel under the verdicts that carry it: once per job (every verdict of a job
+    carries the same diff), naming the verdicts."""
+    by_job: dict[str, tuple[list[str], dict]] = {}
+    for v in verdicts:
+        if v.explanation:
+            by_job.setdefault(v.job, ([], v.explanation))[0].append(f"{v.metric} {v.status.upper()}")
+    out = []
+    for job, (names, explanation) in by_job.items():
+        out.append(f"  {job} ({', '.join(names)}):")
+        out += ["    " + line for line in Explanation.from_json(explanation).lines(sides)]
+    return out
 
 
 def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
@@ -216,7 +232,9 @@ def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
             + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval", "status"],
                      _merge_shared([row[:-1] for row in rows]))
             + [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark("pass")]
-            + _secondary_lines(secondaries.get(reference, {})) for reference, rows in against.items()]
+            + _secondary_lines(secondaries.get(reference, {}))
+            + explanation_lines([v for t in tests for v in t.verdicts if v.reference == reference], ("base", "head"))
+            for reference, rows in against.items()]
 
 
 def _unrecorded_section(tests: list[TestDocument]) -> list[str]:

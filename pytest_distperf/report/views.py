@@ -16,6 +16,7 @@ from markupsafe import Markup
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict
+from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
 from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
@@ -87,6 +88,10 @@ class Baseline:
     distribution: Markup | None
     delta: Markup | None
     trend: Markup | None
+    # what changed by operator/kernel (figures/explain.py): its headline, table header and rows; empty: none
+    explain_head: str = ""
+    explain_header: list[str] = field(default_factory=list)
+    explain_rows: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -253,6 +258,11 @@ def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, s
                 threshold_text=v.threshold_text or "–",
                 distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
                 delta=delta, trend=trend_chart(series) if has_trend and series is not None else None))
+            if v.explanation:
+                sides = ("base", "head") if v.reference else ("baseline", "current")
+                diff = Explanation.from_json(v.explanation)
+                shown[-1].explain_head = diff.headline(sides)
+                shown[-1].explain_header, shown[-1].explain_rows = diff.header(sides), diff.cells()
     return Baselines(shown=shown, without=without)
 
 

@@ -233,6 +233,8 @@ class Settings:
                                      "config (for CI)", ini=False)
     fail_on_improvement: bool = setting(False, "true: fail when a metric improved beyond its threshold (keeps "
                                         "baselines fresh)", option=False)
+    explain: bool = setting(False, "true: say what changed (operators/kernels) under every verdict, not only a "
+                            "failed one", option=False)
     against: str | None = setting(None, "head vs base: every job also runs on REF's code (a git worktree of the "
                                   "merge base of REF and HEAD), interleaved in pairs, and each metric is decided on "
                                   "the pairs instead of against stored baselines", metavar="REF")

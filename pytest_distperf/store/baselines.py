@@ -4,7 +4,10 @@ A file holds, for each job the test measured (keyed by the job's label, plus its
 when it carries any: ' +extra_work=0.4'), the hash of the job's configuration and, per metric, its
 unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
 figures/quantities.py defines each) and the raw step samples of each run. Collective counts and bytes
-per step are per rank (the rank with the most).
+per step are per rank (the rank with the most). Next to them, `explain`: each run's operator/kernel table
+(rank/time_table.py: row -> [count per step, seconds per step], the top rows and "(other)"), what a failing
+verdict's "what changed" is diffed against. An optional key, so the format version stays 1: an older reader
+passes over it, and a file without it (saved before it existed) explains nothing and says so.
 
     {"format_version": 1, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
      "machine": {...}, "environment": {...}, "saved_at": "...",
@@ -37,6 +40,7 @@ from pytest_distperf.fs import jsonio
 from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
+from pytest_distperf.rank.time_table import Table, run_table
 from pytest_distperf.figures.quantities import geometric_mean, metric_traits, metric_values, run_figures
 from pytest_distperf.figures.stats import relative_spread
 
@@ -112,10 +116,14 @@ class JobEntry:
     config_hash: str
     config: dict[str, Any]
     metrics: dict[str, MetricSeries]
+    explain: list[Table] | None = None  # each run's operator/kernel table; None: saved before tables existed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config_hash": self.config_hash, "config": self.config,
-                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
+        d: dict[str, Any] = {"config_hash": self.config_hash, "config": self.config,
+                             "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
+        if self.explain is not None:
+            d["explain"] = self.explain
+        return d
 
 
 @dataclass
@@ -162,6 +170,12 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
         out[name] = MetricSeries(unit=unit, direction=direction, kind=kind, runs=runs_values,
                                  samples=[list(r.step_times) for r in runs] if name == "step_time" else None)
     return out
+
+
+def explain_tables(runs: list[RunResult]) -> list[Table] | None:
+    """Each run's operator/kernel table (rank/time_table.run_table); None unless every run has one."""
+    tables = [run_table([r.work.explain if r.work is not None else None for r in run.ranks]) for run in runs]
+    return None if not tables or any(t is None for t in tables) else [t for t in tables if t is not None]
 
 
 # -- reading, with validation ----------------------------------------------------------------------------------
@@ -219,6 +233,24 @@ class _Check:
         return v
 
 
+def _explain(check: _Check, v: Any, where: str) -> list[Table] | None:
+    """A job's stored run tables: a list of {row: [count, seconds]}; absent in a file saved before them."""
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise check.fail(where, "a list of tables", v)
+    tables = []
+    for i, table in enumerate(v):
+        rows = {}
+        for name, pair in check.obj(table, f"{where}[{i}]").items():
+            values = check.measurements(pair, f"{where}[{i}][{name!r}]", "count")
+            if len(values) != 2:
+                raise check.fail(f"{where}[{i}][{name!r}]", "[count, seconds]", pair)
+            rows[name] = values
+        tables.append(rows)
+    return tables
+
+
 def _non_finite(doc: Any, where: str = "the top level") -> str | None:
     """Where in a parsed document a NaN or infinity sits (the first one), else None."""
     if isinstance(doc, float) and not math.isfinite(doc):
@@ -274,7 +306,8 @@ def parse(doc: Any, path: str) -> BaselineFile:
                 direction=check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS),
                 kind=kind, runs=check.measurements(m.get("runs"), f"{mat}.runs", kind), samples=samples)
         jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
-                               config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics)
+                               config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics,
+                               explain=_explain(check, job.get("explain"), f"{at}.explain"))
     return BaselineFile(test=check.str_(doc.get("test"), "test"),
                         machine_class=check.str_(doc.get("machine_class"), "machine_class"),
                         machine=check.obj(doc.get("machine", {}), "machine"),

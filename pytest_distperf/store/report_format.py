@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from pytest_distperf.rank.time_table import run_table
 from pytest_distperf.fs.jsonio import Format
 from pytest_distperf.figures.quantities import node_step_medians, rank_probe_metrics, run_figures, step_time_of
 
@@ -45,6 +46,9 @@ def run_to_dict(run: "RunResult") -> dict[str, Any]:
     return {"id": run.id, "figures": figures.to_json(),
             "wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
             "work": figures.work,
+            # where a step's time goes by operator/kernel, ranks averaged (figures/explain.py); None without it
+            "explain": run_table([k.work.explain if getattr(k, "work", None) is not None else None
+                                  for k in run.ranks]),
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,
             "node_step_medians": node_step_medians(run),
             "host_other_load_cores": round(load[0], 2) if load else None}

@@ -1,0 +1,157 @@
+"""What changed: the diff of two sides' operator/kernel tables (rank/time_table.py defines the rows and a run's
+table).
+
+The diff (`explain`): per row, the median over runs of its count and time per step on each side, the change in
+time (candidate - reference), the row's own run-to-run noise and whether the change stands out of it, and its
+share of the summed change (the net change of the whole table: a share can pass 100 % when rows moved in
+opposite directions). Noise: the larger of the two sides' spread of the row's time across runs (max - min over
+the runs); with one run on a side that side's spread is unknown, and so is the noise: nothing is then said to
+stand out. A change stands out when |change| > noise. Rows present in no reference run are "new", in no
+candidate run "gone". Min - max of a few runs is a rough, deliberately wide band: a row outside it moved more
+than the runs of either side did among themselves. Rows sort by |change|.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from pytest_distperf.rank.time_table import OTHER
+
+SHOWN_ROWS = 5  # rows a failure message shows
+
+
+@dataclass
+class ExplainRow:
+    """One row of the diff; times in seconds per step, counts per step (medians over each side's runs)."""
+
+    name: str
+    reference_count: float
+    reference_time: float
+    candidate_count: float
+    candidate_time: float
+    change: float  # candidate_time - reference_time
+    noise: float | None  # the larger side's max - min of the row's time over its runs; None: a side has one run
+    beyond_noise: bool  # |change| > noise (never when the noise is unknown)
+    share: float | None  # change / the summed change of all rows; None when that is 0
+    status: str = ""  # "new" (in no reference run), "gone" (in no candidate run) or ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Explanation:
+    """The diff of two sides' run tables (`explain`), rows sorted by |change|; `missing` says why there is none."""
+
+    rows: list[ExplainRow]
+    reference_runs: int
+    candidate_runs: int
+    missing: str = ""
+
+    @property
+    def any_beyond_noise(self) -> bool:
+        return any(r.beyond_noise for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": [r.to_json() for r in self.rows], "reference_runs": self.reference_runs,
+                "candidate_runs": self.candidate_runs, "missing": self.missing,
+                "method": "medians over runs; noise: larger side's max-min over runs; ranks averaged"}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Explanation":
+        fields = set(ExplainRow.__dataclass_fields__)
+        return cls(rows=[ExplainRow(**{k: v for k, v in r.items() if k in fields}) for r in d.get("rows") or []],
+                   reference_runs=int(d.get("reference_runs") or 0),
+                   candidate_runs=int(d.get("candidate_runs") or 0), missing=str(d.get("missing") or ""))
+
+    def lines(self, sides: tuple[str, str] = ("baseline", "current"), top: int = SHOWN_ROWS) -> list[str]:
+        """The top rows in words, as the failure message and the terminal show them."""
+        if self.missing:
+            return [f"what changed: {self.missing}"]
+        head = (f"what changed (per step, median of {self.reference_runs} {sides[0]} / {self.candidate_runs} "
+                f"{sides[1]} runs, ranks averaged; noise: larger side's max-min over runs):")
+        if not self.any_beyond_noise:
+            head += " no row changed beyond its noise"
+        out = [head]
+        for r in self.rows[:top]:
+            mark = ("noise unknown (one run a side)" if r.noise is None else
+                    f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
+            share = f", {r.share:.0%} of the change" if r.share is not None else ""
+            status = f" [{r.status}]" if r.status else ""
+            out.append(f"  {r.name}{status}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
+                       f"{_count(r.candidate_count)}x {_ms(r.candidate_time)} ({_signed_ms(r.change)}{share}; "
+                       f"{mark})")
+        return out
+
+
+    def headline(self, sides: tuple[str, str] = ("baseline", "current")) -> str:
+        """The first of `lines`: what the diff is over, or why there is none."""
+        return self.lines(sides, top=0)[0]
+
+    def header(self, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+        return ["row", f"{sides[0]} count", f"{sides[0]} time", f"{sides[1]} count", f"{sides[1]} time", "change",
+                "share", "noise", "beyond noise"]
+
+    def cells(self) -> list[list[str]]:
+        """Every row as the HTML report's diff table shows it (`header`)."""
+        return [[r.name + (f" [{r.status}]" if r.status else ""), _count(r.reference_count), _ms(r.reference_time),
+                 _count(r.candidate_count), _ms(r.candidate_time), _signed_ms(r.change),
+                 "–" if r.share is None else f"{r.share:.0%}", "unknown" if r.noise is None else _ms(r.noise),
+                 "yes" if r.beyond_noise else "no"] for r in self.rows]
+
+    def short(self, top: int = 3) -> str:
+        """The top rows in one line, as the PR comment lists them."""
+        if self.missing:
+            return "nothing to explain (" + self.missing.split(" (")[0] + ")"
+        return "; ".join(f"`{r.name}` {_signed_ms(r.change)}" + (f" ({r.status})" if r.status else "")
+                         + ("" if r.beyond_noise else " within noise") for r in self.rows[:top])
+
+
+def _count(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-6 else f"{x:.2f}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _signed_ms(seconds: float) -> str:
+    return ("+" if seconds >= 0 else "-") + _ms(abs(seconds))
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
+            candidate_runs: Sequence[Mapping[str, Sequence[float]] | None]) -> Explanation:
+    """The diff of two sides' run tables (module docstring). Runs without a table are left out; a side with none
+    explains nothing and says so."""
+    ref = [t for t in reference_runs if t is not None]
+    cand = [t for t in candidate_runs if t is not None]
+    if not ref or not cand:
+        which = "the baseline" if not ref else "this run"
+        return Explanation([], len(ref), len(cand),
+                           missing=f"{which} holds no operator/kernel table (recorded before it existed, or no work "
+                                   f"phase ran): nothing to explain")
+    rows: list[ExplainRow] = []
+    for name in sorted(set().union(*ref, *cand)):
+        rc = [float(t[name][0]) if name in t else 0.0 for t in ref]
+        rt = [float(t[name][1]) if name in t else 0.0 for t in ref]
+        cc = [float(t[name][0]) if name in t else 0.0 for t in cand]
+        ct = [float(t[name][1]) if name in t else 0.0 for t in cand]
+        spreads = [_spread(rt), _spread(ct)]
+        noise = None if None in spreads else max(s for s in spreads if s is not None)
+        change = statistics.median(ct) - statistics.median(rt)
+        status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
+        rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
+                               candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
+                               change=change, noise=noise, beyond_noise=noise is not None and abs(change) > noise,
+                               share=None, status=status))
+    total = sum(r.change for r in rows)
+    for r in rows:
+        r.share = r.change / total if total else None
+    rows.sort(key=lambda r: (-abs(r.change), r.name))
+    return Explanation(rows, len(ref), len(cand))

@@ -1,0 +1,228 @@
+"""What changed (rank/time_table.py, figures/explain.py): kernel names, self time, the per-run table and the diff of two sides."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_distperf.figures import explain as ex
+from pytest_distperf.rank import time_table as tt
+from pytest_distperf.rank.probes.trace import STEP_MARK, Trace
+
+
+def test_kernel_names_drop_templates_parameters_and_return_types():
+    assert tt.kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
+                          "at::detail::Array<char*, 3> >(int, at::native::AddFunctor<float>, "
+                          "at::detail::Array<char*, 3>)") == "at::native::vectorized_elementwise_kernel"
+    assert tt.kernel_name("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
+        "ncclDevKernel_AllGather_RING_LL"
+    assert tt.kernel_name("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == \
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32"
+    assert tt.kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)") == \
+        "at::native::anon::cunn_SoftMaxForward"
+    assert tt.kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>"
+                          "(cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4::Params) [clone .kd]") == \
+        "cutlass::Kernel2"
+
+
+def _e(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+
+def test_self_time_subtracts_direct_children_per_thread():
+    events = [_e("aten::linear", 0, 100), _e("aten::t", 5, 10), _e("aten::addmm", 20, 70),
+              _e("aten::copy_", 30, 20),  # inside addmm: taken from addmm, not from linear
+              _e("aten::mm", 10, 50, tid=2)]  # another thread: no parent, whatever its time overlaps
+    selfs = {(e["name"], e["tid"]): s for e, s in tt.self_times(events)}
+    assert selfs == {("aten::linear", 1): 20, ("aten::t", 1): 10, ("aten::addmm", 1): 50, ("aten::copy_", 1): 20,
+                     ("aten::mm", 2): 50}
+    # a child sticking out of its parent by rounding is clamped: no self time below zero
+    clamped = {e["name"]: s for e, s in tt.self_times([_e("a", 0, 10), _e("b", 2, 10)])}
+    assert clamped == {"a": 2, "b": 10}
+
+
+def test_a_cpu_trace_gives_op_and_collective_rows_per_step():
+    events = []
+    for step in range(2):
+        t0 = step * 1000
+        events += [_e(STEP_MARK, t0, 500, cat="user_annotation"), _e("aten::mm", t0 + 10, 100),
+                   _e("aten::empty", t0 + 20, 10), _e("c10d::allreduce_", t0 + 200, 50),
+                   _e("gloo:all_reduce", t0 + 210, 30, tid=7, cat="user_annotation"),
+                   _e("Optimizer.step#SGD.step", t0 + 300, 100, cat="user_annotation"),
+                   _e("aten::add_", t0 + 310, 40)]
+    events.append(_e("aten::mm", 5000, 100))  # outside every step: not counted
+    table = tt.rank_table(Trace(events), cuda=False)
+    assert table == {"op:aten::mm": [1.0, 90e-6], "op:aten::empty": [1.0, 10e-6],
+                     "collective:c10d::allreduce_": [1.0, 50e-6], "collective:gloo:all_reduce": [1.0, 30e-6],
+                     "op:aten::add_": [1.0, 40e-6]}
+
+
+def test_a_table_keeps_the_top_rows_and_sums_the_rest():
+    table = tt.trimmed({f"op:o{i}": [1.0, float(i)] for i in range(40)}, top=30)
+    assert len(table) == 31 and "op:o39" in table and "op:o9" not in table
+    assert table[tt.OTHER] == [10.0, float(sum(range(10)))]
+    # over ranks: the mean, a rank without a row counting 0
+    assert tt.run_table([{"op:a": [2.0, 4.0]}, {"op:a": [2.0, 2.0], "op:b": [1.0, 1.0]}]) == \
+        {"op:a": [2.0, 3.0], "op:b": [0.5, 0.5]}
+    assert tt.run_table([{"op:a": [1.0, 1.0]}, None]) is None
+
+
+def _run(**rows: tuple[float, float]) -> dict[str, list[float]]:
+    return {f"op:{name}": list(v) for name, v in rows.items()}
+
+
+def test_an_a_a_comparison_changes_no_row_beyond_its_noise():
+    base = [_run(mm=(2, 0.010), add=(3, 0.002)), _run(mm=(2, 0.011), add=(3, 0.0021)),
+            _run(mm=(2, 0.0105), add=(3, 0.0019))]
+    cand = [_run(mm=(2, 0.0102), add=(3, 0.0020)), _run(mm=(2, 0.0108), add=(3, 0.0022)),
+            _run(mm=(2, 0.0099), add=(3, 0.0020))]
+    e = ex.explain(base, cand)
+    assert not e.any_beyond_noise and [r.status for r in e.rows] == ["", ""]
+    assert e.lines()[0].endswith("no row changed beyond its noise")
+
+
+def test_the_diff_ranks_by_change_flags_new_and_gone_rows_and_gives_shares():
+    base = [_run(mm=(2, 0.010), add=(3, 0.002), old=(1, 0.001)), _run(mm=(2, 0.0102), add=(3, 0.0021), old=(1, 0.001))]
+    cand = [_run(mm=(2, 0.0101), add=(3, 0.002), sort=(1, 0.020)), _run(mm=(2, 0.0103), add=(3, 0.0019), sort=(1, 0.021))]
+    e = ex.explain(base, cand)
+    names = [r.name for r in e.rows]
+    assert names[0] == "op:sort" and names[1] == "op:old"
+    top, gone = e.rows[0], e.rows[1]
+    assert top.status == "new" and top.beyond_noise and top.reference_count == 0 and top.candidate_count == 1
+    assert top.change == pytest.approx(0.0205) and top.noise == pytest.approx(0.001)
+    assert gone.status == "gone" and gone.change == pytest.approx(-0.001) and gone.beyond_noise
+    assert not any(r.beyond_noise for r in e.rows if r.name in ("op:mm", "op:add"))
+    assert sum(r.share for r in e.rows) == pytest.approx(1.0) and top.share > 1.0  # "gone" moved the other way
+    assert "op:sort [new]: 0x 0 ms -> 1x 20.5 ms (+20.5 ms" in e.lines()[1]
+    assert ex.Explanation.from_json(e.to_json()) == e
+
+
+def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_nothing():
+    e = ex.explain([_run(mm=(1, 0.01))], [_run(mm=(1, 0.02))])
+    assert e.rows[0].noise is None and not e.rows[0].beyond_noise and "noise unknown" in e.lines()[1]
+    missing = ex.explain([None], [_run(mm=(1, 0.02))])
+    assert missing.rows == [] and "the baseline holds no operator/kernel table" in missing.lines()[0]
+
+
+def test_a_baseline_round_trips_its_tables_and_an_older_one_explains_nothing(tmp_path):
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.decide.regression import decide_job
+    from pytest_distperf.decide.verdicts import describe_verdict
+    from pytest_distperf.store.baselines import BaselineFile, JobEntry, MetricSeries, Store, parse
+
+    tables = [_run(mm=(2, 0.010)), _run(mm=(2, 0.011), sort=(1, 0.002))]
+    entry = JobEntry("job", "h", {}, {"step_time": MetricSeries("s", "lower", "time", [0.1, 0.11])}, explain=tables)
+    doc = BaselineFile("t.py::test_x", "cpu-x", {}, {}, "now", {"job": entry})
+    path = Store(str(tmp_path)).save(doc)
+    again = Store(str(tmp_path)).load(path, "t.py::test_x")
+    assert again is not None and again.jobs["job"].explain == tables and again.to_dict() == doc.to_dict()
+    older = doc.to_dict()
+    del older["jobs"]["job"]["explain"]
+    assert parse(older, "old.json").jobs["job"].explain is None
+    bad = doc.to_dict()
+    bad["jobs"]["job"]["explain"] = [{"op:mm": [1.0]}]
+    with pytest.raises(Exception, match="expected \\[count, seconds\\]"):
+        parse(bad, "bad.json")
+    # a failed verdict against the older file says there is nothing to explain, and does not fail for it
+    old_entry = parse(older, "old.json").jobs["job"]
+    v = decide_job("t", "job", old_entry, "h", {"step_time": MetricSeries("s", "lower", "time", [0.2, 0.21])},
+                   Policy(), "")[0]
+    v.explanation = ex.explain(old_entry.explain or [None], tables).to_json()
+    assert any("the baseline holds no operator/kernel table" in line for line in describe_verdict(v, Policy()))
+
+
+EXTRA_OP_STEP = """
+import os
+
+import torch
+
+
+def stepper():
+    model = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+    big = torch.randn(1 << 16)
+    extra = os.environ.get("DP_EXTRA_OP") == "1"  # the code change: one more operator in the step
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        if extra:
+            torch.sort(big)
+        return loss.detach()
+
+    return step
+"""
+
+
+@pytest.mark.slow
+def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    import json
+
+    pytester.makepyfile(usersteps=EXTRA_OP_STEP)
+    pytester.makepyfile(test_steps="""
+        import pytest
+        from usersteps import stepper
+
+        @pytest.mark.distperf(world_size=2, repeats=2)
+        def test_step(distperf):
+            distperf.measure(distperf.step_job(stepper, steps=4, warmup=1))
+    """)
+    inner = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats=3")
+    pytester.runpytest(*inner, "--distperf-save").assert_outcomes(passed=1)
+    monkeypatch.setenv("DP_EXTRA_OP", "1")
+    result = pytester.runpytest(*inner, "--distperf-json", "report.json", "--distperf-html", "report.html",
+                                "--distperf-pr-comment", "comment.md")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*distperf baseline gate failed for test_steps.py::test_step*",
+                                 "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
+                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; beyond its "
+                                 "noise (* ms))"])
+    report = json.loads((pytester.path / "report.json").read_text())
+    failed = [v for v in report["tests"][0]["verdicts"] if v.get("fails")]
+    assert failed and all(v["explanation"]["rows"][0]["name"] == "op:aten::sort" for v in failed)
+    assert len(failed[0]["explanation"]["rows"]) > 5  # the whole table, not only the rows the message shows
+    html = (pytester.path / "report.html").read_text()
+    assert '<table class="explain">' in html and "op:aten::sort [new]" in html
+    comment = (pytester.path / "comment.md").read_text()
+    assert "What changed in step:usersteps:stepper x2 cpu: `op:aten::sort` +" in comment and "(new)" in comment
+    # distperf_explain: every verdict compared against the baseline says what changed, a passing one too
+    monkeypatch.delenv("DP_EXTRA_OP")
+    clean = pytester.runpytest(*inner, "-o", "distperf_explain=true", "--distperf-json", "clean.json")
+    clean.assert_outcomes(passed=1)
+    clean.stdout.fnmatch_lines(["*step:usersteps:stepper x2 cpu (step_time *, *flops_per_step PASS*",
+                                "*what changed (per step, median of 3 baseline / * current runs*"])
+    verdicts = json.loads((pytester.path / "clean.json").read_text())["tests"][0]["verdicts"]
+    assert all(v["explanation"]["rows"] for v in verdicts if v["status"] != "new")
+
+
+def _synthetic_run(step: float, table: dict[str, list[float]]):
+    from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
+    from pytest_distperf.spec.job import JobSpec
+
+    rank = RankResult(rank=0, step_times=[step * f for f in (1.0, 1.01, 0.99)], losses=[1.0] * 3,
+                      cuda_peak_allocated=None, cuda_peak_reserved=None, host_peak_rss=1 << 20,
+                      host_rss_before_build=0, optimizer_state_bytes=0, num_params=1, tokens_per_step=1,
+                      build_seconds=0.0, warmup_seconds=0.0, work=WorkResult(steps=3, explain=table))
+    return RunResult(spec=JobSpec(world_size=1, device="cpu", strategy="ddp"), ranks=[rank], wall_seconds=1.0)
+
+
+def test_head_vs_base_says_what_changed_under_a_failed_verdict():
+    from pytest_distperf.decide import against
+    from pytest_distperf.decide.policy import Policy
+    from pytest_distperf.launch.fingerprint import machine_class
+
+    checkout = against.BaseCheckout(ref="main", exact=True, head_commit="1" * 40, base_commit="2" * 40,
+                                    repo_root="/repo", worktree="/base", harness_dir="/harness")
+    machine = machine_class("cpu", 1)
+    gate = against.AgainstGate(checkout, "t.py::test_x", Policy(), machine=machine, environment={})
+    [paired] = [gate._job(_synthetic_run(0.1, {}).spec)]
+    for i in range(4):
+        jitter = 1 + 0.001 * i
+        paired.sources[0].append(_synthetic_run(0.2 * jitter, _run(mm=(2, 0.01 * jitter), sort=(1, 0.1 * jitter))))
+        paired.base_runs.append(_synthetic_run(0.1 * jitter, _run(mm=(2, 0.01 * jitter))))
+    outcome = gate.finish(test_passed=True)
+    assert outcome.failed and outcome.message is not None
+    assert outcome.message.count("what changed (per step, median of 4 base / 4 head runs") == 1  # once a job
+    assert "op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change; beyond its noise" in outcome.message
+    step_time = next(r for r in outcome.records if r.metric == "step_time")
+    assert step_time.explanation["rows"][0]["name"] == "op:sort"
