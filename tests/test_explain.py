@@ -53,7 +53,7 @@ def test_a_cpu_trace_gives_op_and_collective_rows_per_step():
     table = tt.rank_table(Trace(events), cuda=False)
     assert table == {"op:aten::mm": [1.0, 90e-6], "op:aten::empty": [1.0, 10e-6],
                      "collective:c10d::allreduce_": [1.0, 50e-6], "collective:gloo:all_reduce": [1.0, 30e-6],
-                     "op:aten::add_": [1.0, 40e-6]}
+                     "op:aten::add_": [1.0, 40e-6], tt.HOST_ROW: [1.0, 250e-6]}  # the step's time outside them
 
 
 def test_a_table_keeps_the_top_rows_and_sums_the_rest():
@@ -95,6 +95,20 @@ def test_the_diff_ranks_by_change_flags_new_and_gone_rows_and_gives_shares():
     assert "op:sort [new]: 0x 0 ms -> 1x 20.5 ms (+20.5 ms" in e.lines()[1]
     assert ex.Explanation.from_json(e.to_json()) == e
 
+
+
+def test_a_row_whose_count_changed_stands_out_even_when_its_time_is_within_its_noise():
+    # an added collective: its time is no more than the spread of its runs (they wait for the peers), its count
+    # changed every run; the host's noisy time moved as much and is ranked after it
+    base = [_run(mm=(2, 0.010), host=(1, 0.001)), _run(mm=(2, 0.010), host=(1, 0.006))]
+    cand = [_run(mm=(2, 0.010), host=(1, 0.003), allreduce=(1, 0.0005)),
+            _run(mm=(2, 0.010), host=(1, 0.008), allreduce=(1, 0.003))]
+    e = ex.explain(base, cand)
+    top = e.rows[0]
+    assert top.name == "op:allreduce" and top.count_changed and not top.beyond_noise and top.stands_out
+    assert not e.rows[1].stands_out and abs(e.rows[1].change) >= abs(top.change)
+    assert "count changed; time within its noise" in e.lines()[1]
+    assert "no row changed beyond its noise" not in e.lines()[0]
 
 def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_nothing():
     e = ex.explain([_run(mm=(1, 0.01))], [_run(mm=(1, 0.02))])
@@ -175,8 +189,8 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*distperf baseline gate failed for test_steps.py::test_step*",
                                  "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
-                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; beyond its "
-                                 "noise (* ms))"])
+                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; count changed; "
+                                 "time beyond its noise (* ms))"])
     report = json.loads((pytester.path / "report.json").read_text())
     failed = [v for v in report["tests"][0]["verdicts"] if v.get("fails")]
     assert failed and all(v["explanation"]["rows"][0]["name"] == "op:aten::sort" for v in failed)
@@ -223,6 +237,7 @@ def test_head_vs_base_says_what_changed_under_a_failed_verdict():
     outcome = gate.finish(test_passed=True)
     assert outcome.failed and outcome.message is not None
     assert outcome.message.count("what changed (per step, median of 4 base / 4 head runs") == 1  # once a job
-    assert "op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change; beyond its noise" in outcome.message
+    assert ("op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change; count changed; time beyond its noise"
+            in outcome.message)
     step_time = next(r for r in outcome.records if r.metric == "step_time")
     assert step_time.explanation["rows"][0]["name"] == "op:sort"

@@ -5,10 +5,13 @@ The diff (`explain`): per row, the median over runs of its count and time per st
 time (candidate - reference), the row's own run-to-run noise and whether the change stands out of it, and its
 share of the summed change (the net change of the whole table: a share can pass 100 % when rows moved in
 opposite directions). Noise: the larger of the two sides' spread of the row's time across runs (max - min over
-the runs); with one run on a side that side's spread is unknown, and so is the noise: nothing is then said to
-stand out. A change stands out when |change| > noise. Rows present in no reference run are "new", in no
+the runs); with one run on a side that side's spread is unknown, and so is the noise: no time is then said to
+stand out. A row stands out when its time's |change| > noise, or when its count changed: the two sides' per-step
+counts over their runs do not overlap (counts are the same every step of an unchanged run; the summed
+``(other)`` row is left out, its rows differ run to run). Rows present in no reference run are "new", in no
 candidate run "gone". Min - max of a few runs is a rough, deliberately wide band: a row outside it moved more
-than the runs of either side did among themselves. Rows sort by |change|.
+than the runs of either side did among themselves. The rows that stand out come first, each group sorted by
+|change|.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ class ExplainRow:
     beyond_noise: bool  # |change| > noise (never when the noise is unknown)
     share: float | None  # change / the summed change of all rows; None when that is 0
     status: str = ""  # "new" (in no reference run), "gone" (in no candidate run) or ""
+    count_changed: bool = False  # the two sides' per-step counts over their runs do not overlap
+
+    @property
+    def stands_out(self) -> bool:
+        return self.beyond_noise or self.count_changed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,7 +60,7 @@ class Explanation:
 
     @property
     def any_beyond_noise(self) -> bool:
-        return any(r.beyond_noise for r in self.rows)
+        return any(r.stands_out for r in self.rows)
 
     def to_json(self) -> dict[str, Any]:
         return {"rows": [r.to_json() for r in self.rows], "reference_runs": self.reference_runs,
@@ -78,6 +86,9 @@ class Explanation:
         for r in self.rows[:top]:
             mark = ("noise unknown (one run a side)" if r.noise is None else
                     f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
+            if r.count_changed:
+                mark = f"count changed; time {mark}"
+
             share = f", {r.share:.0%} of the change" if r.share is not None else ""
             status = f" [{r.status}]" if r.status else ""
             out.append(f"  {r.name}{status}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
@@ -99,14 +110,14 @@ class Explanation:
         return [[r.name + (f" [{r.status}]" if r.status else ""), _count(r.reference_count), _ms(r.reference_time),
                  _count(r.candidate_count), _ms(r.candidate_time), _signed_ms(r.change),
                  "–" if r.share is None else f"{r.share:.0%}", "unknown" if r.noise is None else _ms(r.noise),
-                 "yes" if r.beyond_noise else "no"] for r in self.rows]
+                 "yes" if r.beyond_noise else "count" if r.count_changed else "no"] for r in self.rows]
 
     def short(self, top: int = 3) -> str:
         """The top rows in one line, as the PR comment lists them."""
         if self.missing:
             return "nothing to explain (" + self.missing.split(" (")[0] + ")"
         return "; ".join(f"`{r.name}` {_signed_ms(r.change)}" + (f" ({r.status})" if r.status else "")
-                         + ("" if r.beyond_noise else " within noise") for r in self.rows[:top])
+                         + ("" if r.stands_out else " within noise") for r in self.rows[:top])
 
 
 def _count(x: float) -> str:
@@ -146,12 +157,13 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
+        count_changed = name != OTHER and (max(rc) < min(cc) or max(cc) < min(rc))  # (other)'s rows vary
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
                                change=change, noise=noise, beyond_noise=noise is not None and abs(change) > noise,
-                               share=None, status=status))
+                               share=None, status=status, count_changed=count_changed))
     total = sum(r.change for r in rows)
     for r in rows:
         r.share = r.change / total if total else None
-    rows.sort(key=lambda r: (-abs(r.change), r.name))
+    rows.sort(key=lambda r: (not r.stands_out, -abs(r.change), r.name))
     return Explanation(rows, len(ref), len(cand))

@@ -13,7 +13,9 @@ timed steps.
 - ``op:<aten op name>`` (CPU only): operator events (cat "cpu_op") on any thread, inside a step's range. Count and
   SELF host time per step: events are nested per thread by ts/dur (`self_times`), and a parent's time is its
   duration less its direct children's (record_function ranges take part in the nesting, so an op inside
-  ``Optimizer.step`` is not counted in the range, and the range itself is no row). Operators named ``c10d::...``
+  ``Optimizer.step`` is not counted in the range, and the range itself is no row). The step's own self time,
+  what its host spends outside every operator and range (Python, a host-side loop), is the row
+  ``host:(outside operators)``. Operators named ``c10d::...``
   and ranges named ``gloo:...`` are ``collective:<name>`` rows (their time includes waiting for the peers).
   Nesting trusts the profiler's timestamps: a child that sticks out of its parent by rounding is clamped, so a
   self time is never below zero.
@@ -34,6 +36,7 @@ from pytest_distperf.rank.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT
 
 TOP_ROWS = 30  # rows kept per run table, besides (other)
 OTHER = "(other)"
+HOST_ROW = "host:(outside operators)"
 
 # A table: row name -> [count per step, seconds per step]. Plain JSON: it crosses the process boundary and is
 # stored in a baseline as it is.
@@ -106,9 +109,11 @@ def cpu_rows(trace: Any) -> Table:
     nested = [e for e in trace.events if e.get("cat") in ("cpu_op", "user_annotation")]
     for e, self_us in self_times(nested):
         name = str(e.get("name", ""))
-        if trace.step_index(float(e["ts"])) is None or name == STEP_MARK:
+        if trace.step_index(float(e["ts"])) is None:
             continue
-        if is_collective_op(name):
+        if name == STEP_MARK:  # the step's own host time outside every operator and range: Python, the host's loops
+            _add(table, HOST_ROW, self_us * 1e-6)
+        elif is_collective_op(name):
             _add(table, f"collective:{name}", self_us * 1e-6)
         elif e.get("cat") == "cpu_op":
             _add(table, f"op:{name}", self_us * 1e-6)
