@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(out[-4000:])
             raise SystemExit(f"saving the baseline failed (exit {rc})")
-        [baseline] = list((project / ".distperf" / "baselines").rglob("*.json")) or [None]
+        baseline = next((project / "baselines").rglob("*.json"), None)
         size = baseline.stat().st_size if baseline else 0
         without = 0
         if baseline:

@@ -110,6 +110,14 @@ def test_a_row_whose_count_changed_stands_out_even_when_its_time_is_within_its_n
     assert "count changed; time within its noise" in e.lines()[1]
     assert "no row changed beyond its noise" not in e.lines()[0]
 
+
+def test_a_small_row_missing_from_a_trimmed_table_is_cut_not_gone():
+    kept = {f"op:k{i}": [1.0, 0.01] for i in range(3)}
+    base = [{**kept, "op:tiny": [1.0, 0.001]}, {**kept, "op:tiny": [1.0, 0.001]}]
+    cand = [{**kept, tt.OTHER: [1.0, 0.001]}, {**kept, tt.OTHER: [1.0, 0.001]}]  # op:tiny summed into (other)
+    tiny = next(r for r in ex.explain(base, cand).rows if r.name == "op:tiny")
+    assert tiny.status == "cut" and not tiny.stands_out
+
 def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_nothing():
     e = ex.explain([_run(mm=(1, 0.01))], [_run(mm=(1, 0.02))])
     assert e.rows[0].noise is None and not e.rows[0].beyond_noise and "noise unknown" in e.lines()[1]

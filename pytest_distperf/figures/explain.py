@@ -9,8 +9,10 @@ the runs); with one run on a side that side's spread is unknown, and so is the n
 stand out. A row stands out when its time's |change| > noise, or when its count changed: the two sides' per-step
 counts over their runs do not overlap (counts are the same every step of an unchanged run; the summed
 ``(other)`` row is left out, its rows differ run to run). Rows present in no reference run are "new", in no
-candidate run "gone". Min - max of a few runs is a rough, deliberately wide band: a row outside it moved more
-than the runs of either side did among themselves. The rows that stand out come first, each group sorted by
+candidate run "gone"; a row that some run's table may have summed into ``(other)`` (it is absent there and no
+larger than that table's smallest kept row) is "cut": its absence says nothing, and it never stands out. Min - max
+of a few runs is a rough, deliberately wide band: a row outside it moved more than the runs of either side did
+among themselves. The rows that stand out come first, each group sorted by
 |change|.
 """
 
@@ -38,7 +40,7 @@ class ExplainRow:
     noise: float | None  # the larger side's max - min of the row's time over its runs; None: a side has one run
     beyond_noise: bool  # |change| > noise (never when the noise is unknown)
     share: float | None  # change / the summed change of all rows; None when that is 0
-    status: str = ""  # "new" (in no reference run), "gone" (in no candidate run) or ""
+    status: str = ""  # "new" (in no reference run), "gone" (in no candidate run), "cut" (see `explain`) or ""
     count_changed: bool = False  # the two sides' per-step counts over their runs do not overlap
 
     @property
@@ -147,6 +149,9 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         return Explanation([], len(ref), len(cand),
                            missing=f"{which} holds no operator/kernel table (recorded before it existed, or no work "
                                    f"phase ran): nothing to explain")
+    # A trimmed table (one with OTHER) holds no row below its smallest kept row: a row absent there may sit in OTHER.
+    cut = {id(t): min((v[1] for n, v in t.items() if n != OTHER), default=0.0) if OTHER in t else 0.0
+           for t in ref + cand}
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
         rc = [float(t[name][0]) if name in t else 0.0 for t in ref]
@@ -157,10 +162,14 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
-        count_changed = name != OTHER and (max(rc) < min(cc) or max(cc) < min(rc))  # (other)'s rows vary
+        seen = max(rt + ct)
+        if any(name not in t and seen <= cut[id(t)] for t in ref + cand):
+            status = "cut"  # below some run table's kept rows: its 0 there is not known, nothing said of it
+        count_changed = status != "cut" and name != OTHER and (max(rc) < min(cc) or max(cc) < min(rc))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
-                               change=change, noise=noise, beyond_noise=noise is not None and abs(change) > noise,
+                               change=change, noise=noise,
+                               beyond_noise=status != "cut" and noise is not None and abs(change) > noise,
                                share=None, status=status, count_changed=count_changed))
     total = sum(r.change for r in rows)
     for r in rows:
