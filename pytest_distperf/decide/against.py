@@ -33,7 +33,7 @@ from pytest_distperf.store.baselines import explain_tables, job_identity, metric
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
-from pytest_distperf.figures.explain import explain
+from pytest_distperf.figures.explain import explain, explain_by
 from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec
@@ -267,7 +267,8 @@ class AgainstGate:
         head's runs against their base twins' tables (medians a side, not paired)."""
         shown = [v for v in verdicts if v.status == "fail" or (self.policy.explain and v.baseline is not None)]
         if shown and job.base_runs:
-            diff = explain(explain_tables(job.base_runs) or [None], explain_tables(job.runs) or [None]).to_json()
+            by = explain_by([v.metric_kind for v in verdicts if v.status == "fail"])
+            diff = explain(explain_tables(job.base_runs) or [None], explain_tables(job.runs) or [None], by).to_json()
             for v in shown:
                 v.explanation = diff
 

@@ -29,7 +29,7 @@ from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
                                              detectable_changes, is_failing, is_pending, job_metrics, property_text,
                                              secondary_text)
-from pytest_distperf.figures.explain import explain
+from pytest_distperf.figures.explain import explain, explain_by
 from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
@@ -342,7 +342,8 @@ class BaselineGate:
             if v.job not in by_job:
                 entry, runs = self._entry(v.job), self.jobs[v.job].runs
                 stored = entry.explain if entry is not None and entry.explain is not None else [None]
-                by_job[v.job] = explain(stored, explain_tables(runs) or [None]).to_json()
+                failed = [u.metric_kind for u in self.verdicts if u.job == v.job and u.status == "fail"]
+                by_job[v.job] = explain(stored, explain_tables(runs) or [None], explain_by(failed)).to_json()
             v.explanation = by_job[v.job]
 
     def _detectable_changes(self, path: str, jobs: dict[str, JobEntry]) -> list[DetectableChange]:

@@ -6,14 +6,16 @@ time (candidate - reference), the row's own run-to-run noise and whether the cha
 share of the summed change (the net change of the whole table: a share can pass 100 % when rows moved in
 opposite directions). Noise: the larger of the two sides' spread of the row's time across runs (max - min over
 the runs); with one run on a side that side's spread is unknown, and so is the noise: no time is then said to
-stand out. A row stands out when its time's |change| > noise, or when its count changed: the two sides' per-step
+stand out. A row stands out when its time's |change| > noise and at least MATERIAL (1 %) of the reference step's
+table (a smaller move explains no verdict), or when its count changed: the two sides' per-step
 counts over their runs do not overlap (counts are the same every step of an unchanged run; the summed
 ``(other)`` row is left out, its rows differ run to run). Rows present in no reference run are "new", in no
 candidate run "gone"; a row that some run's table may have summed into ``(other)`` (it is absent there and no
 larger than that table's smallest kept row) is "cut": its absence says nothing, and it never stands out. Min - max
 of a few runs is a rough, deliberately wide band: a row outside it moved more than the runs of either side did
-among themselves. The rows that stand out come first, each group sorted by
-|change|.
+among themselves. The rows that stand out come first, ranked by the figure they explain: under a time verdict by
+|change| in time; where only counts failed (operators, kernels, FLOPs per step), the rows whose count changed
+first, by |change| in count.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from pytest_distperf.rank.time_table import OTHER
 
 SHOWN_ROWS = 5  # rows a failure message shows
+MATERIAL = 0.01  # a row whose time moved less than this share of the reference step's table never stands out
 
 
 @dataclass
@@ -139,9 +142,9 @@ def _spread(values: Sequence[float]) -> float | None:
 
 
 def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
-            candidate_runs: Sequence[Mapping[str, Sequence[float]] | None]) -> Explanation:
+            candidate_runs: Sequence[Mapping[str, Sequence[float]] | None], by: str = "time") -> Explanation:
     """The diff of two sides' run tables (module docstring). Runs without a table are left out; a side with none
-    explains nothing and says so."""
+    explains nothing and says so. `by`: the kind of figure it explains, "time" or "count" (`explain_by`)."""
     ref = [t for t in reference_runs if t is not None]
     cand = [t for t in candidate_runs if t is not None]
     if not ref or not cand:
@@ -152,6 +155,7 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     # A trimmed table (one with OTHER) holds no row below its smallest kept row: a row absent there may sit in OTHER.
     cut = {id(t): min((v[1] for n, v in t.items() if n != OTHER), default=0.0) if OTHER in t else 0.0
            for t in ref + cand}
+    step = statistics.median(sum(v[1] for v in t.values()) for t in ref)
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
         rc = [float(t[name][0]) if name in t else 0.0 for t in ref]
@@ -169,10 +173,21 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
                                change=change, noise=noise,
-                               beyond_noise=status != "cut" and noise is not None and abs(change) > noise,
+                               beyond_noise=(status != "cut" and noise is not None and abs(change) > noise
+                                             and abs(change) >= MATERIAL * step),
                                share=None, status=status, count_changed=count_changed))
     total = sum(r.change for r in rows)
     for r in rows:
         r.share = r.change / total if total else None
-    rows.sort(key=lambda r: (not r.stands_out, -abs(r.change), r.name))
+    if by == "count":
+        rows.sort(key=lambda r: (not r.stands_out, not r.count_changed,
+                                 -abs(r.candidate_count - r.reference_count), -abs(r.change), r.name))
+    else:
+        rows.sort(key=lambda r: (not r.stands_out, -abs(r.change), r.name))
     return Explanation(rows, len(ref), len(cand))
+
+
+def explain_by(kinds: Sequence[str]) -> str:
+    """How to rank an explanation under verdicts of these kinds (time | memory | count): by count where only counts
+    failed, else by time."""
+    return "count" if kinds and all(k == "count" for k in kinds) else "time"
