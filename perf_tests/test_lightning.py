@@ -24,11 +24,10 @@ import pytest
 
 pytestmark = [pytest.mark.distperf(world_size=2), pytest.mark.lightning]
 
-# Same seed and batches: fp32 on CPU agrees to rounding. On CUDA each side computes in bf16, rounding in its own
-# places: two correct runs lie within the sum of their bf16-vs-fp32 distances (benchmarks/loss_noise.py, 1xH200, 1b:
-# ZeRO-3 0.0219, FSDP2 0.0228; test_zero3.py's LOSS_RTOL). A front-end and the engine it drives differ by that much
-# (Trainer vs Fabric on ZeRO-3, 350m, 1xH200: 0.0216 apart, above the unargued 2e-2 this replaced).
-LOSS_RTOL = {"cpu": 1e-4, "cuda": 0.0446}
+# Same seed and batches: fp32 on CPU agrees to rounding. On CUDA two correct engines' bf16 curves lie within
+# d_A + fp32 gap + d_B of each other (test_zero3.py's LOSS_RTOL, argued there from benchmarks/loss_noise.py); a
+# front-end and the engine it drives differ by that much (Trainer vs Fabric on ZeRO-3, 350m, 1xH200: 0.0216 apart).
+LOSS_RTOL = {"cpu": 1e-4, "cuda": 0.0585}  # test_zero3.py's
 
 # (id, A = (strategy, options), B = (strategy, options), marks)
 PAIRS = [

@@ -39,11 +39,13 @@ GAP_OFFLOAD_MEMORY = {
             "allocated), 1b on 2xH200, and 1.265x (11.59 vs 9.16 GiB), 350m on 1xH200, DeepSpeed 0.19.8, torch 2.11",
 }
 
-# Same seed and batches: fp32 on CPU agrees to rounding. On CUDA both compute in bf16, each engine rounding in its
-# own places: two correct engines' curves lie within d_zero3 + d_fsdp2 of each other, d_s being how far bf16 moves
-# strategy s's own curve from its fp32 run (benchmarks/loss_noise.py). Measured on 1xH200, 1b, 10 timed steps:
-# d_zero3 0.0219 + d_fsdp2 0.0228 = 0.0446 (the two engines in bf16: 0.0261 apart; in fp32: 0.0163).
-LOSS_RTOL = {"cpu": 1e-4, "cuda": 0.0446}
+# Same seed and batches: fp32 on CPU agrees to rounding (benchmarks/loss_noise.py --device cpu: 0 on every row). On
+# CUDA both compute in bf16, each engine rounding in its own places, and even in fp32 two correct engines drift apart
+# (atomics order a run's reductions their own way; the drift grows with the steps). Step by step
+# |A - B| <= d_zero3 + fp32 gap + d_fsdp2 (the triangle through each side's fp32 run; d_s: how far bf16 moves
+# strategy s's curve from its fp32 one), measured at the pair's timed steps on CUDA (STEPS), 1b on 1xH200:
+# d_zero3 0.0198 + fp32 gap 0.0163 + d_fsdp2 0.0224 = 0.0585 at 20 steps (the two in bf16: 0.0252 apart).
+LOSS_RTOL = {"cpu": 1e-4, "cuda": 0.0585}
 
 
 # The offloaded pair on CUDA at 350m: where the optimizer runs and what crosses PCIe scale with the parameters
