@@ -117,6 +117,13 @@ def test_a_small_row_missing_from_a_trimmed_table_is_cut_not_gone():
     cand = [{**kept, tt.OTHER: [1.0, 0.001]}, {**kept, tt.OTHER: [1.0, 0.001]}]  # op:tiny summed into (other)
     tiny = next(r for r in ex.explain(base, cand).rows if r.name == "op:tiny")
     assert tiny.status == "cut" and not tiny.stands_out
+    # just above a trimmed table's smallest kept row where it is seen: it may have shrunk below it, not gone
+    small = {f"op:k{i}": [1.0, 0.0025 + 0.001 * i] for i in range(3)}
+    base = [{**small, "op:to": [5.0, 0.003]}] * 2
+    cand = [{**small, "op:sort": [2.0, 5.0], tt.OTHER: [5.0, 0.002]}] * 2
+    e = ex.explain(base, cand, by="count")
+    assert [r.name for r in e.rows][:1] == ["op:sort"] and e.rows[0].status == "new"
+    assert next(r for r in e.rows if r.name == "op:to").status == "cut"
 
 def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_nothing():
     e = ex.explain([_run(mm=(1, 0.01))], [_run(mm=(1, 0.02))])

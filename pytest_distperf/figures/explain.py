@@ -10,8 +10,9 @@ stand out. A row stands out when its time's |change| > noise and at least MATERI
 table (a smaller move explains no verdict), or when its count changed: the two sides' per-step
 counts over their runs do not overlap (counts are the same every step of an unchanged run; the summed
 ``(other)`` row is left out, its rows differ run to run). Rows present in no reference run are "new", in no
-candidate run "gone"; a row that some run's table may have summed into ``(other)`` (it is absent there and no
-larger than that table's smallest kept row) is "cut": its absence says nothing, and it never stands out. Min - max
+candidate run "gone"; a row that some run's table may have summed into ``(other)`` is "cut": absent there, it is
+nowhere twice that table's smallest kept row (one that size would have been kept even at half of it); its absence
+says nothing, and it never stands out. Min - max
 of a few runs is a rough, deliberately wide band: a row outside it moved more than the runs of either side did
 among themselves. The rows that stand out come first, ranked by the figure they explain: under a time verdict by
 |change| in time; where only counts failed (operators, kernels, FLOPs per step), the rows whose count changed
@@ -166,8 +167,8 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
-        seen = max(rt + ct)
-        if any(name not in t and seen <= cut[id(t)] for t in ref + cand):
+        least = min(t[name][1] for t in ref + cand if name in t)
+        if any(name not in t and least <= 2 * cut[id(t)] for t in ref + cand):
             status = "cut"  # below some run table's kept rows: its 0 there is not known, nothing said of it
         count_changed = status != "cut" and name != OTHER and (max(rc) < min(cc) or max(cc) < min(rc))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
