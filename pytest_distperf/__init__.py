@@ -27,9 +27,10 @@ _PUBLIC = {
     "DistPerfCheckFailed": "pytest_distperf.errors",
     "DistPerfWarning": "pytest_distperf.errors",
     "DistPerfInconclusive": "pytest_distperf.errors",
-    # Your own model, step and strategy
+    # Your own model, step, script and strategy
     "Workload": "pytest_distperf.spec.workloads",
     "phase": "pytest_distperf.spec.phases",
+    "step": "pytest_distperf.rank.script_steps",
     "Strategy": "pytest_distperf.strategies.registry",
 }
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from pytest_distperf.decide.checks import Comparison
     from pytest_distperf.decide.probe_checks import ProbeAssertions
     from pytest_distperf.rank.results import RankResult, RunResult
+    from pytest_distperf.rank.script_steps import step
     from pytest_distperf.spec.phases import phase
     from pytest_distperf.spec.job import FunctionRef, JobSpec
     from pytest_distperf.strategies.registry import Strategy

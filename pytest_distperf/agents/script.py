@@ -1,5 +1,6 @@
 """The script agent: `python -m pytest_distperf.agents.script JOB_DIR`, for jobs launched as a
-framework's users launch them (launch profile "lightning").
+framework's users launch them (launch profile "lightning") and for a user's own training script (launch profile
+"script", distperf.script_job: the script's own launcher, spec/profiles.py SCRIPT_LAUNCHERS, runs it unchanged; rank/script_steps.py).
 
 It stands where the user's shell stands: it starts rank 0 as `python -m pytest_distperf.rank.script
 JOB_DIR` (the user's `python script.py`) and waits. The framework inside rank 0 starts the other
@@ -18,9 +19,26 @@ import sys
 import time
 
 from pytest_distperf.launch import jobfiles
+from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.spec.profiles import SCRIPT_LAUNCHERS
 
 RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDEATHSIG); wait that long at most
 FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
+
+
+SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "script_site")
+
+
+def script_command(job: JobSpec, job_dir: str) -> tuple[list[str], dict[str, str], str]:
+    """(command, environment added, working folder) of a script job: the user's launcher on the user's script,
+    with distperf's sitecustomize first on the path (it installs the step watch in the script's processes)."""
+    script = job.script
+    assert script is not None
+    command = [sys.executable, *SCRIPT_LAUNCHERS[script.launcher](job.world_size, job.device), script.path, *script.args]
+    path = [SITE_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**dict(script.env), "PYTHONPATH": os.pathsep.join(path), "DISTPERF_SCRIPT": os.path.realpath(script.path),
+           "DISTPERF_SCRIPT_JOB": os.path.abspath(job_dir)}
+    return command, env, script.cwd or os.path.dirname(script.path)
 
 
 def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
@@ -62,9 +80,12 @@ def main(job_dir: str) -> int:
     # Inside a SLURM allocation Lightning would take SLURMEnvironment (ranks started by srun) and start no ranks
     # of its own: the script runs as on a workstation, where `python script.py` starts them.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    command, cwd = [sys.executable, "-m", "pytest_distperf.rank.script", job_dir], None
+    if job.script is not None:
+        command, added, cwd = script_command(job, job_dir)
+        env.update(added)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.rank.script", job_dir],
-                                stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     except OSError as e:
         jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error=f"could not start the script: {e}"))
         return 2
@@ -78,7 +99,8 @@ def main(job_dir: str) -> int:
         if failed_since is None and jobfiles.rank_error_files(job_dir):
             failed_since = time.monotonic()
         if failed_since is not None and time.monotonic() - failed_since > FAIL_FAST_GRACE_SECONDS:
-            proc.kill()
+            # a launcher ends its ranks on SIGTERM (torchrun, deepspeed); Lightning's rank 0 takes its ranks along
+            proc.terminate() if job.script is not None else proc.kill()
         time.sleep(0.05)
     rc = proc.returncode
     from pytest_distperf.launch.launcher import pid_alive

@@ -19,7 +19,7 @@ import sys
 import traceback
 
 
-def _own_logs(job_dir: str, rank: int) -> None:
+def own_logs(job_dir: str, rank: int) -> None:
     """Each rank writes to its own stdout/stderr logs, where the launcher reads a failed rank's last lines
     (children inherit rank 0's descriptors from the framework's launcher)."""
     from pytest_distperf.launch import jobfiles
@@ -76,7 +76,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.launch.jobfiles import write_rank_error, write_rank_value
 
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # one node: the framework sets LOCAL_RANK for ranks 1..N-1
-    _own_logs(job_dir, rank)
+    own_logs(job_dir, rank)
     if rank == 0:
         jobfiles.die_with_parent()
     else:

@@ -79,12 +79,23 @@ class CudaMarks:
 
 
 class TimedWindow:
-    """`time(fn)` for each step, then `finish()` for this rank's step times in seconds, in order."""
+    """`time(fn)` for each step the harness calls, or `lap()` at each boundary of steps it does not call (a
+    script's optimizer steps: a step runs from one lap to the next); then `finish()` for this rank's step times in
+    seconds, in order."""
 
     def __init__(self, marks: Any):
         self._marks = marks
         self._pairs: list[tuple[Any, Any]] = []
         self._times: list[float] | None = None
+        self._last_lap: Any = None
+
+    def lap(self) -> None:
+        if self._times is not None:
+            raise RuntimeError("this timed window is finished; start a new one")
+        mark = self._marks.mark()
+        if self._last_lap is not None:
+            self._pairs.append((self._last_lap, mark))
+        self._last_lap = mark
 
     def time(self, fn: Callable[[], T]) -> T:
         if self._times is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, export, interval,
                                                is_comm_kernel)
@@ -75,10 +75,11 @@ class InstructionCounter:
     def _ioctl(self, request: int) -> None:
         self._libc.ioctl(self.fd, request, 0)
 
-    def count(self, fn: Callable[[], Any]) -> int:
+    def start(self) -> None:
         self._ioctl(_IOC_RESET)
         self._ioctl(_IOC_ENABLE)
-        fn()
+
+    def stop(self) -> int:
         self._ioctl(_IOC_DISABLE)
         return int.from_bytes(os.read(self.fd, 8), "little")
 
@@ -142,8 +143,22 @@ def state_bytes(model: Any, optimizer: Any) -> int:
 
 def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], device: Any,
             model: Any = None, optimizer: Any = None, counts: bool = True) -> WorkResult:
-    """The work figures of `steps` steps (each pass runs them); step(i) runs the i-th step. `counts`: also the
-    counting pass (FLOPs, operators)."""
+    """The work figures of `steps` steps a pass, the harness calling each: step(i) runs the pass's i-th step."""
+    work = passes(steps, sync, device, model, optimizer, counts)
+    try:
+        i = next(work)
+        while True:
+            step(i)
+            i = work.send(None)
+    except StopIteration as done:
+        return done.value
+
+
+def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None, optimizer: Any = None,
+           counts: bool = True) -> Generator[int, None, WorkResult]:
+    """The passes as a generator that yields i where the pass's i-th step runs and is resumed once it has run;
+    it returns the WorkResult. The harness's own steps (`measure`) and a script's optimizer steps
+    (rank/script_steps.py) drive the same passes. `counts`: also the counting pass (FLOPs, operators)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from pytest_distperf.rank.probes.recorder import profile_all_threads
@@ -159,13 +174,16 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
             per_step = []
             for i in range(steps):
                 sync()
-                per_step.append(counter.count(lambda i=i: (step(i), sync())))
+                counter.start()
+                yield i
+                sync()
+                per_step.append(counter.stop())
             result.instructions = per_step
         finally:
             counter.close()
 
     if counts:
-        _count(result, step, steps, sync)
+        yield from _count(result, steps, sync)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     # Every thread's launches on CUDA (autograd's device threads); on CPU that switch would drop the
@@ -174,7 +192,7 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
         for i in range(steps):
             sync()
             with record_function(STEP_MARK):
-                step(i)
+                yield i
                 sync()
     events = export(prof, complete_only=False)
     trace = Trace([e for e in events if e.get("ph") == "X"])
@@ -190,7 +208,7 @@ def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], de
     return result
 
 
-def _count(result: WorkResult, step: Callable[[int], Any], steps: int, sync: Callable[[], None]) -> None:
+def _count(result: WorkResult, steps: int, sync: Callable[[], None]) -> Generator[int, None, None]:
     """The counting pass: operators dispatched and FLOPs per step."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -201,7 +219,7 @@ def _count(result: WorkResult, step: Callable[[int], Any], steps: int, sync: Cal
         for i in range(steps):
             sync()
             o0, f0 = ops.calls, flops.get_total_flops()
-            step(i)
+            yield i
             sync()
             op_counts.append(ops.calls - o0)
             flop_counts.append(int(flops.get_total_flops() - f0))

@@ -18,6 +18,19 @@ class FunctionRef:
     file: str | None = None
 
 
+@dataclass(frozen=True)
+class ScriptRef:
+    """A user's training script run unchanged by its own launcher (distperf.script_job; rank/script_steps.py)."""
+
+    path: str  # absolute, in this checkout
+    name: str  # the path as the job's identity knows it: relative to the rootdir, the same in every checkout
+    args: tuple[str, ...] = ()
+    launcher: str = "torchrun"  # spec/profiles.py SCRIPT_LAUNCHERS
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    sha256: str = ""  # the file's, when the job was built: reported beside the job, not part of its key
+
+
 @dataclass
 class JobSpec:
     """One job on N ranks: a strategy on a workload (the built-in GPT or a user's factory), a user's own
@@ -59,6 +72,8 @@ class JobSpec:
     # strategy's name and given options are.
     adapter: str | None = None
     full_options: dict[str, Any] = field(default_factory=dict)
+    # A user's training script (distperf.script_job): its optimizer steps are the steps.
+    script: ScriptRef | None = None
 
     @property
     def backend(self) -> str:
@@ -66,6 +81,10 @@ class JobSpec:
 
     def describe(self) -> str:
         launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""
+        if self.script is not None:
+            args = "".join(f" {a}" for a in self.script.args)
+            env = "".join(f" {k}={v}" for k, v in self.script.env)
+            return f"{self.script.launcher}{env} {self.script.name}{args} x{self.world_size} {self.device}"
         if self.function is not None:
             return f"{self.function.qualname} x{self.world_size} {self.device}"
         if self.step is not None:
@@ -88,6 +107,17 @@ class JobSpec:
         d = asdict(self)
         for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once"):
             d.pop(k)
+        if self.script is None:
+            d.pop("script")
+        else:
+            # The script by its name, arguments, environment and launcher; its content is what a gate compares,
+            # so its hash is not in the key (a changed script is gated against its baseline, like a changed
+            # workload factory); the cwd is where it runs, which differs between checkouts.
+            s = self.script
+            return {"world_size": self.world_size, "device": self.device, "warmup_steps": self.warmup_steps,
+                    "steps": self.steps, "script": {"name": s.name, "args": list(s.args), "launcher": s.launcher,
+                                                    "env": dict(s.env)},
+                    **({"probes": list(self.probes), "probe_steps": self.probe_steps} if self.probes else {})}
         # Fields at their defaults are left out: a job that does not use them keeps its hash (and its baseline).
         if not self.probes:
             d.pop("probes")

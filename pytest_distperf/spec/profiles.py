@@ -34,7 +34,19 @@ PROFILES: dict[str, LaunchProfile] = {p.name: p for p in (
     LaunchProfile("deepspeed", "elastic", "torch_default", False),  # no thread setting: a thread per core a rank
     LaunchProfile("accelerate", "elastic", "accelerate", False),
     LaunchProfile("lightning", "script", "framework", False),  # `python script.py`: Lightning starts the rest
+    LaunchProfile("script", "script", "framework", False),  # a user's script through its own launcher (script_job)
 )}
+
+
+# A script job's launcher (distperf.script_job), as its users type it, for `n` ranks on this host: the arguments
+# after `python`.
+SCRIPT_LAUNCHERS = {
+    "torchrun": lambda n, device: ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"],
+    "python": lambda n, device: [],  # the script's framework starts its other ranks (Lightning's Trainer)
+    "deepspeed": lambda n, device: ["-m", "deepspeed.launcher.runner", f"--num_gpus={n}"],
+    "accelerate": lambda n, device: ["-m", "accelerate.commands.launch", f"--num_processes={n}"]
+    + (["--cpu"] if device == "cpu" else []),
+}
 
 
 def check_choice(launch: object, where: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 from pytest_distperf.errors import UsageError, WorkloadError
 from pytest_distperf.spec import profiles
-from pytest_distperf.spec.job import FunctionRef
+from pytest_distperf.spec.job import FunctionRef, ScriptRef
 
 
 @contextlib.contextmanager
@@ -128,3 +128,34 @@ def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str,
     if options is not None and not isinstance(options, dict):
         raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
     return dict(options or {})
+
+
+def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device: str) -> ScriptRef:
+    """A script job's script, checked here: the file, its arguments and environment as strings (a command line's),
+    its launcher; named relative to the working folder (the same in every checkout), hashed as it is now."""
+    import hashlib
+    import os
+
+    where = "distperf.script_job"
+    path = os.path.abspath(os.fspath(script))
+    if not os.path.isfile(path):
+        raise UsageError(f"{where}({os.fspath(script)!r}): no such file ({path})")
+    if launcher not in profiles.SCRIPT_LAUNCHERS:
+        raise UsageError(f"{where}(launcher={launcher!r}) is not one of "
+                         f"{', '.join(map(repr, profiles.SCRIPT_LAUNCHERS))}")
+    if launcher == "deepspeed" and device != "cuda":
+        raise UsageError(f"{where}(launcher='deepspeed') counts GPUs, and this test runs on {device}: run the "
+                         f"script with launcher='torchrun' there (DeepSpeed's engine runs under torchrun too)")
+    if not isinstance(args, (tuple, list)) or not all(isinstance(a, str) for a in args):
+        raise UsageError(f"{where}(args=...) must be a tuple of strings, as on the command line, got {args!r}")
+    if env is not None and (not isinstance(env, dict)
+                            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise UsageError(f"{where}(env=...) must be a dict of strings, got {env!r}")
+    if cwd is not None and not os.path.isdir(os.fspath(cwd)):
+        raise UsageError(f"{where}(cwd={os.fspath(cwd)!r}): no such folder")
+    with open(path, "rb") as f:
+        sha256 = hashlib.sha256(f.read()).hexdigest()
+    name = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+    return ScriptRef(path=path, name=name, args=tuple(args), launcher=launcher,
+                     env=tuple(sorted((env or {}).items())), cwd=os.path.abspath(os.fspath(cwd)) if cwd else None,
+                     sha256=sha256)

@@ -1,0 +1,261 @@
+"""A rank of a user's training script, run unchanged by its own launcher (distperf.script_job).
+
+The script's launcher (torchrun, `python` for Lightning's own, deepspeed, accelerate launch) starts its ranks as it
+always does; each rank's interpreter loads distperf's sitecustomize (rank/script_site), which installs a StepWatch
+in the process that runs the job's script, before the script's first line.
+
+Steps are the optimizer steps torch's global hook reports (`torch.optim.optimizer.register_optimizer_step_post_hook`
+fires for every `torch.optim.Optimizer` subclass, as Kineto's on-demand tracing counts a script's steps). With
+gradient accumulation one step is one optimizer step; with several optimizers, the steps of the first one that
+steps. A script whose update the hook cannot see (weights updated by hand, an optimizer that is not a
+`torch.optim.Optimizer`) calls `pytest_distperf.step()` once a step instead.
+
+At each step boundary: the warm-up steps pass; then the timed window (the one timer's laps: CUDA events on the
+current stream, perf_counter on CPU), host and CUDA memory peaks reset at its start and read at its end; then the
+work phase's passes (rank/work.py) over the next steps; then the rank leaves its result in the job folder, waits
+for the other ranks (a barrier on the script's process group, when it has one) and ends the script with
+SystemExit(0). A script that ends first leaves an error saying how many steps it took and how many were needed.
+
+Import-light: `step()` is public API; torch is imported by install().
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+_WATCH: "StepWatch | None" = None
+
+
+def step() -> None:
+    """Mark the end of one training step, in a script run by `distperf.script_job` whose update torch's optimizer
+    hook cannot see. Outside such a job it does nothing, so the script runs as before."""
+    if _WATCH is not None:
+        _WATCH.marker()
+
+
+def install(job_dir: str) -> None:
+    """Called by the sitecustomize in the process that runs the job's script."""
+    import faulthandler
+    import signal
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.rank.script import own_logs
+
+    global _WATCH
+    # torchrun, deepspeed and accelerate set RANK; Lightning sets LOCAL_RANK for the ranks it starts (one node)
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    own_logs(job_dir, rank)  # where the launcher reads a failed rank's last lines
+    job = jobfiles.start_rank(job_dir, rank)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the launcher's timeout asks every rank for its stacks
+    _WATCH = StepWatch(job_dir, job, rank)
+    register_optimizer_step_post_hook(_WATCH.on_optimizer_step)
+    previous_hook = sys.excepthook
+
+    def keep_error(kind: Any, value: Any, tb: Any) -> None:
+        if _WATCH is not None:
+            _WATCH.script_error = "".join(traceback.format_exception(kind, value, tb))
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = keep_error
+    atexit.register(_WATCH.at_exit)
+
+
+class StepWatch:
+    def __init__(self, job_dir: str, job: Any, rank: int):
+        from pytest_distperf.rank.timing import host_rss
+
+        self.job_dir, self.job, self.rank = job_dir, job, rank
+        self.steps_seen = 0
+        self.optimizer: Any = None
+        self.by_marker = False  # pytest_distperf.step() marks the steps: optimizer hooks are ignored
+        self.done = False
+        self.script_error: str | None = None
+        self.started, self.started_at = time.perf_counter(), time.time()
+        self.rss_before = host_rss()
+        self.device: Any = None
+        self.first_step_at = 0.0
+        self.warmup_seconds = 0.0
+        self.step_times: list[float] = []
+        self.meters: Any = None
+        self.readings: dict[str, Any] = {}
+        self.work: Any = None
+
+    @property
+    def needed(self) -> int:
+        return self.job.warmup_steps + self.job.steps + (3 if self.job.measure_once else 2) * self.job.work_steps
+
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.by_marker or self.done:
+            return
+        if self.optimizer is None:
+            self.optimizer = optimizer
+        elif optimizer is not self.optimizer:
+            return
+        self._boundary()
+
+    def marker(self) -> None:
+        if self.done:
+            return
+        if not self.by_marker and self.steps_seen:
+            raise RuntimeError(f"pytest_distperf.step() was first called after {self.steps_seen} optimizer steps had "
+                               f"been counted by torch's optimizer hook: call it once a step from the first step on, "
+                               f"or not at all")
+        self.by_marker = True
+        self._boundary()
+
+    def _boundary(self) -> None:
+        """The end of step n (the start of step n + 1)."""
+        import torch
+
+        self.steps_seen += 1
+        n, warmup, steps = self.steps_seen, self.job.warmup_steps, self.job.steps
+        if n == 1:
+            self.device = (torch.device("cuda", torch.cuda.current_device()) if self.job.device == "cuda"
+                           else torch.device("cpu"))
+            self._sync()
+            self.first_step_at = time.perf_counter()
+        if n == warmup:
+            self._sync()
+            self.warmup_seconds = time.perf_counter() - self.first_step_at
+            self._open_window()
+        elif warmup < n <= warmup + steps:
+            self.window.lap()
+            if n == warmup + steps:
+                self._close_window()
+                if self.job.work_steps:
+                    self._start_work()
+                else:
+                    self._finish(None)
+        elif self.work is not None:
+            try:
+                self.work.send(None)
+            except StopIteration as done:
+                self.work = None
+                self._finish(done.value)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def _open_window(self) -> None:
+        from pytest_distperf.rank.clocks import ClockSampler
+        from pytest_distperf.rank.hostload import CpuMeter
+        from pytest_distperf.rank.timing import StepTimer, reset_cuda_peaks, reset_host_peak
+
+        reset_cuda_peaks(self.device)
+        reset_host_peak()
+        self.meters = (CpuMeter(), ClockSampler.for_device(self.device))
+        self.meters[0].start()
+        if self.meters[1]:
+            self.meters[1].start()
+        self.window = StepTimer(self.device).window(self.job.steps)
+        self.window.lap()
+
+    def _close_window(self) -> None:
+        from pytest_distperf.rank.timing import host_peak_rss, read_cuda_peaks
+
+        self.step_times = self.window.finish()  # on CUDA the window's one synchronisation
+        cpu, clocks = self.meters
+        self.readings = dict(gpu_window=clocks.stop() if clocks else None, cpu_window=cpu.stop(),
+                             peaks=read_cuda_peaks(self.device), host_peak_rss=host_peak_rss())
+
+    def _start_work(self) -> None:
+        from pytest_distperf.rank import work
+
+        params = _OptimizerParams(self.optimizer)
+        self.work = work.passes(self.job.work_steps, self._sync, self.device, model=params,
+                                optimizer=self.optimizer, counts=self.job.measure_once)
+        next(self.work)  # up to the first step the passes measure: the script's next one
+
+    def _finish(self, work: Any) -> None:
+        from pytest_distperf import strategies
+        from pytest_distperf.launch import jobfiles
+        from pytest_distperf.rank.results import RankResult
+
+        self.done = True
+        peaks, optimizer = self.readings["peaks"], self.optimizer
+        params = list(_OptimizerParams(optimizer).parameters()) if optimizer is not None else []
+        result = RankResult(
+            rank=self.rank, step_times=self.step_times, losses=[],
+            cuda_peak_allocated=peaks.allocated if peaks else None,
+            cuda_peak_reserved=peaks.reserved if peaks else None,
+            host_peak_rss=self.readings["host_peak_rss"], host_rss_before_build=self.rss_before,
+            optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
+            num_params=sum(p.numel() for p in params), tokens_per_step=0,
+            build_seconds=self.first_step_at - self.started, build_started_at=self.started_at,
+            warmup_seconds=self.warmup_seconds, cpu_window=self.readings["cpu_window"],
+            gpu_window=self.readings["gpu_window"], work=work,
+            extra={"launch": {"profile": "script", "started_by": self.job.script.launcher,
+                              "steps_by": "pytest_distperf.step()" if self.by_marker else "torch's optimizer hook",
+                              "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+                              "script_sha256": self.job.script.sha256,
+                              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}})
+        jobfiles.write_rank_value(self.job_dir, self.rank, result)
+        jobfiles.mark_returned(self.job_dir, self.rank)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank has left its result before any ends its script (a launcher ends the rest)
+        raise SystemExit(0)
+
+    def at_exit(self) -> None:
+        """The script ended before the job had its steps: an error for the launcher, naming what was missing."""
+        if self.done:
+            return
+        from pytest_distperf.launch import jobfiles
+
+        script = self.job.script.name
+        if self.steps_seen == 0:
+            text = (f"{script} ended without a step distperf could see: steps are found by torch's optimizer hook, "
+                    f"which fires for every torch.optim.Optimizer subclass{_not_optimizers()}. If the script "
+                    f"updates its weights another way, call pytest_distperf.step() once a step.")
+        else:
+            what = "pytest_distperf.step() calls" if self.by_marker else "optimizer steps"
+            text = (f"{script} ended after {self.steps_seen} {what}; the job needs up to {self.needed} "
+                    f"({self.job.warmup_steps} warm-up + {self.job.steps} timed + the work phase's "
+                    f"{self.needed - self.job.warmup_steps - self.job.steps}): let the script run longer (its own "
+                    f"arguments) or ask for fewer (distperf.script_job(steps=..., warmup=...))")
+        if self.script_error:
+            text += f"\n\nThe script raised:\n{self.script_error}"
+        jobfiles.write_rank_error(self.job_dir, self.rank, text)
+
+
+class _OptimizerParams:
+    """The parameters an optimizer updates, as a model's parameters() (work.state_bytes reads them and their
+    gradients): a script's model is not known to the harness, its optimizer is."""
+
+    def __init__(self, optimizer: Any):
+        self.optimizer = optimizer
+
+    def parameters(self) -> Any:
+        seen: set[int] = set()
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+
+def _not_optimizers() -> str:
+    """Objects in this process that hold parameter groups but are not torch.optim.Optimizers, by class."""
+    import gc
+
+    from torch.optim import Optimizer
+
+    def holds_groups(o: Any) -> bool:
+        try:
+            return hasattr(o, "param_groups") and not isinstance(o, (Optimizer, type))
+        except Exception:  # an object whose __getattr__ raises something else
+            return False
+
+    names = sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects() if holds_groups(o)})
+    return f"; these hold param_groups but are not torch.optim.Optimizers: {', '.join(names)}" if names else ""
