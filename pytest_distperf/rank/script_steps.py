@@ -103,11 +103,18 @@ class StepWatch:
     def marker(self) -> None:
         if self.done:
             return
-        if not self.by_marker and self.steps_seen:
-            raise RuntimeError(f"pytest_distperf.step() was first called after {self.steps_seen} optimizer steps had "
-                               f"been counted by torch's optimizer hook: call it once a step from the first step on, "
-                               f"or not at all")
-        self.by_marker = True
+        if not self.by_marker:
+            if self.steps_seen > self.job.warmup_steps:
+                raise RuntimeError(f"pytest_distperf.step() was first called after {self.steps_seen} optimizer steps "
+                                   f"had been timed by torch's optimizer hook: call it once a step from the first "
+                                   f"step on, or not at all")
+            # From here the markers count: what the hook counted is dropped (warm-up, no timed step yet).
+            if self.meters is not None:
+                self.meters[0].stop()
+                if self.meters[1]:
+                    self.meters[1].stop()
+                self.meters = None
+            self.by_marker, self.steps_seen = True, 0
         self._boundary()
 
     def _boundary(self) -> None:
@@ -171,7 +178,7 @@ class StepWatch:
     def _start_work(self) -> None:
         from pytest_distperf.rank import work
 
-        params = _OptimizerParams(self.optimizer)
+        params = _OptimizerParams(self.optimizer) if self.optimizer is not None else None
         self.work = work.passes(self.job.work_steps, self._sync, self.device, model=params,
                                 optimizer=self.optimizer, counts=self.job.measure_once)
         next(self.work)  # up to the first step the passes measure: the script's next one
@@ -248,14 +255,17 @@ class _OptimizerParams:
 def _not_optimizers() -> str:
     """Objects in this process that hold parameter groups but are not torch.optim.Optimizers, by class."""
     import gc
+    import warnings
 
     from torch.optim import Optimizer
 
-    def holds_groups(o: Any) -> bool:
+    def holds_groups(o: Any) -> bool:  # an instance attribute: a module's or a mock's __getattr__ answers anything
         try:
-            return hasattr(o, "param_groups") and not isinstance(o, (Optimizer, type))
-        except Exception:  # an object whose __getattr__ raises something else
+            return "param_groups" in vars(o) and not isinstance(o, (Optimizer, type))
+        except TypeError:  # no __dict__
             return False
 
-    names = sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects() if holds_groups(o)})
+    with warnings.catch_warnings():  # a deprecated attribute's warning, met on the way
+        warnings.simplefilter("ignore")
+        names = sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects() if holds_groups(o)})
     return f"; these hold param_groups but are not torch.optim.Optimizers: {', '.join(names)}" if names else ""

@@ -1,0 +1,153 @@
+"""A user's training script, unchanged (`distperf.script_job`): run by its own launcher, steps found by torch's
+optimizer hook, measured and gated like any job.
+
+Real 2-rank CPU jobs through torchrun: a plain DDP loop is measured (its optimizer steps timed, its work figures
+counted), saved as a baseline, then gated: the same script passes, the script with an extra operator in its step
+fails. A script that ends before the job has its steps, one whose update the hook cannot see, and one that marks
+its steps with `pytest_distperf.step()` each get what they should. Bad arguments are errors naming them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_distperf.spec.job import JobSpec, ScriptRef
+
+INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE", "--distperf-max-repeats=3")
+
+TRAIN = """
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=40)
+args = p.parse_args()
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(32, 64)
+for step in range(args.steps):
+    loss = model(x).square().mean()
+    loss.backward()
+    EXTRA
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def _script(extra: str = "pass") -> str:
+    return TRAIN.replace("EXTRA", extra)
+
+
+@pytest.mark.slow
+def test_a_torchrun_ddp_script_is_measured_saved_and_gated(pytester: pytest.Pytester):
+    pytester.makepyfile(train=_script())
+    pytester.makepyfile(test_train="""
+        def test_train(distperf):
+            distperf.measure(distperf.script_job("train.py", args=("--steps", "40"), steps=6, warmup=2))
+    """)
+    saved = pytester.runpytest(*INNER, "--distperf-save", "--distperf-json", "saved.json")
+    saved.assert_outcomes(passed=1)
+    job = json.loads((pytester.path / "saved.json").read_text())["tests"][0]["jobs"][0]
+    assert job["label"] == "torchrun train.py --steps 40 x2 cpu"
+    run = job["runs"][0]
+    assert [len(r["step_times"]) for r in run["ranks"]] == [6, 6]
+    launch = run["ranks"][0]["extra"]["launch"]
+    assert launch["steps_by"] == "torch's optimizer hook" and launch["optimizer"] == "AdamW"
+    assert run["work"]["aten_ops_per_step"] > 0, "the work phase ran on the script's own steps"
+
+    same = pytester.runpytest(*INNER)
+    same.assert_outcomes(passed=1)
+
+    pytester.makepyfile(train=_script("torch.sort(torch.randn(400_000))"))  # one more operator in the step
+    slowed = pytester.runpytest(*INNER)
+    slowed.assert_outcomes(failed=1)
+    slowed.stdout.fnmatch_lines(["*aten_ops_per_step*FAIL*"])
+
+
+@pytest.mark.slow
+def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.Pytester):
+    pytester.makepyfile(train=_script())
+    pytester.makepyfile(by_hand="""
+        import torch
+        import torch.distributed as dist
+
+        import pytest_distperf
+
+        class Sgd:  # an optimizer of its own, not a torch.optim.Optimizer
+            def __init__(self, params):
+                self.param_groups = [{"params": list(params)}]
+
+            def step(self):
+                with torch.no_grad():
+                    for p in self.param_groups[0]["params"]:
+                        p -= 0.01 * p.grad
+
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(16, 16)
+        opt = Sgd(model.parameters())
+        for _ in range(30):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            if "MARK" in __import__("os").environ:
+                pytest_distperf.step()
+    """)
+    pytester.makepyfile(test_scripts="""
+        def test_too_short(distperf):
+            distperf.run(distperf.script_job("train.py", args=("--steps", "4"), steps=6, warmup=2))
+
+        def test_unseen_update(distperf):
+            distperf.run(distperf.script_job("by_hand.py", steps=3, warmup=1))
+
+        def test_marked(distperf):
+            run = distperf.run(distperf.script_job("by_hand.py", env={"MARK": "1"}, steps=3, warmup=1))
+            assert run.ranks[0].extra["launch"]["steps_by"] == "pytest_distperf.step()"
+            assert len(run.ranks[0].step_times) == 3
+    """)
+    result = pytester.runpytest(*INNER)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*train.py ended after 4 optimizer steps; the job needs up to 14*",
+        "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",
+    ])
+
+
+def test_bad_script_jobs_are_errors_naming_the_argument(pytester: pytest.Pytester):
+    pytester.makepyfile(train="print('hi')")
+    pytester.makepyfile(test_bad="""
+        import pytest
+        from pytest_distperf.errors import UsageError
+
+        @pytest.mark.parametrize("call, message", [
+            (dict(script="missing.py"), "no such file"),
+            (dict(script="train.py", launcher="mpirun"), "launcher='mpirun' is not one of"),
+            (dict(script="train.py", args=("--steps", 3)), "args=...) must be a tuple of strings"),
+            (dict(script="train.py", env={"A": 1}), "env=...) must be a dict of strings"),
+            (dict(script="train.py", warmup=0), "warmup=0"),
+        ])
+        def test_bad(distperf, call, message):
+            with pytest.raises(UsageError, match=message.replace("(", "[(]").replace(")", "[)]")):
+                distperf.script_job(**call)
+    """)
+    pytester.runpytest("--distperf", "-p", "no:cacheprovider").assert_outcomes(passed=5)
+
+
+def test_a_script_jobs_key_is_its_name_arguments_environment_and_launcher_not_its_content():
+    def job(**changes: object) -> JobSpec:
+        script = dict(path="/a/train.py", name="train.py", args=("--steps", "40"), launcher="torchrun",
+                      env=(("A", "1"),), sha256="0" * 64)
+        script.update(changes)
+        return JobSpec(world_size=2, device="cpu", script=ScriptRef(**script))  # type: ignore[arg-type]
+
+    key = job().config_hash()
+    assert job(sha256="1" * 64, path="/b/train.py").config_hash() == key  # an edited script, another checkout
+    for other in (dict(args=("--steps", "41")), dict(env=()), dict(launcher="accelerate"), dict(name="t.py")):
+        assert job(**other).config_hash() != key, other
