@@ -120,6 +120,65 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
     ])
 
 
+LIGHTNING = """
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+
+    def training_step(self, batch, i):
+        loss = self.net(batch[0]).square().mean()
+        self.log("loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=40, enable_checkpointing=False,
+                    logger=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4096, 64)), batch_size=32))
+"""
+
+DEEPSPEED = """
+import deepspeed
+import torch
+
+deepspeed.init_distributed()
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+config = {"train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 3},
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+x = torch.randn(32, 64)
+for _ in range(40):
+    engine.backward(engine(x).square().mean())
+    engine.step()
+"""
+
+
+@pytest.mark.slow
+def test_each_launcher_runs_its_script_unchanged(pytester: pytest.Pytester):
+    """Lightning's Trainer started as `python script.py` (its launcher starts rank 1), a DeepSpeed ZeRO-3 engine
+    loop under torchrun, a DDP loop through `accelerate launch`: every rank's optimizer steps are found."""
+    pytester.makepyfile(train=_script(), light=LIGHTNING, ds_loop=DEEPSPEED)
+    pytester.makepyfile(test_launchers="""
+        import pytest
+
+        @pytest.mark.parametrize("script, launcher", [("light.py", "python"), ("ds_loop.py", "torchrun"),
+                                                      ("train.py", "accelerate")])
+        def test_launcher(distperf, script, launcher):
+            run = distperf.run(distperf.script_job(script, launcher=launcher, steps=4, warmup=2))
+            assert [len(r.step_times) for r in run.ranks] == [4, 4]
+            assert {r.extra["launch"]["steps_by"] for r in run.ranks} == {"torch's optimizer hook"}
+    """)
+    pytester.runpytest(*INNER).assert_outcomes(passed=3)
+
+
 def test_bad_script_jobs_are_errors_naming_the_argument(pytester: pytest.Pytester):
     pytester.makepyfile(train="print('hi')")
     pytester.makepyfile(test_bad="""

@@ -316,7 +316,10 @@ def run_time_split(run: "RunResult") -> dict[str, float] | None:
         return None
     agent = getattr(run, "agent_start_seconds", 0.0)  # the session's, not the run's: reported apart
     wall = max(0.0, run.wall_seconds - run.slot_wait_seconds - agent)
-    split = {"startup": max(0.0, max(started) - launched - agent), "build": max(r.build_seconds for r in run.ranks),
+    # The build ends when the last rank's does: ranks a framework starts one after another (Lightning's launcher,
+    # a script's) overlap, and the start-up runs to the last rank's start.
+    built = max(s + r.build_seconds for s, r in zip(started, run.ranks))
+    split = {"startup": max(0.0, max(started) - launched - agent), "build": max(0.0, built - max(started)),
              "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
     split["other"] = max(0.0, wall - math.fsum(split.values()))
     return {"wall": wall, **split}

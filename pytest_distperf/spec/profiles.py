@@ -44,8 +44,10 @@ SCRIPT_LAUNCHERS = {
     "torchrun": lambda n, device: ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"],
     "python": lambda n, device: [],  # the script's framework starts its other ranks (Lightning's Trainer)
     "deepspeed": lambda n, device: ["-m", "deepspeed.launcher.runner", f"--num_gpus={n}"],
-    "accelerate": lambda n, device: ["-m", "accelerate.commands.launch", f"--num_processes={n}"]
-    + (["--cpu"] if device == "cpu" else []),
+    # --multi_gpu is accelerate's torchrun path on CPU too (its --cpu spreads ranks only through mpirun); a CPU
+    # job's ranks see no GPU, so the script's own device choice lands on the CPU
+    "accelerate": lambda n, device: ["-m", "accelerate.commands.launch", *(["--multi_gpu"] if n > 1 else []),
+                                     f"--num_processes={n}"],
 }
 
 
