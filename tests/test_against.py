@@ -182,3 +182,54 @@ def test_the_session_chooses_each_tests_gate_in_one_place(tmp_path: Path):
                                            repo_root=str(tmp_path), worktree="/base", harness_dir="/harness")
     gate = session.gate_for("t.py::test_x", str(tmp_path / "t.py"), plan, Policy())
     assert type(gate) is against.AgainstGate and "does not exist at base 222222222222" in gate.new_reason
+
+
+SCRIPT = """
+import time
+
+import torch
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(40):
+    model(torch.randn(4, 8)).sum().backward()
+    time.sleep({delay})
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_script_job_runs_the_base_s_script_on_the_base_side(pytester: pytest.Pytester, repo: Path):
+    (repo / "train.py").write_text(SCRIPT.format(delay=0.02))
+    (repo / "test_perf.py").write_text("""
+import pytest
+
+
+@pytest.mark.distperf(world_size=1, max_repeats=3)
+def test_script(distperf):
+    distperf.measure(distperf.script_job("train.py", steps=5, warmup=1))
+""")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "a script")
+    git(repo, "switch", "-q", "-c", "change")
+    (repo / "train.py").write_text(SCRIPT.format(delay=0.04))  # the change under test: the script's step slower
+    git(repo, "commit", "-q", "-am", "slower script")
+
+    checkout = against.prepare(str(repo), "main")
+    try:
+        from pytest_distperf.spec.userjobs import script_ref
+
+        job = JobSpec(world_size=1, device="cpu", script=script_ref(repo / "train.py", (), "torchrun", None, None,
+                                                                    "cpu"))
+        base = checkout.base_job(job)
+        assert base.script.path == str(Path(checkout.worktree) / "train.py")
+        assert base.script.sha256 != job.script.sha256 and base.config_hash() == job.config_hash()
+    finally:
+        checkout.remove()
+
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "-rA", "--distperf-against=main",
+                                "--distperf-json=r.json")
+    result.assert_outcomes(failed=1)
+    doc = json.loads((repo / "r.json").read_text())
+    step = next(v for v in doc["tests"][0]["verdicts"] if v["metric"] == "step_time")
+    assert step["status"] == "fail" and 0.5 < step["delta"] < 1.5, step  # twice the sleep, on the pairs

@@ -36,7 +36,7 @@ from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
 from pytest_distperf.figures.explain import explain, explain_by
 from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.spec.job import FunctionRef, JobSpec
+from pytest_distperf.spec.job import FunctionRef, JobSpec, ScriptRef, file_sha256
 
 COMPILED_SOURCES = (".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".cu")
 BUILT_EXTENSIONS = (".so", ".pyd")
@@ -88,12 +88,21 @@ class BaseCheckout:
             return ref
         return dataclasses.replace(ref, file=self.moved(ref.file))
 
+    def _script(self, script: ScriptRef | None) -> ScriptRef | None:
+        """A script job's script at base: the base's file (and its hash), run in the base's folder."""
+        if script is None:
+            return None
+        path = self.moved(script.path)
+        sha256 = file_sha256(path) if os.path.isfile(path) else ""  # missing at base: that side fails naming it
+        return dataclasses.replace(script, path=path, cwd=self.moved(script.cwd) if script.cwd else None,
+                                   sha256=sha256)
+
     def base_job(self, job: JobSpec) -> JobSpec:
         """The same job on REF's code: the configuration (and so its hash) unchanged, the import paths moved."""
         first = [self.harness_dir, self.worktree] + [p for p in (os.path.join(self.worktree, "src"),) if os.path.isdir(p)]
         path = list(dict.fromkeys(first + [self.moved(p) for p in job.sys_path if p]))
         return dataclasses.replace(job, sys_path=path, workload=self._ref(job.workload), step=self._ref(job.step),
-                                   function=self._ref(job.function))
+                                   function=self._ref(job.function), script=self._script(job.script))
 
     def missing_at_base(self, test_file: str | None) -> bool:
         """The test's file does not exist at REF (a test the change adds)."""

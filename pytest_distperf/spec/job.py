@@ -18,6 +18,11 @@ class FunctionRef:
     file: str | None = None
 
 
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 @dataclass(frozen=True)
 class ScriptRef:
     """A user's training script run unchanged by its own launcher (distperf.script_job; rank/script_steps.py)."""

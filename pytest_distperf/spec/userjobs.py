@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 from pytest_distperf.errors import UsageError, WorkloadError
 from pytest_distperf.spec import profiles
-from pytest_distperf.spec.job import FunctionRef, ScriptRef
+from pytest_distperf.spec.job import FunctionRef, ScriptRef, file_sha256
 
 
 @contextlib.contextmanager
@@ -133,7 +133,6 @@ def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str,
 def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device: str) -> ScriptRef:
     """A script job's script, checked here: the file, its arguments and environment as strings (a command line's),
     its launcher; named relative to the working folder (the same in every checkout), hashed as it is now."""
-    import hashlib
     import os
 
     where = "distperf.script_job"
@@ -153,9 +152,7 @@ def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device
         raise UsageError(f"{where}(env=...) must be a dict of strings, got {env!r}")
     if cwd is not None and not os.path.isdir(os.fspath(cwd)):
         raise UsageError(f"{where}(cwd={os.fspath(cwd)!r}): no such folder")
-    with open(path, "rb") as f:
-        sha256 = hashlib.sha256(f.read()).hexdigest()
     name = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
     return ScriptRef(path=path, name=name, args=tuple(args), launcher=launcher,
                      env=tuple(sorted((env or {}).items())), cwd=os.path.abspath(os.fspath(cwd)) if cwd else None,
-                     sha256=sha256)
+                     sha256=file_sha256(path))
