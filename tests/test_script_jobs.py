@@ -10,10 +10,14 @@ its steps with `pytest_distperf.step()` each get what they should. Bad arguments
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.spec.job import JobSpec, ScriptRef
+
+ROOT = Path(__file__).resolve().parents[1]
 
 INNER = ("--distperf", "-p", "no:cacheprovider", "-rsfE", "--distperf-max-repeats=3")
 
@@ -146,17 +150,23 @@ trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4096, 64)), batch_size
 """
 
 DEEPSPEED = """
+import argparse
+
 import deepspeed
 import torch
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)  # deepspeed's launcher passes it
+parser.parse_args()
 deepspeed.init_distributed()
+cuda = torch.cuda.is_available()
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
-config = {"train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 3},
+config = {"train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 3}, "bf16": {"enabled": cuda},
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-x = torch.randn(32, 64)
+x = torch.randn(32, 64, device=engine.device, dtype=torch.bfloat16 if cuda else torch.float32)
 for _ in range(40):
-    engine.backward(engine(x).square().mean())
+    engine.backward(engine(x).float().square().mean())
     engine.step()
 """
 
@@ -177,6 +187,32 @@ def test_each_launcher_runs_its_script_unchanged(pytester: pytest.Pytester):
             assert {r.extra["launch"]["steps_by"] for r in run.ranks} == {"torch's optimizer hook"}
     """)
     pytester.runpytest(*INNER).assert_outcomes(passed=3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(visible_gpu_count() == 0, reason="needs a GPU: DeepSpeed's launcher counts GPUs, and the seed-004 "
+                    "reporter's scripts run Lightning's FSDP strategy, which needs CUDA")
+def test_gpu_launchers_run_their_scripts_unchanged(pytester: pytest.Pytester):
+    """On one GPU: a DeepSpeed ZeRO-3 engine loop through `deepspeed`, and the seed-004 reporter's Trainer and
+    Fabric scripts (benchmarks/seed004_reporter.py, Lightning's demo Transformer, FSDP) as `python script.py`."""
+    pytester.makepyfile(ds_loop=DEEPSPEED)
+    (pytester.path / "reporter.py").write_text((ROOT / "benchmarks" / "seed004_reporter.py").read_text())
+    pytester.makepyfile(test_gpu="""
+        import pytest
+
+        @pytest.mark.parametrize("script, launcher, args", [
+            ("ds_loop.py", "deepspeed", ()),
+            ("reporter.py", "python", ("trainer", "--no-offload", "--steps", "30")),
+            ("reporter.py", "python", ("fabric", "--no-offload", "--steps", "30")),
+        ])
+        def test_gpu(distperf, script, launcher, args):
+            run = distperf.run(distperf.script_job(script, args=args, launcher=launcher, steps=5, warmup=2))
+            assert [len(r.step_times) for r in run.ranks] == [5]
+            times = sorted(run.step_times)
+            print(f"{script} {args[:1]}: median step {times[len(times) // 2]:.4f} s; {run.ranks[0].extra['launch']}")
+    """)
+    result = pytester.runpytest(*INNER, "--distperf-world-size=1", "-s")
+    result.assert_outcomes(passed=3)
 
 
 def test_bad_script_jobs_are_errors_naming_the_argument(pytester: pytest.Pytester):

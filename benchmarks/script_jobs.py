@@ -1,0 +1,180 @@
+"""A user's training script through `distperf.script_job`: its step time against the same model as a step job, and
+the stored gate on the script unchanged and slowed.
+
+A scratch project holds one model and loop twice: `train.py`, a plain torchrun DDP script (argparse, its own
+process group, device and loop), and `usersteps.py`, the same model, optimizer and batch as a step factory
+(`distperf.step_job`). Printed:
+
+1. the script's steps found per rank, and its step time against the step job's over `--pairs` interleaved pairs
+   (`distperf.compare`: the ratio and its interval, pair-to-pair variation): the hook's laps and the harness's
+   calls should time the same step alike, within the runs' noise;
+2. the stored gate: a baseline saved from the script, then the same script (should pass) and the script with one
+   more operator in its step (`--slow-op`, a sort: should fail), each with its verdicts and wall time.
+
+    python benchmarks/script_jobs.py                               # 2 gloo ranks on CPU
+    python benchmarks/script_jobs.py --device cuda --world-size 1  # 1 GPU, NCCL
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = '''
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--width", type=int, default=512)
+args = p.parse_args()
+cuda = torch.cuda.is_available()
+dist.init_process_group("nccl" if cuda else "gloo")
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(device)
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)]).to(device))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(64, args.width, device=device)
+big = torch.randn(1 << 20, device=device)
+for step in range(args.steps):
+    loss = model(x).square().mean()
+    loss.backward()
+    SLOW
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+dist.destroy_process_group()
+'''
+
+STEP = '''
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def stepper(width):
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)]).to(device))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(64, width, device=device)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+'''
+
+TESTS = '''
+import json
+import os
+
+from usersteps import stepper
+
+
+def script(distperf):
+    return distperf.script_job("train.py", args=("--width", "{width}"), steps={steps}, warmup=3)
+
+
+def test_against_step_job(distperf):
+    cmp = distperf.compare(script(distperf), distperf.step_job(stepper, args=({width},), steps={steps}, warmup=3),
+                           repeats={pairs})
+    e = cmp.step_time_ratio
+    a, b = cmp.a.runs[0], cmp.b.runs[0]
+    with open("compare.json", "w") as f:
+        json.dump(dict(ratio=e.ratio, lo=e.lo, hi=e.hi, level=e.level, pairs=e.n_pairs, pair_cv=e.pair_cv,
+                       script_step=cmp.a.figures.step_time, step_job_step=cmp.b.figures.step_time,
+                       script_run_cv=cmp.a.figures.run_cv, step_job_run_cv=cmp.b.figures.run_cv,
+                       steps_found=[len(r.step_times) for r in a.ranks],
+                       steps_by=a.ranks[0].extra["launch"]["steps_by"]), f)
+
+
+def test_gate(distperf):
+    distperf.measure(script(distperf))
+'''
+
+
+def session(project: Path, args: argparse.Namespace, *extra: str) -> tuple[int, str, float]:
+    env = {**os.environ, "PYTHONPATH": f"{project}{os.pathsep}{ROOT}"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--distperf", f"--distperf-device={args.device}",
+                           f"--distperf-world-size={args.world_size}", "-p", "no:cacheprovider", "-q",
+                           "--distperf-max-repeats=6", *extra], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=args.timeout)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+
+def verdicts(report: Path) -> list[str]:
+    if not report.exists():
+        return []
+    test = json.loads(report.read_text())["tests"][0]
+    return [f"{v['metric']} {v['status']}" + (f" {v['delta']:+.1%}" if v.get("delta") is not None else "")
+            for v in test["verdicts"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--world-size", type=int)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--pairs", type=int, default=6, help="interleaved pairs (a planned look falls at 3 and 6)")
+    p.add_argument("--slow-op", default="torch.sort(big)", help="the operator the slowed script adds to its step")
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    args.world_size = args.world_size or (2 if args.device == "cpu" else 1)
+    out: dict = {"args": vars(args)}
+    with tempfile.TemporaryDirectory(prefix="distperf-scripts-") as folder:
+        project = Path(folder)
+        (project / "train.py").write_text(SCRIPT.replace("SLOW", "pass"))
+        (project / "usersteps.py").write_text(STEP)
+        (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs))
+
+        rc, text, seconds = session(project, args, "-k", "against_step_job")
+        if not (project / "compare.json").exists():
+            print(text[-4000:])
+            raise SystemExit(f"the comparison failed (exit {rc})")
+        c = json.loads((project / "compare.json").read_text())
+        out["compare"] = {**c, "seconds": seconds}
+        print(f"script vs step job ({seconds:.0f} s): steps found per rank {c['steps_found']} by {c['steps_by']}; "
+              f"step time {c['script_step'] * 1e3:.2f} vs {c['step_job_step'] * 1e3:.2f} ms, ratio {c['ratio']:.3f} "
+              f"[{c['lo'] or 0:.3f}, {c['hi'] or float('inf'):.3f}] ({c['level']:.0%}, {c['pairs']} pairs); "
+              f"pair-to-pair {c['pair_cv'] or 0:.1%}, run-to-run {c['script_run_cv'] or 0:.1%} (script) / "
+              f"{c['step_job_run_cv'] or 0:.1%} (step job)", flush=True)
+
+        rc, text, seconds = session(project, args, "-k", "gate", "--distperf-save")
+        print(f"baseline saved: exit {rc} in {seconds:.0f} s", flush=True)
+        out["gate"] = {}
+        for name, slow in (("unchanged", "pass"), ("slowed", args.slow_op)):
+            (project / "train.py").write_text(SCRIPT.replace("SLOW", slow))
+            report = project / f"{name}.json"
+            rc, text, seconds = session(project, args, "-k", "gate", f"--distperf-json={report}")
+            v = verdicts(report)
+            out["gate"][name] = {"exit": rc, "seconds": seconds, "verdicts": v}
+            print(f"gate, script {name}: exit {rc} in {seconds:.0f} s; {'; '.join(v)}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
