@@ -256,11 +256,12 @@ def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest(
                           tokens_per_step=1, build_seconds=build, warmup_seconds=1.0, build_started_at=started)
 
     spec = JobSpec(world_size=2, device="cpu", strategy="ddp")
-    # 12 s of which 2 s waited for the slot: its own 10 s; the latest rank began building 3 s after the launch
+    # 12 s of which 2 s waited for the slot: its own 10 s; the latest rank began building 3 s after the launch, and
+    # the build ends with the last rank's (at 104.5: rank 1 began at 103 and built 1.5 s; rank 0 ended at 104)
     run = RunResult(spec=spec, ranks=[rank(0, 102.0, 2.0), rank(1, 103.0, 1.5)], wall_seconds=12.0,
                     slot_wait_seconds=2.0, launched_at=100.0)
-    assert run_time_split(run) == {"wall": 10.0, "startup": 3.0, "build": 2.0, "warmup": 1.0, "timed": 1.0,
-                                   "other": 3.0}
+    assert run_time_split(run) == {"wall": 10.0, "startup": 3.0, "build": 1.5, "warmup": 1.0, "timed": 1.0,
+                                   "other": 3.5}
     split = job_time_split([run, run])
     assert split["wall"] == 20.0 and split["startup_share"] == 0.3 and split["timed_share"] == 0.1
     assert time_split_text(split).startswith("20.0 s of runs: start-up (launch to the build) 6.0 s (30%)")
