@@ -212,6 +212,8 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     assert len(failed[0]["explanation"]["rows"]) > 5  # the whole table, not only the rows the message shows
     html = (pytester.path / "report.html").read_text()
     assert '<table class="explain">' in html and "op:aten::sort [new]" in html
+    chart = html[html.index('class="chart contributions"'):]  # the contribution bars: the sort's, slower, first
+    assert chart.index("op:aten::sort [new]") < chart.index("</svg>") and 'fill="#cf222e"' in chart
     comment = (pytester.path / "comment.md").read_text()
     assert "What changed in step:usersteps:stepper x2 cpu: `op:aten::sort` +" in comment and "(new)" in comment
     # distperf_explain: every verdict compared against the baseline says what changed, a passing one too

@@ -118,6 +118,14 @@ class Explanation:
                  "–" if r.share is None else f"{r.share:.0%}", "unknown" if r.noise is None else _ms(r.noise),
                  "yes" if r.beyond_noise else "count" if r.count_changed else "no"] for r in self.rows]
 
+    def contributions(self, top: int = SHOWN_ROWS) -> list[tuple[str, float, str]]:
+        """The rows that stand out (the top ones), as (name, change in seconds per step, one line on it): what the
+        HTML report's contribution chart draws."""
+        return [(r.name + (f" [{r.status}]" if r.status else ""), r.change,
+                 f"{r.name}: {_signed_ms(r.change)}" + ("" if r.share is None else f", {r.share:.0%} of the change")
+                 + f"; {_count(r.reference_count)} -> {_count(r.candidate_count)} a step")
+                for r in self.rows[:top] if r.stands_out]
+
     def short(self, top: int = 3) -> str:
         """The top rows in one line, as the PR comment lists them."""
         if self.missing:

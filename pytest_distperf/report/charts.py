@@ -172,6 +172,29 @@ def bar_chart(rows: Sequence[tuple[str, float, str, str]], unit: str, label: str
     return Markup(c.render())
 
 
+def contribution_chart(rows: Sequence[tuple[str, float, str]], label: str, width: int = WIDTH) -> Markup:
+    """Each row's change in time per step as a bar from zero (row label, seconds, hover text): slower to the
+    right in red, faster to the left in blue."""
+    row_h = 20
+    values = [v for _, v, _ in rows]
+    lo, hi = min(values + [0.0]), max(values + [0.0])
+    pad = (hi - lo) * 0.08 or 1e-6
+    lo, hi = (lo - pad if lo < 0 else 0.0), (hi + pad if hi > 0 else 0.0)
+    fmt, unit_name, ticks = axis("s", lo, hi, 6)
+    c = Chart(width, 16 + row_h * len(rows) + 32, label, "contributions", left=label_room(r[0] for r in rows),
+              right=80, top=8)
+    x = c.x_scale((lo, hi))
+    c.x_axis(x, fmt, f"change in time per step ({unit_name})", ticks)
+    c.line(x(0), c.y0, x(0), c.y1, "", "axis")
+    for i, (name, v, title) in enumerate(rows):
+        y = c.y0 + 8 + i * row_h
+        c.text(c.x0 - 8, y + 12, name, "row-lbl", "end")
+        left, right = sorted((x(0), x(v)))
+        c.rect(left, y + 2, max(right - left, 1.0), row_h - 6, "#cf222e" if v > 0 else "#0969da", "bar", title)
+        c.text(right + 4, y + 12, f"{v * 1e3:+.3g} ms", "val-lbl")
+    return Markup(c.render())
+
+
 def timeline_chart(timelines: Sequence[StepTimeline], label: str, width: int = WIDTH) -> Markup:
     """Per rank three lanes over one step: compute, communication, and where both ran (overlap)."""
     lane_h, gap = 14, 10

@@ -17,7 +17,8 @@ from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict
 from pytest_distperf.figures.explain import Explanation
-from pytest_distperf.report.charts import TrendSeries, bar_chart, interval_chart, strip_chart, trend_chart
+from pytest_distperf.report.charts import (TrendSeries, bar_chart, contribution_chart, interval_chart, strip_chart,
+                                          trend_chart)
 from pytest_distperf.report.document import JobRecord, SessionDocument, TestDocument, unique_jobs
 from pytest_distperf.report.job_views import JobSection, ProbeSection, job_sections, probe_sections
 from pytest_distperf.report.outcomes import counted, record_outcome, test_outcome
@@ -92,6 +93,7 @@ class Baseline:
     explain_head: str = ""
     explain_header: list[str] = field(default_factory=list)
     explain_rows: list[list[str]] = field(default_factory=list)
+    explain_chart: Markup | None = None  # the rows that stand out, by their change in time
 
 
 @dataclass
@@ -263,6 +265,10 @@ def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, s
                 diff = Explanation.from_json(v.explanation)
                 shown[-1].explain_head = diff.headline(sides)
                 shown[-1].explain_header, shown[-1].explain_rows = diff.header(sides), diff.cells()
+                bars = diff.contributions()
+                if bars:
+                    shown[-1].explain_chart = contribution_chart(bars, f"what changed in {v.job}, {sides[1]} "
+                                                                       f"against {sides[0]}")
     return Baselines(shown=shown, without=without)
 
 
