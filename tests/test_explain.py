@@ -125,6 +125,31 @@ def test_a_small_row_missing_from_a_trimmed_table_is_cut_not_gone():
     assert [r.name for r in e.rows][:1] == ["op:sort"] and e.rows[0].status == "new"
     assert next(r for r in e.rows if r.name == "op:to").status == "cut"
 
+def test_module_rows_hold_each_modules_own_flops_with_repeated_blocks_folded():
+    counts = {"Global": {"mm": 330}, "M": {"mm": 330}, "M.head": {"mm": 30},
+              "M.layers.0": {"mm": 100}, "M.layers.0.mlp": {"mm": 90}, "M.layers.0.mlp.0": {"mm": 90},
+              "M.layers.1": {"mm": 200}, "M.layers.1.mlp": {"mm": 180}, "M.layers.1.mlp.0": {"mm": 180}}
+    rows = tt.module_rows(counts, steps=2)
+    assert rows == {"flops:layers.*.mlp.0": [135.0, 0.0], "flops:head": [15.0, 0.0], "flops:layers.*": [15.0, 0.0]}
+    assert sum(v[0] for v in rows.values()) == 330 / 2  # the rows add up to the step's FLOPs
+    many = tt.module_rows({f"M.b{i}": {"mm": 100 + i} for i in range(tt.TOP_MODULES + 3)} | {"M": {"mm": 0}}, 1)
+    assert len(many) == tt.TOP_MODULES + 1 and many[tt.MODULES_OTHER] == [303.0, 0.0]  # b0 + b1 + b2
+    # flops: rows are kept whatever their (zero) time when a table is trimmed
+    assert "flops:head" in tt.trimmed({**_run(a=(1, 2.0)), "flops:head": [15.0, 0.0]}, top=1)
+
+
+def test_a_module_whose_flops_changed_explains_a_flops_verdict_first():
+    base = [{**_run(mm=(4, 0.010), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0]}] * 3
+    cand = [{**_run(mm=(5, 0.012), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0],
+             "flops:mlp.extra": [5e5, 0.0]}] * 3
+    e = ex.explain(base, cand, by="count")
+    assert e.rows[0].name == "flops:mlp.extra" and e.rows[0].status == "new" and e.rows[0].count_changed
+    assert next(r for r in e.rows if r.name == "flops:mlp").stands_out is False
+    line = next(x for x in e.lines() if "flops:mlp.extra" in x)
+    assert "0 FLOP -> 5e+05 FLOP a step (+5e+05 FLOP; changed)" in line
+    assert all("flops:" not in name for name, _, _ in e.contributions())  # no time to draw
+
+
 def test_one_run_a_side_leaves_the_noise_unknown_and_a_missing_table_explains_nothing():
     e = ex.explain([_run(mm=(1, 0.01))], [_run(mm=(1, 0.02))])
     assert e.rows[0].noise is None and not e.rows[0].beyond_noise and "noise unknown" in e.lines()[1]

@@ -16,7 +16,8 @@ says nothing, and it never stands out. Min - max
 of a few runs is a rough, deliberately wide band: a row outside it moved more than the runs of either side did
 among themselves. The rows that stand out come first, ranked by the figure they explain: under a time verdict by
 |change| in time; where only counts failed (operators, kernels, FLOPs per step), the rows whose count changed
-first, by |change| in count.
+first, by |change| in count (a flops: row's count is its module's FLOPs a step, exact: it stands out when it
+changed at all, and outranks operator counts by its size).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.rank.time_table import OTHER
+from pytest_distperf.rank.time_table import FLOPS, MODULES_OTHER, OTHER
 
 SHOWN_ROWS = 5  # rows a failure message shows
 MATERIAL = 0.01  # a row whose time moved less than this share of the reference step's table never stands out
@@ -97,6 +98,11 @@ class Explanation:
 
             share = f", {r.share:.0%} of the change" if r.share is not None else ""
             status = f" [{r.status}]" if r.status else ""
+            if r.name.startswith(FLOPS):  # a module's own FLOPs a step (exact): no time, no noise
+                out.append(f"  {r.name}{status}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
+                           f"({_signed_flop(r.candidate_count - r.reference_count)}; "
+                           f"{'changed' if r.count_changed else 'unchanged'})")
+                continue
             out.append(f"  {r.name}{status}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
                        f"{_count(r.candidate_count)}x {_ms(r.candidate_time)} ({_signed_ms(r.change)}{share}; "
                        f"{mark})")
@@ -113,10 +119,18 @@ class Explanation:
 
     def cells(self) -> list[list[str]]:
         """Every row as the HTML report's diff table shows it (`header`)."""
-        return [[r.name + (f" [{r.status}]" if r.status else ""), _count(r.reference_count), _ms(r.reference_time),
-                 _count(r.candidate_count), _ms(r.candidate_time), _signed_ms(r.change),
-                 "–" if r.share is None else f"{r.share:.0%}", "unknown" if r.noise is None else _ms(r.noise),
-                 "yes" if r.beyond_noise else "count" if r.count_changed else "no"] for r in self.rows]
+        def row(r: ExplainRow) -> list[str]:
+            name = r.name + (f" [{r.status}]" if r.status else "")
+            if r.name.startswith(FLOPS):
+                return [name, _flop(r.reference_count), "–", _flop(r.candidate_count), "–",
+                        _signed_flop(r.candidate_count - r.reference_count), "–", "exact",
+                        "count" if r.count_changed else "no"]
+            return [name, _count(r.reference_count), _ms(r.reference_time), _count(r.candidate_count),
+                    _ms(r.candidate_time), _signed_ms(r.change), "–" if r.share is None else f"{r.share:.0%}",
+                    "unknown" if r.noise is None else _ms(r.noise),
+                    "yes" if r.beyond_noise else "count" if r.count_changed else "no"]
+
+        return [row(r) for r in self.rows]
 
     def contributions(self, top: int = SHOWN_ROWS) -> list[tuple[str, float, str]]:
         """The rows that stand out (the top ones), as (name, change in seconds per step, one line on it): what the
@@ -124,18 +138,28 @@ class Explanation:
         return [(r.name + (f" [{r.status}]" if r.status else ""), r.change,
                  f"{r.name}: {_signed_ms(r.change)}" + ("" if r.share is None else f", {r.share:.0%} of the change")
                  + f"; {_count(r.reference_count)} -> {_count(r.candidate_count)} a step")
-                for r in self.rows[:top] if r.stands_out]
+                for r in self.rows[:top] if r.stands_out and not r.name.startswith(FLOPS)]
 
     def short(self, top: int = 3) -> str:
         """The top rows in one line, as the PR comment lists them."""
         if self.missing:
             return "nothing to explain (" + self.missing.split(" (")[0] + ")"
-        return "; ".join(f"`{r.name}` {_signed_ms(r.change)}" + (f" ({r.status})" if r.status else "")
+        return "; ".join(f"`{r.name}` " + (_signed_flop(r.candidate_count - r.reference_count)
+                                           if r.name.startswith(FLOPS) else _signed_ms(r.change))
+                         + (f" ({r.status})" if r.status else "")
                          + ("" if r.stands_out else " within noise") for r in self.rows[:top])
 
 
 def _count(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 1e-6 else f"{x:.2f}"
+
+
+def _flop(x: float) -> str:
+    return f"{x:.4g} FLOP"
+
+
+def _signed_flop(x: float) -> str:
+    return f"{x:+.4g} FLOP"
 
 
 def _ms(seconds: float) -> str:
@@ -161,9 +185,17 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         return Explanation([], len(ref), len(cand),
                            missing=f"{which} holds no operator/kernel table (recorded before it existed, or no work "
                                    f"phase ran): nothing to explain")
-    # A trimmed table (one with OTHER) holds no row below its smallest kept row: a row absent there may sit in OTHER.
-    cut = {id(t): min((v[1] for n, v in t.items() if n != OTHER), default=0.0) if OTHER in t else 0.0
-           for t in ref + cand}
+    # A trimmed table (one with OTHER) holds no row below its smallest kept row: a row absent there may sit in OTHER;
+    # the flops: rows likewise by FLOPs against MODULES_OTHER.
+    def size(name: str, values: Sequence[float]) -> float:
+        return float(values[0] if name.startswith(FLOPS) else values[1])
+
+    def smallest_kept(t: Mapping[str, Sequence[float]], flops: bool) -> float:
+        other = MODULES_OTHER if flops else OTHER
+        kept = [size(n, v) for n, v in t.items() if n != other and n.startswith(FLOPS) == flops]
+        return min(kept, default=0.0) if other in t else 0.0
+
+    cut = {(id(t), flops): smallest_kept(t, flops) for t in ref + cand for flops in (False, True)}
     step = statistics.median(sum(v[1] for v in t.values()) for t in ref)
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
@@ -175,10 +207,11 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
-        least = min(t[name][1] for t in ref + cand if name in t)
-        if any(name not in t and least <= 2 * cut[id(t)] for t in ref + cand):
+        least = min(size(name, t[name]) for t in ref + cand if name in t)
+        if any(name not in t and least <= 2 * cut[(id(t), name.startswith(FLOPS))] for t in ref + cand):
             status = "cut"  # below some run table's kept rows: its 0 there is not known, nothing said of it
-        count_changed = status != "cut" and name != OTHER and (max(rc) < min(cc) or max(cc) < min(rc))
+        count_changed = (status != "cut" and name not in (OTHER, MODULES_OTHER)
+                         and (max(rc) < min(cc) or max(cc) < min(rc)))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
                                change=change, noise=noise,

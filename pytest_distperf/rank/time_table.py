@@ -22,6 +22,13 @@ timed steps.
 
 On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (host time): one clock per table.
 
+- ``flops:<module path>``: which ``nn.Module`` the step's FLOPs ran under, forward and backward (the work phase's
+  counting pass: FlopCounterMode attributes each operator's FLOPs to the modules active around it). A row holds
+  the module's own FLOPs per step, what its children's rows do not (so the rows add up to the step's FLOPs), in
+  the count column, and no time; the outermost index of repeated blocks folds into ``*`` (``layers.*.mlp``: every
+  layer's MLP summed; an index inside a block, a Sequential's, stays), and the root keeps its class name. Exact, so measured in a job's first run of a session only
+  (rank/work.py `counts`) and given to its other runs' tables (store/baselines.explain_tables).
+
 Per run: each row's count and time averaged over the profiled steps, then the mean over the ranks (a rank
 without the row counts 0). The TOP_ROWS rows with the most time are kept, the rest summed into one ``(other)``
 row, so a stored baseline stays small; a row that fell into ``(other)`` in some run reads 0 there.
@@ -35,8 +42,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from pytest_distperf.rank.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, is_comm_kernel
 
 TOP_ROWS = 30  # rows kept per run table, besides (other)
+TOP_MODULES = 20  # flops: rows kept, besides MODULES_OTHER
 OTHER = "(other)"
+MODULES_OTHER = "flops:(other modules)"
 HOST_ROW = "host:(outside operators)"
+FLOPS = "flops:"
 
 # A table: row name -> [count per step, seconds per step]. Plain JSON: it crosses the process boundary and is
 # stored in a baseline as it is.
@@ -137,6 +147,35 @@ def gpu_rows(trace: Any) -> Table:
     return table
 
 
+def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Table:
+    """The flops: rows from FlopCounterMode.get_flop_counts() over `steps` steps: each module's own FLOPs a step,
+    repeated blocks folded; the top TOP_MODULES kept, the rest summed into MODULES_OTHER."""
+    totals = {name: sum(ops.values()) for name, ops in flop_counts.items() if name != "Global"}
+
+    def parent(name: str) -> str | None:  # the nearest enclosing module that ran (a ModuleList never runs)
+        while "." in name:
+            name = name.rpartition(".")[0]
+            if name in totals:
+                return name
+        return None
+
+    own: dict[str, float] = {}
+    for name, total in totals.items():
+        children = sum(t for child, t in totals.items() if parent(child) == name)
+        path = name.partition(".")[2] or name  # the root by its class name, the rest by their path under it
+        parts = path.split(".")
+        first = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+        if first is not None:  # the repeated blocks: the outermost index; an index inside a block stays
+            parts[first] = "*"
+        folded = f"{FLOPS}{'.'.join(parts)}"
+        own[folded] = own.get(folded, 0.0) + (total - children) / max(1, steps)
+    ranked = sorted((n for n, v in own.items() if v > 0), key=lambda n: (-own[n], n))
+    out = {n: [_round(own[n]), 0.0] for n in ranked[:TOP_MODULES]}
+    if ranked[TOP_MODULES:]:
+        out[MODULES_OTHER] = [_round(sum(own[n] for n in ranked[TOP_MODULES:])), 0.0]
+    return out
+
+
 def rank_table(trace: Any, cuda: bool) -> Table:
     """One rank's table: its rows per step (averaged over the trace's steps), the top TOP_ROWS kept."""
     steps = max(1, len(trace.steps))
@@ -145,12 +184,14 @@ def rank_table(trace: Any, cuda: bool) -> Table:
 
 
 def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
-    """The `top` rows with the most time, the rest summed into OTHER; numbers rounded to 4 significant digits."""
-    ranked = sorted((n for n in table if n != OTHER), key=lambda n: (-table[n][1], n))
+    """The `top` rows with the most time, the rest summed into OTHER; numbers rounded to 4 significant digits.
+    The flops: rows pass as they are (module_rows trims them by FLOPs)."""
+    ranked = sorted((n for n in table if n != OTHER and not n.startswith(FLOPS)), key=lambda n: (-table[n][1], n))
     out = {n: [_round(table[n][0]), _round(table[n][1])] for n in ranked[:top]}
     rest = ranked[top:] + ([OTHER] if OTHER in table else [])
     if rest:
         out[OTHER] = [_round(sum(table[n][0] for n in rest)), _round(sum(table[n][1] for n in rest))]
+    out.update({n: [_round(v[0]), 0.0] for n, v in table.items() if n.startswith(FLOPS)})
     return out
 
 

@@ -32,7 +32,7 @@ from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CA
                                                is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
-from pytest_distperf.rank.time_table import rank_table
+from pytest_distperf.rank.time_table import module_rows, rank_table
 
 # perf_event_open(2): a hardware counter of user-space instructions on the calling thread.
 _PERF_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -198,7 +198,7 @@ def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None,
     trace = Trace([e for e in events if e.get("ph") == "X"])
     if len(trace.steps) != steps:
         raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
-    result.explain = rank_table(trace, cuda)
+    result.explain = {**rank_table(trace, cuda), **(result.explain or {})}  # the counting pass's flops: rows
     if cuda:
         _gpu_figures(result, trace)
     else:
@@ -229,6 +229,7 @@ def _count(result: WorkResult, steps: int, sync: Callable[[], None]) -> Generato
         result.not_measured["aten_ops"] = result.not_measured["flops"] = why
     else:
         result.aten_ops, result.flops = op_counts, flop_counts
+        result.explain = module_rows(flops.get_flop_counts(), steps)
 
 
 def _gpu_figures(result: WorkResult, trace: Trace) -> None:

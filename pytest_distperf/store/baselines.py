@@ -40,7 +40,7 @@ from pytest_distperf.fs import jsonio
 from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
-from pytest_distperf.rank.time_table import Table, run_table
+from pytest_distperf.rank.time_table import FLOPS, Table, run_table
 from pytest_distperf.figures.quantities import geometric_mean, metric_traits, metric_values, run_figures
 from pytest_distperf.figures.stats import relative_spread
 
@@ -173,9 +173,14 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
 
 
 def explain_tables(runs: list[RunResult]) -> list[Table] | None:
-    """Each run's operator/kernel table (rank/time_table.run_table); None unless every run has one."""
+    """Each run's operator/kernel table (rank/time_table.run_table); None unless every run has one. The flops: rows
+    (exact, from the job's first run in the session) go into every run's table."""
     tables = [run_table([r.work.explain if r.work is not None else None for r in run.ranks]) for run in runs]
-    return None if not tables or any(t is None for t in tables) else [t for t in tables if t is not None]
+    if not tables or any(t is None for t in tables):
+        return None
+    modules = next(({n: v for n, v in t.items() if n.startswith(FLOPS)} for t in tables
+                    if t is not None and any(n.startswith(FLOPS) for n in t)), {})
+    return [{**t, **modules} for t in tables if t is not None]
 
 
 # -- reading, with validation ----------------------------------------------------------------------------------
