@@ -6,7 +6,8 @@ A user step (written below into a scratch project) trains a small MLP; `DP_CHANG
 - `extra_op`: one more operator in the step (a sort of a large tensor);
 - `dtype`: the MLP's forward and backward in float64 instead of float32;
 - `collective`: one more all-reduce per step (gloo on CPU, NCCL on CUDA);
-- `host_loop`: a Python loop on the host inside the step (no operator).
+- `host_loop`: a Python loop on the host inside the step (no operator);
+- `extra_layer`: one more Linear layer in the model's third block (more FLOPs, under a module of its own).
 
 The baseline is saved once from `none` (`--distperf-save`); every change then runs the stored gate with
 `distperf_explain` on, and the JSON report's explanation is read back. Printed per change: the verdicts that
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.figures.explain import Explanation  # noqa: E402
 
-CHANGES = ("none", "extra_op", "dtype", "collective", "host_loop")
+CHANGES = ("none", "extra_op", "dtype", "collective", "host_loop", "extra_layer")
 
 STEP = '''
 import os
@@ -47,7 +48,10 @@ def stepper(width):
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     change = os.environ.get("DP_CHANGE", "none")
     dtype = torch.float64 if change == "dtype" else torch.float32
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)]).to(device=device, dtype=dtype)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(width, width)) for _ in range(4)]
+    if change == "extra_layer":
+        blocks[2].append(torch.nn.Linear(width, width))
+    model = torch.nn.Sequential(*blocks).to(device=device, dtype=dtype)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(64, width, device=device, dtype=dtype)
     big = torch.randn(1 << 20, device=device)
@@ -131,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             failed = [v["metric"] for v in verdicts if v.get("fails")]
             explanation = next((v.get("explanation") for v in verdicts if v.get("explanation")), None) or {}
             rows = explanation.get("rows", [])
-            beyond = [r for r in rows if r.get("beyond_noise")]
+            beyond = [r for r in rows if r.get("beyond_noise") or r.get("count_changed")]
             print(f"\n== {change}: exit {rc} in {seconds:.0f} s; failed: {', '.join(failed) or 'none'}; "
-                  f"{len(beyond)} of {len(rows)} rows beyond their noise", flush=True)
+                  f"{len(beyond)} of {len(rows)} rows stand out (time beyond noise or count changed)", flush=True)
             for line in Explanation.from_json(explanation).lines(top=args.rows) if explanation else []:
                 print(f"   {line}")
             if not explanation:
