@@ -7,7 +7,9 @@ process group, device and loop), and `usersteps.py`, the same model, optimizer a
 
 1. the script's steps found per rank, and its step time against the step job's over `--pairs` interleaved pairs
    (`distperf.compare`: the ratio and its interval, pair-to-pair variation): the hook's laps and the harness's
-   calls should time the same step alike, within the runs' noise;
+   calls should time the same step alike, within the runs' noise. The step job is launched as torchrun launches
+   the script (`--step-job-launch as_user`); the harness's controlled launch pins each CPU rank to its cores,
+   which the script's torchrun does not;
 2. the stored gate: a baseline saved from the script, then the same script (should pass) and the script with one
    more operator in its step (`--slow-op`, a sort: should fail), each with its verdicts and wall time.
 
@@ -94,8 +96,8 @@ def script(distperf):
 
 
 def test_against_step_job(distperf):
-    cmp = distperf.compare(script(distperf), distperf.step_job(stepper, args=({width},), steps={steps}, warmup=3),
-                           repeats={pairs})
+    cmp = distperf.compare(script(distperf), distperf.step_job(stepper, args=({width},), steps={steps}, warmup=3,
+                                                               launch="{launch}"), repeats={pairs})
     e = cmp.step_time_ratio
     a, b = cmp.a.runs[0], cmp.b.runs[0]
     with open("compare.json", "w") as f:
@@ -136,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--pairs", type=int, default=6, help="interleaved pairs (a planned look falls at 3 and 6)")
+    p.add_argument("--step-job-launch", default="as_user", choices=("as_user", "controlled"),
+                   help="the step job launched as torchrun launches it (as the script is), or the harness's way "
+                        "(CPU ranks pinned to their cores)")
     p.add_argument("--slow-op", default="torch.sort(big)", help="the operator the slowed script adds to its step")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json")
@@ -146,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         project = Path(folder)
         (project / "train.py").write_text(SCRIPT.replace("SLOW", "pass"))
         (project / "usersteps.py").write_text(STEP)
-        (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs))
+        (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs,
+                                                              launch=args.step_job_launch))
 
         rc, text, seconds = session(project, args, "-k", "against_step_job")
         if not (project / "compare.json").exists():
