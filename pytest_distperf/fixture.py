@@ -200,25 +200,22 @@ class DistPerf:
 
     def script_job(self, script: str | os.PathLike, *, args: tuple = (), launcher: str = "torchrun", warmup: int = 3,
                    steps: int = 10, env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-                   world_size: int | None = None) -> JobSpec:
+                   world_size: int | None = None, probes: Any = None, probe_steps: int = 3) -> JobSpec:
         """A job of the user's training script, run unchanged: `launcher` ("torchrun", "python" where the script's
         framework starts its own ranks, "deepspeed", "accelerate") starts it with `args` on `world_size` ranks of
         this host, `env` added to the environment, in `cwd` (the script's folder by default). Its steps are its
         optimizer steps (pytest_distperf.rank.script_steps): `warmup` of them, then `steps` timed, then the
-        work phase's; then the script is ended. run/measure/compare take it like any job."""
+        work phase's and the probes'; then the script is ended. run/measure/compare/probe take it like any job."""
         with userjobs.naming(self.nodeid):
             ref = userjobs.script_ref(script, args, launcher, env, cwd, self.device)
             if warmup < 1:
                 raise UsageError(f"distperf.script_job(warmup={warmup!r}): the first timed step starts at a warm-up "
                                  f"step's end (a step's start is the previous step's end): at least 1")
-            if self.plan.probes:
-                raise UsageError(f"distperf.script_job: probes {', '.join(self.plan.probes)} are not measured on a "
-                                 f"script yet (step time, memory and the work figures are)")
             if self.settings.cluster.launcher != "local":
                 raise UsageError(f"distperf.script_job runs the script's own launcher on this host; the "
                                  f"{self.settings.cluster.launcher} launcher cannot")
-            return self._spec("distperf.script_job", world_size, (), 3, script=ref, steps=steps, warmup_steps=warmup,
-                              launch="as_user", launch_profile="script")
+            return self._spec("distperf.script_job", world_size, probes, probe_steps, script=ref, steps=steps,
+                              warmup_steps=warmup, launch="as_user", launch_profile="script")
 
     def _spec(self, where: str, world_size: int | None, probes: Any, probe_steps: int, **fields: Any) -> JobSpec:
         """A measured job on the test's device: its probes (the test's by default) checked here, not in the ranks."""

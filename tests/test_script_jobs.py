@@ -111,13 +111,19 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
         def test_unseen_update(distperf):
             distperf.run(distperf.script_job("by_hand.py", steps=3, warmup=1))
 
+        def test_probed(distperf):  # the comms probe over the script's steps after the work phase
+            run = distperf.probe(distperf.script_job("train.py", args=("--steps", "40"), steps=3, warmup=1,
+                                                     probes=("comms",)))
+            comms = run.ranks[0].probes.comms
+            assert comms is not None and comms.steps == 3 and any("all_reduce" in k for k in comms.by_kind), comms
+
         def test_marked(distperf):
             run = distperf.run(distperf.script_job("by_hand.py", env={"MARK": "1"}, steps=3, warmup=1))
             assert run.ranks[0].extra["launch"]["steps_by"] == "pytest_distperf.step()"
             assert len(run.ranks[0].step_times) == 3
     """)
     result = pytester.runpytest(*INNER)
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
         "*train.py ended after 4 optimizer steps; the job needs up to 14*",
         "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",

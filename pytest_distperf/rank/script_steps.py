@@ -12,7 +12,7 @@ steps. A script whose update the hook cannot see (weights updated by hand, an op
 
 At each step boundary: the warm-up steps pass; then the timed window (the one timer's laps: CUDA events on the
 current stream, perf_counter on CPU), host and CUDA memory peaks reset at its start and read at its end; then the
-work phase's passes (rank/work.py) over the next steps; then the rank leaves its result in the job folder, waits
+work phase's passes (rank/work.py) and the probes (rank/probes/runner.py) over the next steps; then the rank leaves its result in the job folder, waits
 for the other ranks (a barrier on the script's process group, when it has one) and ends the script with
 SystemExit(0). A script that ends first leaves an error saying how many steps it took and how many were needed.
 
@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Generator
 
 _WATCH: "StepWatch | None" = None
 
@@ -85,11 +85,14 @@ class StepWatch:
         self.step_times: list[float] = []
         self.meters: Any = None
         self.readings: dict[str, Any] = {}
-        self.work: Any = None
+        self.after: Generator[int, None, tuple[Any, Any]] | None = None  # the phases after timing
 
     @property
     def needed(self) -> int:
-        return self.job.warmup_steps + self.job.steps + (3 if self.job.measure_once else 2) * self.job.work_steps
+        """Steps the job takes at most: warm-up, timed, the work phase's passes, the probes'."""
+        probes = 2 * self.job.probe_steps + 1 if self.job.probes else 0
+        return (self.job.warmup_steps + self.job.steps + (3 if self.job.measure_once else 2) * self.job.work_steps
+                + probes)
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.by_marker or self.done:
@@ -136,16 +139,34 @@ class StepWatch:
             self.window.lap()
             if n == warmup + steps:
                 self._close_window()
-                if self.job.work_steps:
-                    self._start_work()
-                else:
-                    self._finish(None)
-        elif self.work is not None:
-            try:
-                self.work.send(None)
-            except StopIteration as done:
-                self.work = None
-                self._finish(done.value)
+                self.after = self._after_timing()
+                self._advance(first=True)
+        elif self.after is not None:
+            self._advance()
+
+    def _advance(self, first: bool = False) -> None:
+        """The next step of the phases after timing; their end ends the job."""
+        try:
+            next(self.after) if first else self.after.send(None)
+        except StopIteration as done:
+            self.after = None
+            self._finish(*done.value)
+
+    def _after_timing(self) -> Generator[int, None, tuple[Any, Any]]:
+        """The work phase's passes, then the probes, over the script's next steps (each yields where a step runs)."""
+        from pytest_distperf.rank import work as work_phase
+        from pytest_distperf.rank.probes.runner import probe_passes
+
+        work = probes = None
+        if self.job.work_steps:
+            params = _OptimizerParams(self.optimizer) if self.optimizer is not None else None
+            work = yield from work_phase.passes(self.job.work_steps, self._sync, self.device, model=params,
+                                                optimizer=self.optimizer, counts=self.job.measure_once)
+        if self.job.probes:
+            probes = yield from probe_passes(probes=self.job.probes, steps=self.job.probe_steps, sync=self._sync,
+                                             device=self.device, optimizer=self.optimizer,
+                                             group_size=self.job.world_size, rank=self.rank, job_dir=self.job_dir)
+        return work, probes
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -175,15 +196,7 @@ class StepWatch:
         self.readings = dict(gpu_window=clocks.stop() if clocks else None, cpu_window=cpu.stop(),
                              peaks=read_cuda_peaks(self.device), host_peak_rss=host_peak_rss())
 
-    def _start_work(self) -> None:
-        from pytest_distperf.rank import work
-
-        params = _OptimizerParams(self.optimizer) if self.optimizer is not None else None
-        self.work = work.passes(self.job.work_steps, self._sync, self.device, model=params,
-                                optimizer=self.optimizer, counts=self.job.measure_once)
-        next(self.work)  # up to the first step the passes measure: the script's next one
-
-    def _finish(self, work: Any) -> None:
+    def _finish(self, work: Any, probes: Any) -> None:
         from pytest_distperf import strategies
         from pytest_distperf.launch import jobfiles
         from pytest_distperf.rank.results import RankResult
@@ -200,7 +213,7 @@ class StepWatch:
             num_params=sum(p.numel() for p in params), tokens_per_step=0,
             build_seconds=self.first_step_at - self.started, build_started_at=self.started_at,
             warmup_seconds=self.warmup_seconds, cpu_window=self.readings["cpu_window"],
-            gpu_window=self.readings["gpu_window"], work=work,
+            gpu_window=self.readings["gpu_window"], work=work, probes=probes,
             extra={"launch": {"profile": "script", "started_by": self.job.script.launcher,
                               "steps_by": "pytest_distperf.step()" if self.by_marker else "torch's optimizer hook",
                               "optimizer": type(optimizer).__name__ if optimizer is not None else None,
@@ -228,7 +241,7 @@ class StepWatch:
         else:
             what = "pytest_distperf.step() calls" if self.by_marker else "optimizer steps"
             text = (f"{script} ended after {self.steps_seen} {what}; the job needs up to {self.needed} "
-                    f"({self.job.warmup_steps} warm-up + {self.job.steps} timed + the work phase's "
+                    f"({self.job.warmup_steps} warm-up + {self.job.steps} timed + the work phase's and the probes' "
                     f"{self.needed - self.job.warmup_steps - self.job.steps}): let the script run longer (its own "
                     f"arguments) or ask for fewer (distperf.script_job(steps=..., warmup=...))")
         if self.script_error:

@@ -26,13 +26,15 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, TypeVar
 
 from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, export, interval,
                                                is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
 from pytest_distperf.rank.time_table import module_rows, rank_table
+
+T = TypeVar("T")
 
 # perf_event_open(2): a hardware counter of user-space instructions on the calling thread.
 _PERF_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -144,12 +146,17 @@ def state_bytes(model: Any, optimizer: Any) -> int:
 def measure(step: Callable[[int], Any], steps: int, sync: Callable[[], None], device: Any,
             model: Any = None, optimizer: Any = None, counts: bool = True) -> WorkResult:
     """The work figures of `steps` steps a pass, the harness calling each: step(i) runs the pass's i-th step."""
-    work = passes(steps, sync, device, model, optimizer, counts)
+    return drive(passes(steps, sync, device, model, optimizer, counts), step)
+
+
+def drive(phase: Generator[int, None, T], step: Callable[[int], Any]) -> T:
+    """Run a phase written as a generator (`passes`, probes/runner.probe_passes) on steps the harness calls: at
+    each `yield i`, step(i)."""
     try:
-        i = next(work)
+        i = next(phase)
         while True:
             step(i)
-            i = work.send(None)
+            i = phase.send(None)
     except StopIteration as done:
         return done.value
 
