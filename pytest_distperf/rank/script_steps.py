@@ -10,11 +10,11 @@ gradient accumulation one step is one optimizer step; with several optimizers, t
 steps. A script whose update the hook cannot see (weights updated by hand, an optimizer that is not a
 `torch.optim.Optimizer`) calls `pytest_distperf.step()` once a step instead.
 
-At each step boundary: the warm-up steps pass; then the timed window (the one timer's laps: CUDA events on the
-current stream, perf_counter on CPU), host and CUDA memory peaks reset at its start and read at its end; then the
-work phase's passes (rank/work.py) and the probes (rank/probes/runner.py) over the next steps; then the rank leaves its result in the job folder, waits
-for the other ranks (a barrier on the script's process group, when it has one) and ends the script with
-SystemExit(0). A script that ends first leaves an error saying how many steps it took and how many were needed.
+At each step boundary: the warm-up steps pass; then the timed window (timing.MeteredWindow, as for every job: a
+lap a step); then the work phase's passes (rank/work.py) and the probes (rank/probes/runner.py) over the next
+steps; then the rank leaves its result in the job folder, waits for the other ranks (a barrier on the script's
+process group, when it has one) and ends the script with SystemExit(0). A script that ends first leaves an error
+saying how many steps it took and how many were needed.
 
 Import-light: `step()` is public API; torch is imported by install().
 """
@@ -82,9 +82,8 @@ class StepWatch:
         self.device: Any = None
         self.first_step_at = 0.0
         self.warmup_seconds = 0.0
-        self.step_times: list[float] = []
-        self.meters: Any = None
-        self.readings: dict[str, Any] = {}
+        self.window: Any = None  # timing.MeteredWindow while the timed steps run
+        self.readings: Any = None  # timing.WindowReadings once they have
         self.after: Generator[int, None, tuple[Any, Any]] | None = None  # the phases after timing
 
     @property
@@ -112,11 +111,9 @@ class StepWatch:
                                    f"had been timed by torch's optimizer hook: call it once a step from the first "
                                    f"step on, or not at all")
             # From here the markers count: what the hook counted is dropped (warm-up, no timed step yet).
-            if self.meters is not None:
-                self.meters[0].stop()
-                if self.meters[1]:
-                    self.meters[1].stop()
-                self.meters = None
+            if self.window is not None:
+                self.window.abandon()
+                self.window = None
             self.by_marker, self.steps_seen = True, 0
         self._boundary()
 
@@ -134,11 +131,14 @@ class StepWatch:
         if n == warmup:
             self._sync()
             self.warmup_seconds = time.perf_counter() - self.first_step_at
-            self._open_window()
+            from pytest_distperf.rank.timing import MeteredWindow
+
+            self.window = MeteredWindow(self.device, steps)
+            self.window.lap()
         elif warmup < n <= warmup + steps:
             self.window.lap()
             if n == warmup + steps:
-                self._close_window()
+                self.readings = self.window.finish()
                 self.after = self._after_timing()
                 self._advance(first=True)
         elif self.after is not None:
@@ -174,46 +174,20 @@ class StepWatch:
 
             torch.cuda.synchronize(self.device)
 
-    def _open_window(self) -> None:
-        from pytest_distperf.rank.clocks import ClockSampler
-        from pytest_distperf.rank.hostload import CpuMeter
-        from pytest_distperf.rank.timing import StepTimer, reset_cuda_peaks, reset_host_peak
-
-        reset_cuda_peaks(self.device)
-        reset_host_peak()
-        self.meters = (CpuMeter(), ClockSampler.for_device(self.device))
-        self.meters[0].start()
-        if self.meters[1]:
-            self.meters[1].start()
-        self.window = StepTimer(self.device).window(self.job.steps)
-        self.window.lap()
-
-    def _close_window(self) -> None:
-        from pytest_distperf.rank.timing import host_peak_rss, read_cuda_peaks
-
-        self.step_times = self.window.finish()  # on CUDA the window's one synchronisation
-        cpu, clocks = self.meters
-        self.readings = dict(gpu_window=clocks.stop() if clocks else None, cpu_window=cpu.stop(),
-                             peaks=read_cuda_peaks(self.device), host_peak_rss=host_peak_rss())
-
     def _finish(self, work: Any, probes: Any) -> None:
         from pytest_distperf import strategies
         from pytest_distperf.launch import jobfiles
         from pytest_distperf.rank.results import RankResult
 
         self.done = True
-        peaks, optimizer = self.readings["peaks"], self.optimizer
+        optimizer = self.optimizer
         params = list(_OptimizerParams(optimizer).parameters()) if optimizer is not None else []
         result = RankResult(
-            rank=self.rank, step_times=self.step_times, losses=[],
-            cuda_peak_allocated=peaks.allocated if peaks else None,
-            cuda_peak_reserved=peaks.reserved if peaks else None,
-            host_peak_rss=self.readings["host_peak_rss"], host_rss_before_build=self.rss_before,
+            rank=self.rank, **self.readings.result_fields(), losses=[], host_rss_before_build=self.rss_before,
             optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
             num_params=sum(p.numel() for p in params), tokens_per_step=0,
             build_seconds=self.first_step_at - self.started, build_started_at=self.started_at,
-            warmup_seconds=self.warmup_seconds, cpu_window=self.readings["cpu_window"],
-            gpu_window=self.readings["gpu_window"], work=work, probes=probes,
+            warmup_seconds=self.warmup_seconds, work=work, probes=probes,
             extra={"launch": {"profile": "script", "started_by": self.job.script.launcher,
                               "steps_by": "pytest_distperf.step()" if self.by_marker else "torch's optimizer hook",
                               "optimizer": type(optimizer).__name__ if optimizer is not None else None,

@@ -112,6 +112,56 @@ class TimedWindow:
         return list(self._times)
 
 
+@dataclass
+class WindowReadings:
+    """What a metered window read: the step times, and the machine around them."""
+
+    step_times: list[float]
+    cpu_window: Any  # hostload.CpuWindow
+    gpu_window: Any  # clocks.GpuWindow; None on CPU
+    cuda_peaks: "CudaPeaks | None"
+    host_peak_rss: int
+
+    def result_fields(self) -> dict[str, Any]:
+        """The RankResult fields these readings fill."""
+        peaks = self.cuda_peaks
+        return dict(step_times=self.step_times, cpu_window=self.cpu_window, gpu_window=self.gpu_window,
+                    host_peak_rss=self.host_peak_rss, cuda_peak_allocated=peaks.allocated if peaks else None,
+                    cuda_peak_reserved=peaks.reserved if peaks else None)
+
+
+class MeteredWindow:
+    """The timed window with what is read around it, for every kind of job: memory peaks reset at its start and
+    read at its end, the rank's CPU use (hostload.py: is the machine busy with other work while we time?) and the
+    GPU's clocks (clocks.py). The meters start after the window's events are made, outside every step."""
+
+    def __init__(self, device: torch.device, steps: int):
+        from pytest_distperf.rank.clocks import ClockSampler
+        from pytest_distperf.rank.hostload import CpuMeter
+
+        self.device = device
+        reset_cuda_peaks(device)
+        reset_host_peak()
+        self.window = StepTimer(device).window(steps)
+        self._cpu, self._clocks = CpuMeter(), ClockSampler.for_device(device)
+        self._cpu.start()
+        if self._clocks:
+            self._clocks.start()
+        self.lap, self.time = self.window.lap, self.window.time
+
+    def finish(self) -> WindowReadings:
+        step_times = self.window.finish()  # on CUDA the window's one synchronisation
+        gpu_window = self._clocks.stop() if self._clocks else None
+        return WindowReadings(step_times=step_times, cpu_window=self._cpu.stop(), gpu_window=gpu_window,
+                              cuda_peaks=read_cuda_peaks(self.device), host_peak_rss=host_peak_rss())
+
+    def abandon(self) -> None:
+        """Stop the meters without a reading (a window that will not be finished)."""
+        self._cpu.stop()
+        if self._clocks:
+            self._clocks.stop()
+
+
 def _status_kib(field: str) -> int | None:
     with contextlib.suppress(OSError):
         with open("/proc/self/status") as f:

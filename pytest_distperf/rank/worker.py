@@ -152,9 +152,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
     """Warm-up, timing, probes and breakdown of a built adapter; ends with the adapter's close()."""
     from pytest_distperf import strategies
     from pytest_distperf.rank import breakdown, prepare
-    from pytest_distperf.rank.clocks import ClockSampler
-    from pytest_distperf.rank.hostload import CpuMeter
-    from pytest_distperf.rank.timing import host_peak_rss, read_cuda_peaks, reset_cuda_peaks, reset_host_peak
+    from pytest_distperf.rank.timing import MeteredWindow
 
     say = progress.update if progress else (lambda text: None)
     trainer, batches = prepared.adapter, prepared.batches
@@ -173,23 +171,12 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
     timer.sync()
     warmup_seconds = time.perf_counter() - t0
 
-    reset_cuda_peaks(device)
-    reset_host_peak()
     losses: list[Any] = []  # what step() returned: the loss tensor (or None from a user's step)
-    cpu = CpuMeter()  # is the machine busy with other work while we time? (hostload.py)
-    clocks = ClockSampler.for_device(device)  # GPU clocks, throttling, power (clocks.py); None on CPU
-    window = timer.window(job.steps)
     say(f"{job.steps} timed steps")  # once: a progress file written between steps is host work inside the loop
-    cpu.start()  # outside the loop: the timed region holds only the step
-    if clocks:
-        clocks.start()
+    window = MeteredWindow(device, job.steps)
     for i in range(job.steps):
         losses.append(window.time(lambda b=timed[i]: trainer.step(*b)))
-    step_times = window.finish()  # on CUDA the window's one synchronisation
-    gpu_window = clocks.stop() if clocks else None
-    cpu_window = cpu.stop()
-    peaks = read_cuda_peaks(device)
-    peak_rss = host_peak_rss()
+    readings = window.finish()
 
     # After timing and the memory reads, so that what follows never changes what they report.
     optimizer = getattr(trainer, "torch_optimizer", lambda: None)()  # optional in the adapter protocol
@@ -215,15 +202,13 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
         step_breakdown = breakdown.collect(trainer, timed)
 
     result = RankResult(
-        rank=rank, step_times=step_times,
+        rank=rank, **readings.result_fields(),
         losses=[float(x) for x in losses] if all(x is not None for x in losses) else [],
-        cuda_peak_allocated=peaks.allocated if peaks else None, cuda_peak_reserved=peaks.reserved if peaks else None,
-        host_peak_rss=peak_rss, host_rss_before_build=rss_before,
+        host_rss_before_build=rss_before,
         optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
         num_params=prepared.num_params, tokens_per_step=prepared.tokens_per_step, build_seconds=build_seconds,
         build_started_at=build_started_at, warmup_seconds=warmup_seconds, probes=probe_result,
-        step_breakdown=step_breakdown, cpu_window=cpu_window, gpu_window=gpu_window, work=work,
-        extra={"launch": prepare.launch_facts(job, ctx, trainer)})
+        step_breakdown=step_breakdown, work=work, extra={"launch": prepare.launch_facts(job, ctx, trainer)})
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up
         close()
