@@ -12,8 +12,8 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "history": ("pytest_distperf.report.history_cli", "print (and render as HTML) the trend of each recorded metric and its "
-                                               "change points"),
+    "history": ("pytest_distperf.report.history_cli",
+                "print (and render as HTML) the trend of each recorded metric and its change points"),
     "build-ops": ("pytest_distperf.strategies.ds_ops", "build DeepSpeed's JIT ops the jobs load (deepspeed_shm_comm on "
                                                        "CPU, cpu_adam for offload, async_io for NVMe) into the "
                                                        "extension cache, before any timed job"),

@@ -8,15 +8,16 @@ timed steps.
   argument lists ``<...>``, parameter lists ``(...)``, a trailing launch-config or ``[clone]`` suffix dropped).
   Count and GPU time (the kernels' summed duration) per step. Stripping template arguments merges what they
   tell apart (PyTorch's elementwise kernels carry their functor there): such a row says which kernel family
-  moved. A kernel belongs to the step its launch call ran in (trace.gpu_step). Communication kernels (NCCL, trace.is_comm_kernel) are ``collective:<name>`` rows;
-  memcpy/memset are ``copy:<Memcpy HtoD>``-style rows (gpu_time counts them).
+  moved. A kernel belongs to the step its launch call ran in (trace.gpu_step). Communication kernels (NCCL,
+  trace.is_comm_kernel) are ``collective:<name>`` rows; memcpy/memset are ``copy:<Memcpy HtoD>``-style rows
+  (gpu_time counts them).
 - ``op:<aten op name>`` (CPU only): operator events (cat "cpu_op") on any thread, inside a step's range. Count and
   SELF host time per step: events are nested per thread by ts/dur (`self_times`), and a parent's time is its
   duration less its direct children's (record_function ranges take part in the nesting, so an op inside
   ``Optimizer.step`` is not counted in the range, and the range itself is no row). The step's own self time,
   what its host spends outside every operator and range (Python, a host-side loop), is the row
-  ``host:(outside operators)``. Operators named ``c10d::...``
-  and ranges named ``gloo:...`` are ``collective:<name>`` rows (their time includes waiting for the peers).
+  ``host:(outside operators)``. Operators named ``c10d::...`` and ranges named ``gloo:...`` are
+  ``collective:<name>`` rows (their time includes waiting for the peers).
   Nesting trusts the profiler's timestamps: a child that sticks out of its parent by rounding is clamped, so a
   self time is never below zero.
 
@@ -26,8 +27,9 @@ On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (h
   counting pass: FlopCounterMode attributes each operator's FLOPs to the modules active around it). A row holds
   the module's own FLOPs per step, what its children's rows do not (so the rows add up to the step's FLOPs), in
   the count column, and no time; the outermost index of repeated blocks folds into ``*`` (``layers.*.mlp``: every
-  layer's MLP summed; an index inside a block, a Sequential's, stays), and the root keeps its class name. Exact, so measured in a job's first run of a session only
-  (rank/work.py `counts`) and given to its other runs' tables (store/baselines.explain_tables).
+  layer's MLP summed; an index inside a block, a Sequential's, stays), and the root keeps its class name. Exact,
+  so measured in a job's first run of a session only (rank/work.py `counts`) and given to its other runs'
+  tables (store/baselines.explain_tables).
 
 Per run: each row's count and time averaged over the profiled steps, then the mean over the ranks (a rank
 without the row counts 0). The TOP_ROWS rows with the most time are kept, the rest summed into one ``(other)``

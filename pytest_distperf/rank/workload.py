@@ -144,7 +144,8 @@ def make_batch(shape: Shape, seed: int, step: int, rank: int) -> tuple[torch.Ten
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def make_batches(shape: Shape, seed: int, rank: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def make_batches(shape: Shape, seed: int, rank: int, count: int,
+                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A rank's batches, generated up front so no data work lands inside a timed step."""
     return [tuple(t.to(device) for t in make_batch(shape, seed, step, rank)) for step in range(count)]
 
