@@ -86,8 +86,11 @@ def test_step(distperf):
 '''
 
 
-def session(project: Path, change: str, args: argparse.Namespace, *extra: str) -> tuple[int, str, float]:
-    env = {**os.environ, "DP_CHANGE": change, "PYTHONPATH": f"{project}{os.pathsep}{ROOT}"}
+def session(project: Path, args: argparse.Namespace, *extra: str, env: dict[str, str] | None = None,
+            ) -> tuple[int, str, float]:
+    """A pytest --distperf session in `project` on args.device and args.world_size: (exit status, output, seconds).
+    benchmarks/script_jobs.py runs its sessions with it too."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": f"{project}{os.pathsep}{ROOT}"}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "--distperf", f"--distperf-device={args.device}",
                            f"--distperf-world-size={args.world_size}", "-p", "no:cacheprovider", "-q",
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         project = Path(folder)
         (project / "usersteps.py").write_text(STEP)
         (project / "test_changes.py").write_text(TEST.format(width=args.width, steps=args.steps))
-        rc, out, seconds = session(project, "none", args, "--distperf-save")
+        rc, out, seconds = session(project, args, "--distperf-save", env={"DP_CHANGE": "none"})
         if rc != 0:
             print(out[-4000:])
             raise SystemExit(f"saving the baseline failed (exit {rc})")
@@ -129,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(+{size - without} bytes)", flush=True)
         for change in args.changes.split(","):
             report = project / f"{change}.json"
-            rc, out, seconds = session(project, change, args, "-o", "distperf_explain=true",
-                                       f"--distperf-json={report}")
+            rc, out, seconds = session(project, args, "-o", "distperf_explain=true", f"--distperf-json={report}",
+                                       env={"DP_CHANGE": change})
             verdicts = json.loads(report.read_text())["tests"][0]["verdicts"] if report.exists() else []
             failed = [v["metric"] for v in verdicts if v.get("fails")]
             explanation = next((v.get("explanation") for v in verdicts if v.get("explanation")), None) or {}

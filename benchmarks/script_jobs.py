@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.explain_changes import session  # noqa: E402
 
 SCRIPT = '''
 import argparse
@@ -111,16 +112,6 @@ def test_against_step_job(distperf):
 def test_gate(distperf):
     distperf.measure(script(distperf))
 '''
-
-
-def session(project: Path, args: argparse.Namespace, *extra: str) -> tuple[int, str, float]:
-    env = {**os.environ, "PYTHONPATH": f"{project}{os.pathsep}{ROOT}"}
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--distperf", f"--distperf-device={args.device}",
-                           f"--distperf-world-size={args.world_size}", "-p", "no:cacheprovider", "-q",
-                           "--distperf-max-repeats=6", *extra], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=args.timeout)
-    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
 
 def verdicts(report: Path) -> list[str]:
