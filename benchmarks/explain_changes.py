@@ -90,7 +90,8 @@ def session(project: Path, args: argparse.Namespace, *extra: str, env: dict[str,
             ) -> tuple[int, str, float]:
     """A pytest --distperf session in `project` on args.device and args.world_size: (exit status, output, seconds).
     benchmarks/script_jobs.py runs its sessions with it too."""
-    env = {**os.environ, **(env or {}), "PYTHONPATH": f"{project}{os.pathsep}{ROOT}"}
+    path = os.pathsep.join(p for p in (str(project), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path}  # what was on it (an installed plugin) stays
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "--distperf", f"--distperf-device={args.device}",
                            f"--distperf-world-size={args.world_size}", "-p", "no:cacheprovider", "-q",
