@@ -1,14 +1,10 @@
-"""The one redaction of secrets before anything reaches an output (reports, history, job summary, PR comment,
-terminal and log lines).
+"""The one redaction of secrets before anything reaches an output (reports, history, PR comment, terminal, logs).
 
-What counts as a secret:
-- the password of a URL: `scheme://user:password@host` -> `scheme://user:***@host` (the user stays: it says
-  which account, as SQLAlchemy's `hide_password` does);
-- the value of a `name=value` whose name looks like a secret: a URL's query (`?password=...&sslkey=...`), an
-  assignment on a command line (`HF_TOKEN=...`, `--api-token=...`), an environment variable;
-- the argument after an option whose name looks like a secret (`--token VALUE`).
-A name looks like a secret when one of its parts (split at `_`, `-`, `.`) is, or ends with, one of SECRET_WORDS
-(TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL, ...): `HF_TOKEN`, `db.password`, `apikey`, not `tokens_per_s` or `PWD`.
+Masked: a URL's password (the user stays: it says which account, as SQLAlchemy's `hide_password` does); the
+value of a `name=value` whose name looks like a secret (URL queries, command-line assignments, environment
+variables); the argument after an option whose name looks like one (`--token VALUE`). A name looks like a secret
+when one of its parts (split at `_`, `-`, `.`) is, or ends with, one of SECRET_WORDS: `HF_TOKEN`, `db.password`,
+`apikey`, not `tokens_per_s` or `PWD`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The JSON report's format (REPORT, fs/jsonio.Format), and its runs as it holds them (`tests[].jobs[].runs[]`).
-
-A run is written once, with its stable id, its figures (figures/quantities.run_figures: the one derivation) and its
-per-rank measurements; its job (report/document.JobRecord) holds its id, figures and runs. Every reader of a
-report -- the history, the HTML report, the PR comment -- reads the figures written here and derives none.
+"""The JSON report's format (REPORT) and its runs as it holds them (`tests[].jobs[].runs[]`): each run written
+once, with its id, its figures and its per-rank measurements, so that no reader of a report derives a figure.
 """
 
 from __future__ import annotations

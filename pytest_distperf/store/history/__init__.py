@@ -1,10 +1,7 @@
-"""History of every session's results in a database, and the step changes in it.
+"""History of every session's results in a database, and the step changes in it: the functions other modules call.
 
-Needs the `history` extra (`pip install "pytest-distperf[history]"`: SQLAlchemy, psycopg 3, ruptures); this
-package's `__init__` imports none of them, so importing it is cheap and the error for a missing extra is ours.
-The functions below are the only ones other modules should call; their errors are `HistoryError`s whose
-message starts with `option`. `python -m pytest_distperf history URL ...` is the command line
-(report/history_cli.py); the HTML report draws trends through `report.charts.trend_series`.
+Needs the `history` extra (SQLAlchemy, psycopg 3, ruptures); this `__init__` imports none of them, so importing
+it is cheap and a missing extra gets our error. Every error is a `HistoryError` whose message starts with `option`.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ if TYPE_CHECKING:
     from pytest_distperf.store.history.trend import Trend
 
 __all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
-           "record_session", "render_text", "session_trends", "trends"]
+           "record_session", "session_trends", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
@@ -82,12 +79,6 @@ def session_trends(url: str, report_doc: dict[str, Any], *, alpha: float = 0.001
     keys = {SeriesKey(r.machine_class, r.test, r.job, r.metric) for r in rows}
     with HistoryStore(url, option=option, create=False) as store:
         return build_trends(store, keys=keys, alpha=alpha, min_size=min_size, min_change=min_change)
-
-
-def render_text(found: list[Trend], points: bool = False) -> str:
-    from pytest_distperf.store.history.text import render
-
-    return render(found, points=points)
 
 
 def _require_extra(option: str, *modules: str) -> None:

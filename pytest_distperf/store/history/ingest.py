@@ -1,9 +1,5 @@
-"""A session's `--distperf-json` report document -> the rows the history stores (plain data).
-
-Per test, every job the baseline gate measured (`tests[].jobs[]`) gives one value per run and gated metric, from
-the figures each run carries (`runs[].figures`; traits from figures/quantities.metric_traits). Tests that
-measured nothing add no rows.
-"""
+"""A session's `--distperf-json` report document -> the rows the history stores: one value per run and gated
+metric of every job a test measured, from the figures each run carries."""
 
 from __future__ import annotations
 

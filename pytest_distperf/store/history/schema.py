@@ -1,9 +1,6 @@
 """The history database's tables (SQLAlchemy Core, one definition for SQLite and PostgreSQL) and its format
-version (HISTORY, fs/jsonio.Format: the one upgrade mechanism every file of the plugin goes through).
-
-Tables carry a `distperf_` prefix so that a team's shared PostgreSQL database can hold them next to others.
-`open_schema` creates the tables of a new database, brings an older one up to date (HISTORY's update_to_N steps,
-each a function of the open connection inside the caller's transaction) and refuses a newer one, untouched.
+version (HISTORY, the upgrade mechanism every file of the plugin goes through). The `distperf_` prefix lets a
+team's shared PostgreSQL database hold them next to others.
 """
 
 from __future__ import annotations
