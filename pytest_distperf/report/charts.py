@@ -1,10 +1,6 @@
-"""The HTML report's charts, each an inline SVG drawn on svg.Chart: a strip plot per run or rank, an estimate with
-its interval against a limit, bars, one step's compute/communication timeline, a metric's trend over sessions
-and a step's breakdown. Every mark carries a class and a <title> (hover text) that tests and a browser check.
-
-Each function returns the SVG as markupsafe.Markup: svg.py escapes every text it writes, so the page's
-templates insert a chart as it is.
-"""
+"""The HTML report's charts, each an inline SVG drawn on svg.Chart and returned as Markup (svg.py escapes every
+text it writes): strip plots, an estimate with its interval against a limit, bars, a step's timeline and
+breakdown, and a metric's trend over sessions. Every mark carries a class and a <title> (hover text)."""
 
 from __future__ import annotations
 

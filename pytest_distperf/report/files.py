@@ -1,8 +1,7 @@
 """Session reports for CI: the JSON report, the Markdown job summary, the pytest-benchmark export.
 
-They read the session document (report/document.py: each test's job figures, checks, baseline verdicts and
-jobs with their runs) and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
-asks for, over the step times as measured. Files go through the one JSON writer (fs/jsonio.py).
+They read the session document and compute nothing new, except the summary statistics pytest-benchmark's
+format asks for.
 """
 
 from __future__ import annotations

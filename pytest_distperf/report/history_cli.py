@@ -9,7 +9,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from pytest_distperf.store.history import HistoryError, render_text, trends
+from pytest_distperf.store.history import HistoryError, trends
+from pytest_distperf.store.history.trend import render_text
 
 if TYPE_CHECKING:
     from pytest_distperf.store.history.trend import Trend

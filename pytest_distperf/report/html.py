@@ -1,10 +1,5 @@
-"""The session's HTML report (`--distperf-html PATH`) and the history trend page: one self-contained file each.
-
-The page is the session document's view (report/views.py; a `--distperf-json` report typed again, of any
-version this one reads) laid out by Jinja2 templates
-(report/templates), with every text escaped by autoescape; the charts are inline SVG (report/charts.py), the
-styles (templates/report.css) and the script (templates/report.js) are inlined, so the file needs no network.
-"""
+"""The session's HTML report (`--distperf-html PATH`) and the history trend page: one self-contained file each,
+the view (report/views.py) laid out by autoescaping Jinja2 templates with the styles and script inlined."""
 
 from __future__ import annotations
 

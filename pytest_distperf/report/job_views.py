@@ -1,6 +1,5 @@
 """The view of the HTML report's #jobs and #probes sections: each job once with its per-rank step times, memory
-and breakdown; each probed job with its collectives, probe metrics and one step's timeline (as the probe phase
-recorded it, rank/probes/timeline.py). Read from the session document by views.report_view only."""
+and breakdown; each probed job with its collectives, probe metrics and one step's timeline."""
 
 from __future__ import annotations
 

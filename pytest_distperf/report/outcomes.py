@@ -1,9 +1,5 @@
-"""The outcomes a report shows (of a test, a check, a baseline verdict), their order and their marks: the one
-place a report finds how an outcome looks.
-
-One visual family per outcome: a CSS class (colour, border and background pattern, report.css) and a symbol,
-so a verdict reads in greyscale and for colour-blind readers too. The HTML report and the PR comment share them.
-"""
+"""The outcomes a report shows, their order and their marks: a CSS class and a symbol per outcome, so a verdict
+reads in greyscale and for colour-blind readers too."""
 
 from __future__ import annotations
 

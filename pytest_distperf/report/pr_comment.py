@@ -1,17 +1,8 @@
 """The pull-request comment (`--distperf-pr-comment PATH`): the session's verdicts in at most 25 lines of Markdown.
 
-Drawn from the session document (a `--distperf-json` report typed again), like the HTML report: both read its
-verdicts as report/rows.py's rows (nothing is decided here). What it holds, in order:
-
-- a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
-- the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
-- every failing, inconclusive (or warning) and improved metric with its change, interval and limit —
-  never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
-- the tests the session budget left unmeasured (`N out of budget`, report/out_of_budget.py), each with its reason;
-- the runs used, the measured noise and the machine class;
-- the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
-  In GitHub Actions the run's page lists the uploaded artifacts, and its URL is known before the upload:
-  `DISTPERF_HTML_URL: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}`.
+Drawn from the session document's verdict rows (report/rows.py), like the HTML report. Every failing,
+inconclusive and improved row, out-of-budget test and undecided verdict is listed and never cut: the comment
+grows past 25 lines and says so. The marker line lets a workflow find and update the same comment.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Inline SVG charts for the HTML reports, written from Python with no plotting dependency.
+"""Inline SVG primitives for the HTML reports: a `Chart` (pixel frame, linear scales, marks) and a legend.
 
-Why hand-written SVG and not a plotting library: the report must open offline (CI artifacts, air-gapped
-clusters) and stay small. Plotly needs its ~3.5 MB bundle inlined in every file, Vega-Lite its ~0.8 MB
-runtime (vega + vega-lite + vega-embed), and matplotlib is a heavy dependency that draws glyphs as paths.
-The charts here are a handful of kinds (strip plot, interval against a limit, bars, lines, a timeline), so a
-few hundred lines of SVG primitives keep a `-m zero3` report in the tens of kilobytes, need no JavaScript to
-draw, and give every mark a class and a <title> (hover text) that tests and a browser can check.
-
-Every chart is a `Chart`: pixel frame, linear scales, and marks appended as SVG elements.
+Hand-written SVG rather than a plotting library: the report must open offline and stay small (Plotly or
+Vega would inline megabytes of runtime), and every mark gets a class and a <title> that tests can check.
 """
 
 from __future__ import annotations
@@ -113,20 +107,14 @@ class Chart:
         self.parts.append(element)
 
     # -- marks -------------------------------------------------------------------------------------------------
-    def circle(self, x: float, y: float, r: float, fill: str, cls: str, title: str = "",
-               stroke: str = "none") -> None:
-        s = f' stroke="{stroke}"' if stroke != "none" else ""
-        self.add(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" fill="{fill}"{s}>{_title(title)}</circle>')
-
-    def square(self, x: float, y: float, half: float, fill: str, cls: str, title: str = "",
-               stroke: str = "none") -> None:
-        self.rect(x - half, y - half, 2 * half, 2 * half, fill, cls, title, stroke=stroke)
+    def circle(self, x: float, y: float, r: float, fill: str, cls: str, title: str = "") -> None:
+        self.add(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" fill="{fill}">{_title(title)}</circle>')
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str, cls: str, title: str = "",
-             stroke: str = "none", extra: str = "") -> None:
-        s = f' stroke="{stroke}"' if stroke != "none" else ""
+             stroke: str = "") -> None:
+        s = f' stroke="{stroke}"' if stroke else ""
         self.add(f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
-                 f'fill="{fill}"{s}{extra}>{_title(title)}</rect>')
+                 f'fill="{fill}"{s}>{_title(title)}</rect>')
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str, cls: str, width: float = 1,
              dash: str = "", title: str = "") -> None:
@@ -136,12 +124,10 @@ class Chart:
         self.add(f'<line class="{cls}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}"{attrs}>'
                  f'{_title(title)}</line>')
 
-    def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str, width: float = 1.5,
-                 dash: str = "", title: str = "") -> None:
+    def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str) -> None:
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.add(f'<polyline class="{cls}" points="{pts}" fill="none" stroke="{stroke}" stroke-width="{width:g}"{d}>'
-                 f'{_title(title)}</polyline>')
+        self.add(f'<polyline class="{cls}" points="{pts}" fill="none" stroke="{stroke}" stroke-width="1.5">'
+                 f'</polyline>')
 
     def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", fill: str = "",
              size: int | None = None, weight: str = "") -> None:
@@ -188,19 +174,15 @@ def _title(text: str) -> str:
     return f"<title>{esc(text)}</title>" if text else ""
 
 
+_MARKERS = {  # a legend's marker shape -> its SVG, filled with the colour
+    "circle": '<svg width="12" height="12"><circle cx="6" cy="6" r="4.5" fill="{}"/></svg>',
+    "square": '<svg width="12" height="12"><rect x="1.5" y="1.5" width="9" height="9" fill="none" stroke="{}" '
+              'stroke-width="2"/></svg>',
+    "bar": '<svg width="14" height="12"><rect x="0" y="2" width="14" height="8" fill="{}"/></svg>',
+}
+
+
 def legend(items: Sequence[tuple[str, str, str]]) -> str:
-    """An HTML legend: (marker shape 'circle' | 'square' | 'bar' | 'line', colour, text)."""
-    out = []
-    for shape, colour, text in items:
-        if shape == "circle":
-            mark = f'<svg width="12" height="12"><circle cx="6" cy="6" r="4.5" fill="{colour}"/></svg>'
-        elif shape == "square":
-            mark = f'<svg width="12" height="12"><rect x="1.5" y="1.5" width="9" height="9" fill="none" ' \
-                   f'stroke="{colour}" stroke-width="2"/></svg>'
-        elif shape == "line":
-            mark = f'<svg width="18" height="12"><line x1="0" y1="6" x2="18" y2="6" stroke="{colour}" ' \
-                   f'stroke-width="2" stroke-dasharray="4 2"/></svg>'
-        else:
-            mark = f'<svg width="14" height="12"><rect x="0" y="2" width="14" height="8" fill="{colour}"/></svg>'
-        out.append(f'<span class="key">{mark} {esc(text)}</span>')
-    return '<div class="legend">' + "".join(out) + "</div>"
+    """An HTML legend: (marker shape 'circle' | 'square' | 'bar', colour, text)."""
+    return ('<div class="legend">' + "".join(f'<span class="key">{_MARKERS.get(shape, _MARKERS["bar"]).format(colour)} '
+                                             f'{esc(text)}</span>' for shape, colour, text in items) + "</div>")

@@ -1,5 +1,4 @@
-"""The terminal table of distperf runs and checks. Reads the session document (report/document.py); computes
-nothing new."""
+"""The terminal tables of distperf runs and checks, read from the session document."""
 
 from __future__ import annotations
 
