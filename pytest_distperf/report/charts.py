@@ -109,10 +109,9 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
                    label: str, css: str, outcome: str, width: int = WIDTH, value_name: str = "A/B",
                    fmt: Callable[[float], str] = lambda v: f"{v:.3g}", ref: float | None = None,
                    band: tuple[float, float] | None = None, interval: str | None = None) -> Markup:
-    """A point with its interval on one axis (`interval`: its text, e.g. '98% interval'; None: no interval; an
-    end that is None is unbounded and runs off the axis), the limit as a dashed line and the side beyond it hatched.
-    `direction`: 'at_most' (beyond = above the limit), 'at_least' or 'above' (beyond = below it). `ref`: a
-    reference line (1.0 or 0 %). `band`: a tolerated region in light grey (baseline checks: ± threshold)."""
+    """A point with its interval (`interval`: its text; None: none; a None end is unbounded) against the limit,
+    a dashed line with the side beyond `direction`'s good side hatched; `ref`: a reference line; `band`: a
+    tolerated region in light grey."""
     lo, hi = padded([value, *(v for v in (low, high, limit, ref) if v is not None), *(band or ())], pad=0.12)
     c = Chart(width, 78, label, css, left=170, right=20, top=24, bottom=26)
     x = c.x_scale((lo, hi))

@@ -112,9 +112,8 @@ def append_step_summary(path: str, text: str) -> None:
 
 # -- pytest-benchmark export ------------------------------------------------------------------------------------
 def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any]) -> dict[str, Any]:
-    """The step times of every job in pytest-benchmark 5.x's saved-JSON layout (one benchmark per test and job;
-    a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
-    github-action-benchmark (tool: pytest)."""
+    """The step times of every job (each once) in pytest-benchmark 5.x's saved-JSON layout, readable by
+    `pytest-benchmark compare` and github-action-benchmark (tool: pytest)."""
     benchmarks = []
     for shared in unique_jobs(entries):
         e, job = shared.test, shared.job
@@ -189,9 +188,8 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
                           pr_comment_path: str | None = None, html_url: str | None = None,
                           history_url: str | None = None) -> list[str]:
-    """Write the reports asked for; returns what was written, one line each. `device`: the session's.
-    The HTML report and the PR comment are drawn from the JSON report's document (report/html.py); with
-    `history_url` that document is appended to the history first, and the HTML report shows its trends."""
+    """Write the reports asked for, all drawn from the one redacted JSON report document (appended to the
+    history first, with `history_url`); returns what was written, one line each."""
     written: list[str] = []
     if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
             or (history_url and entries)):

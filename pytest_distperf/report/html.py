@@ -46,8 +46,7 @@ def _render(template: str, **context: Any) -> str:
 
 def render_html(doc: Mapping[str, Any], *, history: Iterable[TrendSeries] = (),
                 title: str = "distperf report") -> str:
-    """The session report (a JSON report's document) as one HTML page. `history`: trend series of this
-    session's metrics (from the history store), drawn under their baseline verdicts."""
+    """A JSON report's document as one HTML page; `history`: trend series of its metrics."""
     view = report_view(SessionDocument.from_json(doc), history, title)
     return _render("report.html.j2", view=view, title=view.title, subtitle=view.subtitle, nav=view.sections)
 

@@ -35,8 +35,7 @@ def summary_lines(tests: Iterable[TestDocument], strict: bool = False) -> list[s
 
 
 def markdown_lines(tests: Iterable[TestDocument]) -> list[str]:
-    """The Markdown job summary's and the PR comment's list (a heading line, then one item a test); [] when none.
-    Table cells are not used: the reasons go as list items, `|` is harmless there."""
+    """The Markdown job summary's and the PR comment's list: a heading line, then one item a test."""
     found = out_of_budget(tests)
     if not found:
         return []

@@ -3,6 +3,7 @@ reads in greyscale and for colour-blind readers too."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
@@ -55,10 +56,7 @@ def rank(outcome: str) -> int:
 
 def counted(outcomes: Iterable[str]) -> list[tuple[str, int]]:
     """(outcome, how many), most urgent first."""
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        counts[o] = counts.get(o, 0) + 1
-    return sorted(counts.items(), key=lambda item: rank(item[0]))
+    return sorted(Counter(outcomes).items(), key=lambda item: rank(item[0]))
 
 
 def test_outcome(test: "TestDocument") -> str:

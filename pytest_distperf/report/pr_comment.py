@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from pytest_distperf.figures.explain import Explanation
@@ -55,16 +56,11 @@ def _listed_row(s: SharedRow) -> str:
 
 
 def _runs_line(session: SessionDocument) -> str:
-    shapes: dict[tuple[int, int], int] = {}
-    ranks = set()
-    for shared in unique_jobs(session.tests):
-        runs = shared.job.runs
-        if runs:
-            key = (len(runs), len(runs[0].get("step_times") or []))
-            shapes[key] = shapes.get(key, 0) + 1
-            ranks.add(len(runs[0].get("ranks") or []))
-    if not shapes:
+    jobs = [shared.job.runs for shared in unique_jobs(session.tests) if shared.job.runs]
+    if not jobs:
         return "**Runs**: none recorded"
+    shapes = Counter((len(runs), len(runs[0].get("step_times") or [])) for runs in jobs)
+    ranks = {len(runs[0].get("ranks") or []) for runs in jobs}
     text = ", ".join(f"{n} job(s) × {r} run(s) × {s} steps" for (r, s), n in sorted(shapes.items(), reverse=True))
     world = "/".join(str(w) for w in sorted(ranks))
     return f"**Runs**: {text}; {world} ranks each; A/B comparisons interleaved"

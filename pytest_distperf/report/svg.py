@@ -44,9 +44,9 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def padded(values: Iterable[float], pad: float = 0.06, include: Sequence[float] = ()) -> tuple[float, float]:
-    """A domain around the values (and `include`), widened a little so marks do not sit on the frame."""
-    vals = [v for v in (*values, *include) if v is not None and math.isfinite(v)]
+def padded(values: Iterable[float], pad: float = 0.06) -> tuple[float, float]:
+    """A domain around the values, widened a little so marks do not sit on the frame."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return 0.0, 1.0
     lo, hi = min(vals), max(vals)
@@ -81,21 +81,9 @@ class Chart:
     bottom: int = 32
     parts: list[str] = field(default_factory=list)
 
-    @property
-    def x0(self) -> float:
-        return self.left
-
-    @property
-    def x1(self) -> float:
-        return self.width - self.right
-
-    @property
-    def y0(self) -> float:
-        return self.top
-
-    @property
-    def y1(self) -> float:
-        return self.height - self.bottom
+    def __post_init__(self) -> None:
+        self.x0, self.x1 = self.left, self.width - self.right  # the plot area, in pixels
+        self.y0, self.y1 = self.top, self.height - self.bottom
 
     def x_scale(self, domain: tuple[float, float]) -> Scale:
         return Scale(domain, (self.x0, self.x1))

@@ -123,8 +123,7 @@ def _check_row(nodeid: str, r: Check) -> list[str]:
 
 
 def render(tests: Iterable[TestDocument]) -> list[str]:
-    """The session's tables, each section after a blank line: jobs, where their time went, work figures,
-    checks, probes, baseline verdicts, head vs base, jobs without a baseline, saved baselines."""
+    """The session's tables, each section after a blank line."""
     tests = list(tests)
     jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
     lines = _jobs_section(tests, jobs)
@@ -187,19 +186,36 @@ def _probes_section(tests: list[TestDocument]) -> list[str]:
 
 
 def _baselines_section(tests: list[TestDocument]) -> list[str]:
-    rows: list[list[str]] = []
+    verdicts = [(t.nodeid, v) for t in tests for v in t.verdicts if not v.reference]
+    shown = [(nodeid, v) for nodeid, v in verdicts if v.status != "new"]
+    return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current")) if shown else []
+
+
+def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
+    """Head vs base (decide/against.py): a table per "head ... vs base ...", then why each undecided, failed or
+    incomparable verdict is so."""
+    references = dict.fromkeys(v.reference for t in tests for v in t.verdicts if v.reference)
+    sections = []
+    for reference in references:
+        shown = [(t.nodeid, v) for t in tests for v in t.verdicts if v.reference == reference]
+        sections.append([f"{reference}:"] + _verdict_lines(shown, [v for _, v in shown], ("base", "head"), True))
+    return sections
+
+
+def _verdict_lines(shown: list[tuple[str, MetricVerdict]], explained: list[MetricVerdict], sides: tuple[str, str],
+                   notes: bool = False) -> list[str]:
+    """A table of baseline verdicts (each shared row once), with `notes` each verdict's note unless it passed,
+    the secondary figures, and what changed under `explained`."""
+    rows = [baseline_row(nodeid, v) for nodeid, v in shown]
     secondaries: dict[str, str] = {}
-    for t in tests:
-        for v in t.verdicts:
-            if not v.reference and v.status != "new":
-                rows.append(baseline_row(t.nodeid, v))
-                if v.secondary:
-                    secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
-    if not rows:
-        return []
-    return (_table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
-                   _merge_shared(rows)) + _secondary_lines(secondaries)
-            + explanation_lines([v for t in tests for v in t.verdicts if not v.reference]))
+    for _, v in shown:
+        if v.secondary:
+            secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
+    lines = _table(["test", "job", "metric", *sides, "Δ %", "98% interval", "status"], _merge_shared(rows))
+    if notes:
+        lines += [f"  {v.job} {v.metric}: {v.note}" for (_, v), row in zip(shown, rows)
+                  if v.note and row[-1] != status_mark("pass")]
+    return lines + _secondary_lines(secondaries) + explanation_lines(explained, sides)
 
 
 def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
@@ -214,26 +230,6 @@ def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("
         out.append(f"  {job} ({', '.join(names)}):")
         out += ["    " + line for line in Explanation.from_json(explanation).lines(sides)]
     return out
-
-
-def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
-    """Head vs base (decide/against.py): a table per "head ... vs base ...", then why each undecided, failed or
-    incomparable verdict is so."""
-    against: dict[str, list[list[str]]] = {}
-    secondaries: dict[str, dict[str, str]] = {}
-    for t in tests:
-        for v in t.verdicts:
-            if v.reference:
-                against.setdefault(v.reference, []).append(baseline_row(t.nodeid, v) + [v.note])
-                if v.secondary:
-                    secondaries.setdefault(v.reference, {}).setdefault(f"{v.job} {v.metric}", v.secondary)
-    return [[f"{reference}:"]
-            + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval", "status"],
-                     _merge_shared([row[:-1] for row in rows]))
-            + [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark("pass")]
-            + _secondary_lines(secondaries.get(reference, {}))
-            + explanation_lines([v for t in tests for v in t.verdicts if v.reference == reference], ("base", "head"))
-            for reference, rows in against.items()]
 
 
 def _unrecorded_section(tests: list[TestDocument]) -> list[str]:

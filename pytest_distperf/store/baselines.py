@@ -130,8 +130,7 @@ def now_iso() -> str:
 # -- from runs --------------------------------------------------------------------------------------------------
 def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any], str]:
     """(label, config hash, config, injection) of a job as the baseline keys it: the hash and config leave the
-    injection knobs out; `injection` names them (' +extra_work=0.4', '' for none), so an injected job and
-    the clean one never share a series."""
+    injection knobs out, `injection` names them, so an injected job and the clean one never share a series."""
     config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
     return job.describe(), job.config_hash(INJECTION_FIELDS), config, injection_suffix(job)
 
@@ -191,22 +190,18 @@ class _Check:
             raise self.fail(where, "a finite number", v)
         return float(v)
 
-    def numbers(self, v: Any, where: str, nonempty: bool = True) -> list[float]:
-        if not isinstance(v, list) or (nonempty and not v):
-            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
-        return [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
-
     def measurements(self, v: Any, where: str, kind: str, nonempty: bool = True) -> list[float]:
         """Measured values: finite, never negative, and a time above zero (a 0 s step was never measured)."""
-        values = self.numbers(v, where, nonempty)
+        if not isinstance(v, list) or (nonempty and not v):
+            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
+        values = [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
         for i, x in enumerate(values):
             if x < 0 or (kind == "time" and x == 0):
                 raise self.fail(f"{where}[{i}]", "a positive time" if kind == "time" else "a number >= 0", x)
         return values
 
     def summary(self, v: Any, where: str) -> None:
-        """The stored summary (for readers of the file; recomputed when read): every number finite and >= 0, so a
-        hand-edited or corrupted one is not passed over."""
+        """The stored summary (recomputed when read): every number finite and >= 0, so a corrupted one is noticed."""
         if v is None:
             return
         for key, x in self.obj(v, where).items():

@@ -24,10 +24,8 @@ EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
 def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | None = None,
                    commit: str | None = None, option: str = "--distperf-history") -> Recorded:
-    """Append one session's `--distperf-json` document to the history at `url`: a file path,
-    `sqlite:///path/history.db` (created with its folder if missing) or `postgresql://user:password@host:port/db`.
-    One row per run of every metric of every test's jobs; `commit` overrides the report's
-    `environment.git_commit`. The same document twice is stored once (`Recorded.duplicate`)."""
+    """Append one session's `--distperf-json` document to the history at `url` (a file path, sqlite:// or
+    postgresql://); `commit` overrides the report's. The same document twice is stored once."""
     _require_extra(option, "sqlalchemy")
     from pytest_distperf.store.history.ingest import read_report
     from pytest_distperf.store.history.store import HistoryStore
@@ -56,8 +54,7 @@ def check_url(url: str, option: str = "--distperf-history") -> str:
 def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,
            machine_class: str | None = None, alpha: float = 0.001, min_size: int = 3, min_change: float = 0.0,
            option: str = "history URL") -> list[Trend]:
-    """One `Trend` (trend.py) per (machine class, test, job, metric) whose fields contain the given substrings,
-    with its change points; the database must exist."""
+    """One `Trend` per series whose fields contain the given substrings; the database must exist."""
     _require_extra(option, "sqlalchemy", "ruptures", "scipy")
     from pytest_distperf.store.history.store import HistoryStore
     from pytest_distperf.store.history.trend import build_trends

@@ -36,9 +36,8 @@ class Split:
 
 def find_splits(values: list[float], alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
                 min_change: float = 0.0) -> list[Split]:
-    """The step changes in `values` (one value per session, in order), sorted by index.
-
-    `min_change`: also require |after/before - 1| >= this (0: significance alone decides)."""
+    """The step changes in `values` (one value per session, in order), sorted by index; `min_change`: also
+    require |after/before - 1| >= this (0: significance alone decides)."""
     if min_size < 2:
         raise ValueError(f"min_size must be at least 2 (a t-test needs two values a side), got {min_size}")
     if not 0 < alpha < 1:

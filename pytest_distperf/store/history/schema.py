@@ -91,11 +91,9 @@ def current_version(conn: Connection) -> int:
 
 
 def open_schema(conn: Connection, where: str) -> int:
-    """Create the tables of a new database, or bring an older one up to date, inside the caller's transaction;
-    returns the version found (0: new). SchemaVersionError for a newer database, which is left untouched.
-
-    Concurrent callers are serialised (SQLite: the caller's BEGIN IMMEDIATE; PostgreSQL: an advisory lock held
-    to the end of the transaction)."""
+    """Create the tables of a new database, or bring an older one up to date, inside the caller's transaction
+    (serialised: SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock); returns the version found (0: new).
+    SchemaVersionError for a newer database, which is left untouched."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK})
     found = current_version(conn)
