@@ -142,10 +142,7 @@ class TestDocument:
                              "message": self.message}
         if self.context is not None:
             d.update(self.context.to_json())
-        if self.failure is not None:
-            d["failure"] = self.failure
-        if self.xfail_reason is not None:
-            d["xfail_reason"] = self.xfail_reason
+        d.update((k, v) for k, v in (("failure", self.failure), ("xfail_reason", self.xfail_reason)) if v is not None)
         d["out_of_budget"] = self.out_of_budget  # every test says whether the session budget stopped it
         d.update({"jobs": [j.to_json() for j in self.jobs],
                   "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],

@@ -104,12 +104,6 @@ def _md_checks(entries: list[TestDocument]) -> list[str]:
     return _md_table(["test", "check", "ratio A/B [98% interval]", "pairs", "pair-to-pair", "limit", "verdict"], rows)
 
 
-def append_step_summary(path: str, text: str) -> None:
-    """GitHub Actions shows the file named by $GITHUB_STEP_SUMMARY on the run's page; steps append to it."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-
-
 # -- pytest-benchmark export ------------------------------------------------------------------------------------
 def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any]) -> dict[str, Any]:
     """The step times of every job (each once) in pytest-benchmark 5.x's saved-JSON layout, readable by
@@ -225,7 +219,8 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
         write_json_atomic(benchmark_path, redact(benchmark_json(entries, environment)), lock=False)
         written.append(f"pytest-benchmark JSON {benchmark_path}")
     if step_summary_path and entries:
-        append_step_summary(step_summary_path, redact_text(markdown_summary(entries)))
+        with open(step_summary_path, "a", encoding="utf-8") as f:  # $GITHUB_STEP_SUMMARY: each step appends
+            f.write(redact_text(markdown_summary(entries)))
         written.append(f"job summary to {step_summary_path}")
     if history_error is not None:
         raise history_error

@@ -159,4 +159,4 @@ def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = N
                      html_path: str | None = None) -> None:
     from pytest_distperf.store.redact import redact_text
 
-    write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL
+    write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # a URL from $DISTPERF_HTML_URL

@@ -216,49 +216,41 @@ def _run_memory(run: Mapping[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _verdict_key(v: MetricVerdict) -> tuple[Any, ...]:
-    return (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
-
-
 def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, str], TrendSeries],
                outcomes: Mapping[str, str]) -> Baselines:
     """A chart per verdict that has a baseline to compare with, or a history (tests sharing runs show it once);
     metrics without either are counted."""
-    shown, seen, without = [], set(), 0
-    sharing: dict[tuple[Any, ...], list[str]] = {}
+    shown, without = [], 0
+    sharing: dict[tuple[Any, ...], tuple[TestDocument, MetricVerdict, list[str]]] = {}
     for t in tests:
         for v in t.verdicts:
-            sharing.setdefault(_verdict_key(v), []).append(t.nodeid)
-    for t in tests:
-        for v in t.verdicts:
-            key = _verdict_key(v)
-            if key in seen:
-                continue
-            seen.add(key)
-            series = history.get((t.nodeid, v.job, v.metric))
-            has_trend = series is not None and bool(series.points)
-            if v.baseline is None and not has_trend:
-                without += 1
-                continue
-            row, thr = verdict_row(t, v), v.threshold
-            delta = None if v.delta is None else interval_chart(
-                v.delta, *chart_ends(v), None, "at_most", "change against the baseline", "delta", row.outcome,
-                value_name="Δ", fmt=lambda x: f"{x:+.1%}", ref=0.0, band=(-thr, thr) if thr is not None else None,
-                interval=level_text(v) if has_interval(v) else None)
-            view = Baseline(metric=v.metric, job=v.job, row=row, tests=tests_cell(sharing[key], outcomes),
-                            threshold_text=v.threshold_text or "–",
-                            distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
-                            delta=delta, trend=trend_chart(series) if has_trend and series is not None else None)
-            if v.explanation:
-                sides = ("base", "head") if v.reference else ("baseline", "current")
-                diff = Explanation.from_json(v.explanation)
-                view.explain_head, view.explain_header, view.explain_rows = (diff.headline(sides), diff.header(sides),
-                                                                             diff.cells())
-                bars = diff.contributions()
-                if bars:
-                    view.explain_chart = contribution_chart(bars, f"what changed in {v.job}, {sides[1]} against "
-                                                                  f"{sides[0]}")
-            shown.append(view)
+            key = (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
+            sharing.setdefault(key, (t, v, []))[2].append(t.nodeid)
+    for t, v, nodeids in sharing.values():
+        series = history.get((t.nodeid, v.job, v.metric))
+        has_trend = series is not None and bool(series.points)
+        if v.baseline is None and not has_trend:
+            without += 1
+            continue
+        row, thr = verdict_row(t, v), v.threshold
+        delta = None if v.delta is None else interval_chart(
+            v.delta, *chart_ends(v), None, "at_most", "change against the baseline", "delta", row.outcome,
+            value_name="Δ", fmt=lambda x: f"{x:+.1%}", ref=0.0, band=(-thr, thr) if thr is not None else None,
+            interval=level_text(v) if has_interval(v) else None)
+        view = Baseline(metric=v.metric, job=v.job, row=row, tests=tests_cell(nodeids, outcomes),
+                        threshold_text=v.threshold_text or "–",
+                        distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
+                        delta=delta, trend=trend_chart(series) if has_trend and series is not None else None)
+        if v.explanation:
+            sides = ("base", "head") if v.reference else ("baseline", "current")
+            diff = Explanation.from_json(v.explanation)
+            view.explain_head, view.explain_header, view.explain_rows = (diff.headline(sides), diff.header(sides),
+                                                                         diff.cells())
+            bars = diff.contributions()
+            if bars:
+                view.explain_chart = contribution_chart(bars, f"what changed in {v.job}, {sides[1]} against "
+                                                              f"{sides[0]}")
+        shown.append(view)
     return Baselines(shown=shown, without=without)
 
 

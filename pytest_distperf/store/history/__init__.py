@@ -11,10 +11,12 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.store.history.errors import HistoryError, HistoryUrlError, ReportDocumentError, SchemaVersionError
+from pytest_distperf.store.history.ingest import read_report
+from pytest_distperf.store.history.trend import Trend, build_trends
+from pytest_distperf.store.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from pytest_distperf.store.history.store import Recorded
-    from pytest_distperf.store.history.trend import Trend
 
 __all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
            "record_session", "session_trends", "trends"]
@@ -27,10 +29,7 @@ def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | No
     """Append one session's `--distperf-json` document to the history at `url` (a file path, sqlite:// or
     postgresql://); `commit` overrides the report's. The same document twice is stored once."""
     _require_extra(option, "sqlalchemy")
-    from pytest_distperf.store.history.ingest import read_report
     from pytest_distperf.store.history.store import HistoryStore
-
-    from pytest_distperf.store.redact import redact
 
     if commit:
         report_doc = copy.deepcopy(report_doc)
@@ -46,8 +45,6 @@ def check_url(url: str, option: str = "--distperf-history") -> str:
     _require_extra(option, "sqlalchemy")
     from pytest_distperf.store.history.store import resolve_url
 
-    from pytest_distperf.store.redact import redact_text
-
     return redact_text(resolve_url(url, option).render_as_string(hide_password=False))  # the one redaction
 
 
@@ -57,7 +54,6 @@ def trends(url: str, *, test: str | None = None, job: str | None = None, metric:
     """One `Trend` per series whose fields contain the given substrings; the database must exist."""
     _require_extra(option, "sqlalchemy", "ruptures", "scipy")
     from pytest_distperf.store.history.store import HistoryStore
-    from pytest_distperf.store.history.trend import build_trends
 
     with HistoryStore(url, option=option, create=False) as store:
         return build_trends(store, test=test, job=job, metric=metric, machine_class=machine_class, alpha=alpha,
@@ -68,9 +64,7 @@ def session_trends(url: str, report_doc: dict[str, Any], *, alpha: float = 0.001
                    min_change: float = 0.0, option: str = "--distperf-history") -> list[Trend]:
     """The trends of exactly the series this report document measured (e.g. for its HTML report)."""
     _require_extra(option, "sqlalchemy", "ruptures", "scipy")
-    from pytest_distperf.store.history.ingest import read_report
     from pytest_distperf.store.history.store import HistoryStore, SeriesKey
-    from pytest_distperf.store.history.trend import build_trends
 
     _session, rows = read_report(report_doc, f"{option}: the session's report")
     keys = {SeriesKey(r.machine_class, r.test, r.job, r.metric) for r in rows}
