@@ -115,10 +115,9 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
     listed = [s for s in rows if s.row.outcome in LISTED or s.row.fails]
     head = [MARKER, _counts_line(rows, session), ""]
     tail = ["", _runs_line(session), _noise_line(session), _machine_line(session), _link_line(html_url, html_path)]
-    table: list[str] = []
     if listed:
-        table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|"]
-        table += [_listed_row(s) for s in listed]
+        table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|",
+                 *map(_listed_row, listed)]
     else:
         table = ["No failing, inconclusive or improved metric."]
     table += _explained_lines(session)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 Fmt = Callable[[float], str]
+Scale = Callable[[float], float]
 
 # Colour-blind-safe pair (Okabe-Ito) for the two sides of a comparison; the sides also differ in marker
 # shape (circle vs square), so they read in grey too.
@@ -54,17 +55,10 @@ def padded(values: Iterable[float], pad: float = 0.06) -> tuple[float, float]:
     return lo - span * pad, hi + span * pad
 
 
-@dataclass
-class Scale:
-    domain: tuple[float, float]
-    range: tuple[float, float]
-
-    def __call__(self, v: float) -> float:
-        d0, d1 = self.domain
-        r0, r1 = self.range
-        if d1 == d0:
-            return (r0 + r1) / 2
-        return r0 + (v - d0) / (d1 - d0) * (r1 - r0)
+def linear(domain: tuple[float, float], pixels: tuple[float, float]) -> Scale:
+    """The linear map of `domain` onto `pixels` (a point domain maps to the middle)."""
+    (d0, d1), (r0, r1) = domain, pixels
+    return lambda v: (r0 + r1) / 2 if d1 == d0 else r0 + (v - d0) / (d1 - d0) * (r1 - r0)
 
 
 @dataclass
@@ -86,10 +80,10 @@ class Chart:
         self.y0, self.y1 = self.top, self.height - self.bottom
 
     def x_scale(self, domain: tuple[float, float]) -> Scale:
-        return Scale(domain, (self.x0, self.x1))
+        return linear(domain, (self.x0, self.x1))
 
     def y_scale(self, domain: tuple[float, float]) -> Scale:
-        return Scale(domain, (self.y1, self.y0))
+        return linear(domain, (self.y1, self.y0))
 
     def add(self, element: str) -> None:
         self.parts.append(element)
@@ -125,8 +119,7 @@ class Chart:
         self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}"{attrs}>{esc(text)}</text>')
 
     # -- axes --------------------------------------------------------------------------------------------------
-    def x_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
-        ticks = nice_ticks(*scale.domain) if ticks is None else ticks
+    def x_axis(self, scale: Scale, fmt: Fmt, title: str, ticks: Sequence[float]) -> None:
         self.line(self.x0, self.y1, self.x1, self.y1, "", "axis")
         for t in ticks:
             x = scale(t)
@@ -136,8 +129,7 @@ class Chart:
         if title:
             self.text((self.x0 + self.x1) / 2, self.height - 3, title, "axis-title", "middle")
 
-    def y_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
-        ticks = nice_ticks(*scale.domain, count=4) if ticks is None else ticks
+    def y_axis(self, scale: Scale, fmt: Fmt, title: str, ticks: Sequence[float]) -> None:
         self.line(self.x0, self.y0, self.x0, self.y1, "", "axis")
         for t in ticks:
             y = scale(t)
