@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar, Union
 
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
@@ -18,6 +18,7 @@ from pytest_distperf.report.document import TestDocument
 from pytest_distperf.report.outcomes import LIMIT_SIGN, record_outcome, test_outcome
 
 Decided = Union[Check, MetricVerdict]  # a record with an interval
+T = TypeVar("T")
 
 
 def md_cell(text: object) -> str:
@@ -134,15 +135,18 @@ class SharedRow:
     tests: list[str]  # every test that carries this row (tests sharing a comparison's runs carry the same)
 
 
+def shared(items: Iterable[tuple[str, T]], key: Callable[[T], Hashable]) -> list[tuple[T, list[str]]]:
+    """Each item once (by `key`), in the order first seen, with every test that carries it: tests that share a
+    job's runs carry the same records."""
+    found: dict[Hashable, tuple[T, list[str]]] = {}
+    for test, item in items:
+        found.setdefault(key(item), (item, []))[1].append(test)
+    return list(found.values())
+
+
 def shared_rows(rows: Iterable[VerdictRow]) -> list[SharedRow]:
-    out: dict[tuple[Any, ...], SharedRow] = {}
-    for r in rows:
-        key = (r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note, r.fails)
-        if key in out:
-            out[key].tests.append(r.test)
-        else:
-            out[key] = SharedRow(r, [r.test])
-    return list(out.values())
+    return [SharedRow(row, tests) for row, tests in shared(((r.test, r) for r in rows), lambda r: (
+        r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note, r.fails))]
 
 
 def run_steps(run: Mapping[str, Any]) -> list[float]:
@@ -150,13 +154,6 @@ def run_steps(run: Mapping[str, Any]) -> list[float]:
 
 
 def probe_records(tests: Iterable[TestDocument]) -> list[tuple[ProbeSummary, list[str]]]:
-    """Probe records, each once (tests that share a probed job carry the same record)."""
-    seen: dict[str, tuple[ProbeSummary, list[str]]] = {}
-    for t in tests:
-        for p in t.probes:
-            key = json.dumps([p.label, p.traces, p.metrics], sort_keys=True, default=str)
-            if key in seen:
-                seen[key][1].append(t.nodeid)
-            else:
-                seen[key] = (p, [t.nodeid])
-    return list(seen.values())
+    """Probe records, each once."""
+    return shared(((t.nodeid, p) for t in tests for p in t.probes),
+                  lambda p: json.dumps([p.label, p.traces, p.metrics], sort_keys=True, default=str))

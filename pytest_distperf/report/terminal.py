@@ -14,6 +14,7 @@ from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.report.document import TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
+from pytest_distperf.report.rows import shared
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -88,15 +89,8 @@ def baseline_row(nodeid: str, v: MetricVerdict) -> list[str]:
 def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
     """Tests that share a job's runs (a cached comparison) get the same verdict rows: show each once,
     under the first test, with how many more tests carry it."""
-    first: dict[tuple[str, ...], list[str]] = {}
-    shared: dict[tuple[str, ...], int] = {}
-    for row in rows:
-        key = tuple(row[1:])
-        if key in first:
-            shared[key] += 1
-        else:
-            first[key], shared[key] = list(row), 0
-    return [[row[0] + (f" (+{shared[k]} tests)" if shared[k] else ""), *row[1:]] for k, row in first.items()]
+    return [[row[0] + (f" (+{len(tests) - 1} tests)" if len(tests) > 1 else ""), *row[1:]]
+            for row, tests in shared(((row[0], row) for row in rows), lambda row: tuple(row[1:]))]
 
 
 def _job_row(r: JobFigures) -> list[str]:

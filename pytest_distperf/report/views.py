@@ -23,7 +23,7 @@ from pytest_distperf.report.job_views import JobSection, ProbeSection, job_secti
 from pytest_distperf.report.outcomes import counted, record_outcome, test_outcome
 from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
-                                         shared_rows, verdict_row, verdict_rows)
+                                         shared, shared_rows, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend
 
 QUIET = ("pass", "new", "not comparable", "skipped")  # baseline verdicts listed in a collapsed table
@@ -216,17 +216,17 @@ def _run_memory(run: Mapping[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _verdict_key(record: tuple[TestDocument, MetricVerdict]) -> tuple[Any, ...]:
+    v = record[1]
+    return (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
+
+
 def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, str], TrendSeries],
                outcomes: Mapping[str, str]) -> Baselines:
     """A chart per verdict that has a baseline to compare with, or a history (tests sharing runs show it once);
     metrics without either are counted."""
     shown, without = [], 0
-    sharing: dict[tuple[Any, ...], tuple[TestDocument, MetricVerdict, list[str]]] = {}
-    for t in tests:
-        for v in t.verdicts:
-            key = (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
-            sharing.setdefault(key, (t, v, []))[2].append(t.nodeid)
-    for t, v, nodeids in sharing.values():
+    for (t, v), nodeids in shared(((t.nodeid, (t, v)) for t in tests for v in t.verdicts), _verdict_key):
         series = history.get((t.nodeid, v.job, v.metric))
         has_trend = series is not None and bool(series.points)
         if v.baseline is None and not has_trend:
