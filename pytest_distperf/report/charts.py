@@ -61,7 +61,6 @@ def axis(unit: str, lo: float, hi: float, count: int = 5) -> tuple[Callable[[flo
     return (lambda v: f"{v / scale:.4g}"), name, ticks
 
 
-
 def label_room(labels: Iterable[str]) -> int:
     """Left margin for row labels (11 px text), at most 190 px."""
     return int(min(190, 16 + 6.3 * max((len(x) for x in labels), default=4)))
@@ -146,7 +145,6 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
     c.add(f'<path class="estimate" d="M{x(value):.1f},{mid - 7:.1f} l7,7 l-7,7 l-7,-7 z" fill="{colour}" '
           f'stroke="#24292f"><title>{esc(value_name)} {esc(fmt(value))}</title></path>')
     return Markup(c.render())
-
 
 
 def bar_chart(rows: Sequence[tuple[str, float, str, str]], unit: str, label: str, css: str,
@@ -253,7 +251,6 @@ def trend_chart(series: TrendSeries, width: int = WIDTH) -> Markup:
         for level, a, b in ((cp.before_mean, bounds[k], cp.index), (cp.after_mean, cp.index, bounds[k + 2])):
             c.line(x(a - 0.4), y(level), x(b - 0.6), y(level), "#cf222e", "level", 1.5)
     return Markup(c.render())
-
 
 
 BREAKDOWN_COLOURS = {"forward": "#0072B2", "backward": "#56B4E9", "optimizer": "#E69F00", "other": "#bbbbbb"}

@@ -44,7 +44,8 @@ def _probe_row(r: ProbeSummary) -> list[str]:
     ag = fmt_bytes(m["comms.all_gather.size_median"]) if "comms.all_gather.size_median" in m else "-"
     overlap = f"{m['overlap.fraction']:.0%}" if "overlap.fraction" in m else "-"
     exposed = fmt_seconds(m["overlap.exposed_per_step_s"]) if "overlap.exposed_per_step_s" in m else "-"
-    copy_kinds = sorted(x.split(".")[2] for x in m if x.startswith("placement.copies.") and x.endswith(".bytes_per_step"))
+    copy_kinds = sorted(x.split(".")[2] for x in m
+                        if x.startswith("placement.copies.") and x.endswith(".bytes_per_step"))
     copies = " ".join(f"{k} {m[f'placement.copies.{k}.per_step']:g} "
                       f"({fmt_bytes(m[f'placement.copies.{k}.bytes_per_step'])})" for k in copy_kinds) or "-"
     pageable = f"{m['placement.copies.pageable_per_step']:g}" if "placement.copies.pageable_per_step" in m else "-"
@@ -269,5 +270,6 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
 def _saved_row(nodeid: str, r: DetectableChange) -> list[str]:
     """One metric of a job just saved: what its stored runs let the gate decide."""
     cv = "-" if r.run_cv is None else f"{r.run_cv:.1%}"
-    passes = "yes" if r.can_pass else ("no: too few runs" if r.factor is None else f"no: interval ×/÷{r.factor_text()}")
+    passes = ("yes" if r.can_pass else "no: too few runs" if r.factor is None
+              else f"no: interval ×/÷{r.factor_text()}")
     return [short_test(nodeid), r.job, r.metric, str(r.runs), cv, f"+{r.limit:.1%}", r.fails_above_text(), passes]

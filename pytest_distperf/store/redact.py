@@ -19,7 +19,8 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "
 _NOT_SECRET = {"PWD", "OLDPWD", "KEYBOARD"}  # names that only look alike (PWD is the working folder)
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#@\s]*):(?P<pw>[^@/\s]*)@")
-_ASSIGN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>=|%3[Dd])(?P<value>[^\s&;,?='\"<>]*)")  # stops at ? and =: a URL value's query is scanned too
+# A value stops at ? and =, so a URL value's query is scanned too.
+_ASSIGN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>=|%3[Dd])(?P<value>[^\s&;,?='\"<>]*)")
 
 
 def looks_secret(name: str) -> bool:

@@ -1,5 +1,6 @@
 """Trends: one metric's value per session (the median of its runs) over time, with the step changes found in it,
-each naming its commit range and whether the job's configuration or the recorded versions changed across it."""
+each naming its commit range and whether the job's configuration or the recorded versions changed across it;
+and their terminal text (`render_text`)."""
 
 from __future__ import annotations
 
