@@ -1,10 +1,6 @@
-"""The HTML report's charts, each an inline SVG drawn on svg.Chart: a strip plot per run or rank, an estimate with
-its interval against a limit, bars, one step's compute/communication timeline, a metric's trend over sessions
-and a step's breakdown. Every mark carries a class and a <title> (hover text) that tests and a browser check.
-
-Each function returns the SVG as markupsafe.Markup: svg.py escapes every text it writes, so the page's
-templates insert a chart as it is.
-"""
+"""The HTML report's charts, each an inline SVG drawn on svg.Chart and returned as Markup (svg.py escapes every
+text it writes): strip plots, an estimate with its interval against a limit, bars, a step's timeline and
+breakdown, and a metric's trend over sessions. Every mark carries a class and a <title> (hover text)."""
 
 from __future__ import annotations
 
@@ -65,7 +61,6 @@ def axis(unit: str, lo: float, hi: float, count: int = 5) -> tuple[Callable[[flo
     return (lambda v: f"{v / scale:.4g}"), name, ticks
 
 
-
 def label_room(labels: Iterable[str]) -> int:
     """Left margin for row labels (11 px text), at most 190 px."""
     return int(min(190, 16 + 6.3 * max((len(x) for x in labels), default=4)))
@@ -113,10 +108,9 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
                    label: str, css: str, outcome: str, width: int = WIDTH, value_name: str = "A/B",
                    fmt: Callable[[float], str] = lambda v: f"{v:.3g}", ref: float | None = None,
                    band: tuple[float, float] | None = None, interval: str | None = None) -> Markup:
-    """A point with its interval on one axis (`interval`: its text, e.g. '98% interval'; None: no interval; an
-    end that is None is unbounded and runs off the axis), the limit as a dashed line and the side beyond it hatched.
-    `direction`: 'at_most' (beyond = above the limit), 'at_least' or 'above' (beyond = below it). `ref`: a
-    reference line (1.0 or 0 %). `band`: a tolerated region in light grey (baseline checks: ± threshold)."""
+    """A point with its interval (`interval`: its text; None: none; a None end is unbounded) against the limit,
+    a dashed line with the side beyond `direction`'s good side hatched; `ref`: a reference line; `band`: a
+    tolerated region in light grey."""
     lo, hi = padded([value, *(v for v in (low, high, limit, ref) if v is not None), *(band or ())], pad=0.12)
     c = Chart(width, 78, label, css, left=170, right=20, top=24, bottom=26)
     x = c.x_scale((lo, hi))
@@ -151,7 +145,6 @@ def interval_chart(value: float, low: float | None, high: float | None, limit: f
     c.add(f'<path class="estimate" d="M{x(value):.1f},{mid - 7:.1f} l7,7 l-7,7 l-7,-7 z" fill="{colour}" '
           f'stroke="#24292f"><title>{esc(value_name)} {esc(fmt(value))}</title></path>')
     return Markup(c.render())
-
 
 
 def bar_chart(rows: Sequence[tuple[str, float, str, str]], unit: str, label: str, css: str,
@@ -258,7 +251,6 @@ def trend_chart(series: TrendSeries, width: int = WIDTH) -> Markup:
         for level, a, b in ((cp.before_mean, bounds[k], cp.index), (cp.after_mean, cp.index, bounds[k + 2])):
             c.line(x(a - 0.4), y(level), x(b - 0.6), y(level), "#cf222e", "level", 1.5)
     return Markup(c.render())
-
 
 
 BREAKDOWN_COLOURS = {"forward": "#0072B2", "backward": "#56B4E9", "optimizer": "#E69F00", "other": "#bbbbbb"}

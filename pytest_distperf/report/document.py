@@ -1,19 +1,15 @@
-"""The session document: one typed record of each distperf test, built once when its report reaches the
-controller, that every report reads.
+"""The session document: one typed record of each distperf test, built once, that every report reads.
 
-A test's records are made in the ranks' parent (fixture.py, decide/): each job as the test ended (`JobRecord`:
-its figures and runs), its checks (`decide.checks.Check`), its baseline verdicts (`decide.verdicts.MetricVerdict`),
-its probes (`rank.probes.results.ProbeSummary`), what a saved baseline lets the gate decide
-(`decide.verdicts.DetectableChange`) and the context its verdicts were decided in (`decide.regression.GateContext`).
-They cross the xdist boundary as their JSON (`to_json`, the report attributes `distperf_records` and
-`distperf_context`), and `TestDocument.from_records` makes them typed again, once. The JSON report is
-`SessionDocument.to_json` (each job once, `tests[].jobs[]`); `SessionDocument.from_json` reads one back (the HTML
-report and the PR comment draw from it). No report derives a figure.
+A test's records (jobs, checks, baseline verdicts, probes, saved baselines, and the context its verdicts were
+decided in) cross the xdist boundary as their JSON and are typed again once, by `TestDocument.from_records`.
+`SessionDocument.to_json` is the JSON report and `SessionDocument.from_json` reads one back. No report derives
+a figure.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
@@ -32,12 +28,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class JobRecord:
-    """One job of a test as the test ended: its figures (figures/quantities.job_figures, the one derivation), the
-    identity the baseline keys it by, its runs (store/report_format.run_to_dict, each run's one serialisation),
-    and what the fixture adds. The JSON report holds it once, as `tests[].jobs[]`."""
+    """One job of a test as the test ended: its figures, the identity the baseline keys it by, its runs (each
+    serialised once, store/report_format.run_to_dict) and what the fixture adds."""
 
     figures: JobFigures
-    config_hash: str  # as the baseline keys the job: its injection knobs left out (store/baselines.job_identity)
+    config_hash: str  # as the baseline keys the job: its injection knobs left out
     config: dict[str, Any] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)  # each run's figures and per-rank measurements
     slot_wait_seconds: tuple[float, ...] = ()  # per run: the wait for its measurement slot (off the budgets)
@@ -78,17 +73,17 @@ Record = Union[JobRecord, Check, MetricVerdict, ProbeSummary, DetectableChange]
 def record_from_json(d: Mapping[str, Any]) -> Record:
     """A record from its JSON (its `kind`); ValueError naming the kind when it is not one."""
     kind = d.get("kind")
-    if kind == "job":
-        return JobRecord.from_json(d)
     if kind == "check":
         return (ProbeCheck if "direction" in d else Check).from_json(d)
-    if kind == "baseline":
-        return MetricVerdict.from_json(d)
-    if kind == "probe":
-        return ProbeSummary.from_json(d)
-    if kind == "baseline_saved":
-        return DetectableChange.from_json(d)
-    raise ValueError(f"distperf record: kind must be job, check, baseline, probe or baseline_saved, got {kind!r}")
+    types = {"job": JobRecord, "baseline": MetricVerdict, "probe": ProbeSummary, "baseline_saved": DetectableChange}
+    if kind not in types:
+        raise ValueError(f"distperf record: kind must be job, check, baseline, probe or baseline_saved, got {kind!r}")
+    return types[kind].from_json(d)
+
+
+# Where TestDocument.add files each record type.
+_LISTS = ((JobRecord, "jobs"), (Check, "checks"), (MetricVerdict, "verdicts"), (ProbeSummary, "probes"),
+          (DetectableChange, "saved"))
 
 
 @dataclass
@@ -107,9 +102,7 @@ class TestDocument:
     message: str | None = None  # the failure text
     failure: str | None = None  # the failure's reason, one line (session.failure_text)
     xfail_reason: str | None = None  # an expected failure's reason (pytest's wasxfail)
-    # why --distperf-session-budget stopped the test before its first look was done (SessionBudgetSpent's words:
-    # skipped, failed with --distperf-strict); None: it was not
-    out_of_budget: str | None = None
+    out_of_budget: str | None = None  # why --distperf-session-budget stopped it before its first look; None: not
 
     __test__ = False  # not a pytest test class
 
@@ -129,8 +122,7 @@ class TestDocument:
 
     @classmethod
     def from_json(cls, t: Mapping[str, Any]) -> "TestDocument":
-        """A test of a JSON report (SessionDocument.to_json) typed again; ValueError/KeyError/TypeError where it
-        is not one."""
+        """A test of a JSON report typed again; ValueError/KeyError/TypeError where it is not one."""
         kinds = {"checks": "check", "verdicts": "baseline", "probes": "probe", "baseline_saved": "baseline_saved"}
         records: list[Record | Mapping[str, Any]] = [{**r, "kind": kind} for name, kind in kinds.items()
                                                      for r in t.get(name) or []]
@@ -140,28 +132,17 @@ class TestDocument:
                                 t.get("xfail_reason"), t.get("out_of_budget"))
 
     def add(self, record: Record) -> None:
-        if isinstance(record, JobRecord):
-            self.jobs.append(record)
-        elif isinstance(record, Check):
-            self.checks.append(record)
-        elif isinstance(record, MetricVerdict):
-            self.verdicts.append(record)
-        elif isinstance(record, ProbeSummary):
-            self.probes.append(record)
-        elif isinstance(record, DetectableChange):
-            self.saved.append(record)
-        else:
+        name = next((name for kind, name in _LISTS if isinstance(record, kind)), None)
+        if name is None:
             raise TypeError(f"distperf record: {type(record).__name__} is not a record")
+        getattr(self, name).append(record)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"nodeid": self.nodeid, "outcome": self.outcome, "duration": self.duration,
                              "message": self.message}
         if self.context is not None:
             d.update(self.context.to_json())
-        if self.failure is not None:
-            d["failure"] = self.failure
-        if self.xfail_reason is not None:
-            d["xfail_reason"] = self.xfail_reason
+        d.update((k, v) for k, v in (("failure", self.failure), ("xfail_reason", self.xfail_reason)) if v is not None)
         d["out_of_budget"] = self.out_of_budget  # every test says whether the session budget stopped it
         d.update({"jobs": [j.to_json() for j in self.jobs],
                   "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],
@@ -171,8 +152,7 @@ class TestDocument:
 
 @dataclass
 class SharedJob:
-    """A job once, however many tests carry it: the view with the most runs, and the test that saw them (its
-    verdicts are on those runs)."""
+    """A job once, however many tests carry it: the view with the most runs, and the test that saw them."""
 
     job: JobRecord
     test: TestDocument
@@ -180,8 +160,8 @@ class SharedJob:
 
 
 def unique_jobs(tests: Iterable[TestDocument]) -> list[SharedJob]:
-    """Each job once, by its id (figures/quantities.job_id), in the order the jobs first appeared. Tests that share
-    a job's runs carry it as it stood when each ended; the view with the most runs is kept."""
+    """Each job once, by its id, in the order the jobs first appeared; of the views tests that share its runs
+    carry, the one with the most runs."""
     shared: list[SharedJob] = []
     by_id: dict[str, SharedJob] = {}
     for t in tests:
@@ -210,26 +190,22 @@ class SessionDocument:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], source: str = "JSON report") -> "SessionDocument":
-        """A JSON report typed again (REPORT.load: an older one brought up to date, a newer one refused with
-        FormatVersionError naming `source`); KeyError, TypeError or ValueError where it is not a report."""
+        """A JSON report typed again (an older one brought up to date, a newer one refused naming `source`);
+        KeyError, TypeError or ValueError where it is not a report."""
         doc = REPORT.load(doc, source)
         return cls([TestDocument.from_json(t) for t in doc["tests"]], dict(doc.get("environment") or {}),
                    dict(doc.get("invocation") or {}), str(doc.get("created_at") or ""))
 
     def to_json(self) -> dict[str, Any]:
-        verdicts: dict[str, int] = {}
-        outcomes: dict[str, int] = {}
-        for t in self.tests:
-            outcomes[t.outcome] = outcomes.get(t.outcome, 0) + 1
-            for v in t.verdicts:
-                verdicts[v.status] = verdicts.get(v.status, 0) + 1
+        outcomes = dict(Counter(t.outcome for t in self.tests))
+        verdicts = dict(Counter(v.status for t in self.tests for v in t.verdicts))
         return REPORT.stamp({
             "created_at": self.created_at,
             "environment": self.environment,
             "invocation": self.invocation,
             "summary": {"tests": len(self.tests), "outcomes": outcomes, "verdicts": verdicts,
                         "out_of_budget": sum(1 for t in self.tests if t.out_of_budget)},
-            # what each job figure is: unit and scope (per rank, slowest rank, summed), as figures/quantities defines it
+            # what each job figure is: unit and scope (per rank, slowest rank, summed)
             "figures": {name: {"unit": unit, "scope": scope} for name, (unit, scope) in SCOPES.items()},
             "tests": [t.to_json() for t in self.tests],
         })

@@ -1,8 +1,7 @@
 """Session reports for CI: the JSON report, the Markdown job summary, the pytest-benchmark export.
 
-They read the session document (report/document.py: each test's job figures, checks, baseline verdicts and
-jobs with their runs) and compute nothing new; the only arithmetic is the summary statistics pytest-benchmark's format
-asks for, over the step times as measured. Files go through the one JSON writer (fs/jsonio.py).
+They read the session document and compute nothing new, except the summary statistics pytest-benchmark's
+format asks for.
 """
 
 from __future__ import annotations
@@ -105,17 +104,10 @@ def _md_checks(entries: list[TestDocument]) -> list[str]:
     return _md_table(["test", "check", "ratio A/B [98% interval]", "pairs", "pair-to-pair", "limit", "verdict"], rows)
 
 
-def append_step_summary(path: str, text: str) -> None:
-    """GitHub Actions shows the file named by $GITHUB_STEP_SUMMARY on the run's page; steps append to it."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-
-
 # -- pytest-benchmark export ------------------------------------------------------------------------------------
 def benchmark_json(entries: Iterable[TestDocument], environment: dict[str, Any]) -> dict[str, Any]:
-    """The step times of every job in pytest-benchmark 5.x's saved-JSON layout (one benchmark per test and job;
-    a job whose runs several tests share appears once), readable by `pytest-benchmark compare` and
-    github-action-benchmark (tool: pytest)."""
+    """The step times of every job (each once) in pytest-benchmark 5.x's saved-JSON layout, readable by
+    `pytest-benchmark compare` and github-action-benchmark (tool: pytest)."""
     benchmarks = []
     for shared in unique_jobs(entries):
         e, job = shared.test, shared.job
@@ -190,9 +182,8 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
                           pr_comment_path: str | None = None, html_url: str | None = None,
                           history_url: str | None = None) -> list[str]:
-    """Write the reports asked for; returns what was written, one line each. `device`: the session's.
-    The HTML report and the PR comment are drawn from the JSON report's document (report/html.py); with
-    `history_url` that document is appended to the history first, and the HTML report shows its trends."""
+    """Write the reports asked for, all drawn from the one redacted JSON report document (appended to the
+    history first, with `history_url`); returns what was written, one line each."""
     written: list[str] = []
     if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
             or (history_url and entries)):
@@ -228,7 +219,8 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
         write_json_atomic(benchmark_path, redact(benchmark_json(entries, environment)), lock=False)
         written.append(f"pytest-benchmark JSON {benchmark_path}")
     if step_summary_path and entries:
-        append_step_summary(step_summary_path, redact_text(markdown_summary(entries)))
+        with open(step_summary_path, "a", encoding="utf-8") as f:  # $GITHUB_STEP_SUMMARY: each step appends
+            f.write(redact_text(markdown_summary(entries)))
         written.append(f"job summary to {step_summary_path}")
     if history_error is not None:
         raise history_error

@@ -24,21 +24,22 @@ def _version(name: str) -> str | None:
         return None
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
 def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
     """(device, why) for the session's default world size, as `--distperf-device` resolves it."""
     ws = settings.world_size
     if settings.device == "cpu":
         return "cpu", "--distperf-device=cpu"
     if settings.device == "cuda":
-        return "cuda", f"--distperf-device=cuda, {gpus} GPU{'s' if gpus != 1 else ''} visible"
-    if gpus >= ws:
-        return "cuda", f"auto: {gpus} GPU{'s' if gpus != 1 else ''} visible, tests need {ws}"
-    return "cpu", f"auto: {gpus} GPU{'s' if gpus != 1 else ''} visible, tests need {ws}"
+        return "cuda", f"--distperf-device=cuda, {_gpus(gpus)} visible"
+    return "cuda" if gpus >= ws else "cpu", f"auto: {_gpus(gpus)} visible, tests need {ws}"
 
 
 def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
-    """The design's planned looks (decide/sequential.planned_looks) and, with a session budget, how it is shared
-    and that it bounds the session."""
+    """The design's planned looks and, with a session budget, how it is shared and that it bounds the session."""
     from pytest_distperf.decide.decision import Design
     from pytest_distperf.decide.sequential import planned_looks
 
@@ -60,19 +61,18 @@ def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
 
 def gpu_use_lines(settings: Settings, gpus: int, device: str) -> list[str]:
     """GPUs present but left idle, and how to use them; or that the command line's world size overrides the
-    markers' (--distperf-world-size, config.Settings.world_size_override)."""
+    markers'."""
     ws = settings.world_size
     lines = []
     if getattr(settings, "world_size_override", False):
         lines.append(f"distperf: world size {ws} from the command line, over every marker's world_size")
     if gpus and device == "cpu":
-        n = f"{gpus} GPU{'s' if gpus != 1 else ''}"
         if settings.device == "cpu":
             how = "--distperf-device=cpu was given; drop it (or --distperf-device=auto) to use them"
         else:
             how = (f"jobs need {ws} ranks, one GPU each; run them on the GPU{'s' if gpus != 1 else ''} with "
                    f"--distperf-world-size {gpus} (the command line overrides the markers' world_size)")
-        lines.append(f"distperf: {n} visible but unused: {how}")
+        lines.append(f"distperf: {_gpus(gpus)} visible but unused: {how}")
     return lines
 
 

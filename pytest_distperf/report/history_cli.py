@@ -7,16 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-from pytest_distperf.store.history import HistoryError, render_text, trends
-
-if TYPE_CHECKING:
-    from pytest_distperf.store.history.trend import Trend
-
-DESCRIPTION = ("Print the trend of each recorded metric (one point per session) and the step changes found in it "
-               "(E-divisive split proposed by ruptures, kept when a Welch t-test gives p <= alpha), naming the "
-               "commit range of each.")
+from pytest_distperf.store.history import HistoryError, trends
+from pytest_distperf.store.history.trend import render_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,12 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also require |after/before - 1| >= this, e.g. 0.02 (default 0: significance alone)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_distperf history", description=DESCRIPTION)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         found = trends(args.url, test=args.test, job=args.job, metric=args.metric, machine_class=args.machine_class,
@@ -58,17 +45,12 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, {"trends": [t.to_dict() for t in found]})
         print(f"wrote {args.json}")
     if args.html:
-        print(f"wrote {write_html(found, args.html)}")
+        from pytest_distperf.report import html as report_html
+        from pytest_distperf.report.charts import trend_series
+
+        report_html.write_text(args.html, report_html.render_history(trend_series(found)))
+        print(f"wrote {args.html}")
     return 0
-
-
-def write_html(found: list[Trend], path: str) -> str:
-    """The trend page of the HTML report (report.html.render_history)."""
-    from pytest_distperf.report import html as report_html
-    from pytest_distperf.report.charts import trend_series
-
-    report_html.write_text(path, report_html.render_history(trend_series(found)))
-    return path
 
 
 def _probability(text: str) -> float:

@@ -1,10 +1,5 @@
-"""The session's HTML report (`--distperf-html PATH`) and the history trend page: one self-contained file each.
-
-The page is the session document's view (report/views.py; a `--distperf-json` report typed again, of any
-version this one reads) laid out by Jinja2 templates
-(report/templates), with every text escaped by autoescape; the charts are inline SVG (report/charts.py), the
-styles (templates/report.css) and the script (templates/report.js) are inlined, so the file needs no network.
-"""
+"""The session's HTML report (`--distperf-html PATH`) and the history trend page: one self-contained file each,
+the view (report/views.py) laid out by autoescaping Jinja2 templates with the styles and script inlined."""
 
 from __future__ import annotations
 
@@ -51,8 +46,7 @@ def _render(template: str, **context: Any) -> str:
 
 def render_html(doc: Mapping[str, Any], *, history: Iterable[TrendSeries] = (),
                 title: str = "distperf report") -> str:
-    """The session report (a JSON report's document) as one HTML page. `history`: trend series of this
-    session's metrics (from the history store), drawn under their baseline verdicts."""
+    """A JSON report's document as one HTML page; `history`: trend series of its metrics."""
     view = report_view(SessionDocument.from_json(doc), history, title)
     return _render("report.html.j2", view=view, title=view.title, subtitle=view.subtitle, nav=view.sections)
 

@@ -1,6 +1,5 @@
 """The view of the HTML report's #jobs and #probes sections: each job once with its per-rank step times, memory
-and breakdown; each probed job with its collectives, probe metrics and one step's timeline (as the probe phase
-recorded it, rank/probes/timeline.py). Read from the session document by views.report_view only."""
+and breakdown; each probed job with its collectives, probe metrics and one step's timeline."""
 
 from __future__ import annotations
 
@@ -68,17 +67,24 @@ def job_sections(tests: Iterable[TestDocument]) -> list[JobSection]:
 
 def _job_section(job: JobRecord, tests: list[str]) -> JobSection:
     runs = job.runs
-    ranks = sorted({r.get("rank") for run in runs for r in run["ranks"]}, key=lambda v: (v is None, v))
-    hosts = {r.get("rank"): r.get("host") for run in runs for r in run["ranks"] if r.get("host")}
+    records = [r for run in runs for r in run["ranks"]]
+    ranks = sorted({r.get("rank") for r in records}, key=lambda v: (v is None, v))
+    hosts = {r.get("rank"): r.get("host") for r in records if r.get("host")}
     several_hosts = len(set(hosts.values())) > 1  # on several nodes a rank's row says where it ran
+    key, what = MEMORY_OF_DEVICE.get(job.figures.device, HOST_MEMORY)
     rows: list[tuple[str, list[float], str, str]] = [
         ("step (slowest rank)", [t for run in runs for t in run_steps(run)], "#24292f", "circle")]
-    medians = []
+    medians, bars = [], []
     for k, rank in enumerate(ranks):
-        times = [float(t) for run in runs for r in run["ranks"] if r.get("rank") == rank for t in r["step_times"]]
+        own, colour = [r for r in records if r.get("rank") == rank], RANK_COLOURS[k % len(RANK_COLOURS)]
+        times = [float(t) for r in own for t in r["step_times"]]
         name = f"rank {rank}" + (f" ({hosts.get(rank)})" if several_hosts and hosts.get(rank) else "")
-        rows.append((name, times, RANK_COLOURS[k % len(RANK_COLOURS)], "circle"))
-        medians.append(step_time_of(times) if times else 0.0)  # the rank's step time (figures.step_time_of)
+        rows.append((name, times, colour, "circle"))
+        medians.append(step_time_of(times) if times else 0.0)  # the rank's step time
+        vals = [float(r[key]) for r in own if r.get(key) is not None]
+        if vals:
+            bars.append((f"rank {rank}", max(vals), colour, f"rank {rank}: {what} {fmt_bytes(max(vals))} (largest of "
+                         f"{len(vals)} run(s); each: {', '.join(fmt_bytes(v) for v in vals)})"))
     notes: dict[int, tuple[str, bool]] = {}
     fastest = min(medians, default=0.0)
     for k, med in enumerate(medians):
@@ -87,14 +93,6 @@ def _job_section(job: JobRecord, tests: list[str]) -> JobSection:
             slowest = med == max(medians)
             text = "fastest" if med == fastest else ("slowest " if slowest else "") + f"{behind:+.1%}"
             notes[k + 1] = (text, slowest and behind >= STRAGGLER_MARK)
-    key, what = MEMORY_OF_DEVICE.get(job.figures.device, HOST_MEMORY)
-    bars = []
-    for k, rank in enumerate(ranks):
-        vals = [float(r[key]) for run in runs for r in run["ranks"] if r.get("rank") == rank and r.get(key) is not None]
-        if vals:
-            bars.append((f"rank {rank}", max(vals), RANK_COLOURS[k % len(RANK_COLOURS)],
-                         f"rank {rank}: {what} {fmt_bytes(max(vals))} (largest of {len(vals)} run(s); "
-                         f"each: {', '.join(fmt_bytes(v) for v in vals)})"))
     label = job.label
     broken_down = [r for r in runs[0]["ranks"] if r.get("step_breakdown")]  # the first run's, per rank
     return JobSection(
@@ -102,7 +100,8 @@ def _job_section(job: JobRecord, tests: list[str]) -> JobSection:
         figures=figures_parts(job.figures), host_bound_text=job.figures.host_bound_text() or "",
         time_split_text=time_split_text(job.figures.time_split) if job.figures.time_split else "",
         ranks=strip_chart(rows, "s", f"step time per rank of {label}", "strip ranks", notes=notes),
-        memory_what=what, memory=bar_chart(bars, "bytes", f"memory per rank of {label}", "bars memory") if bars else None,
+        memory_what=what,
+        memory=bar_chart(bars, "bytes", f"memory per rank of {label}", "bars memory") if bars else None,
         breakdown=breakdown_chart(broken_down, f"step breakdown of {label}") if broken_down else None)
 
 

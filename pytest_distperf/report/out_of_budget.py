@@ -1,15 +1,7 @@
 """Tests the session budget stopped before their first look was done: "N out of budget" in every report.
 
-With --distperf-session-budget no job (and no DeepSpeed op build) starts past the session's deadline
-(session.check_budget); a test whose first look could not start is skipped with the budget's words, e.g.
-
-    session budget 120 s spent (121 s run, waits for the measurement slot left out): job fsdp2 tiny x2 cpu not started
-
-or fails with --distperf-strict (fixture._within_budget). It was not measured, so no report may read it as a pass:
-pytest's stats line counts `N out of budget`, the distperf terminal block, the Markdown job summary and the PR comment
-list each one with its reason, and the JSON report has `tests[].out_of_budget` and `summary.out_of_budget`.
-
-Reads the session document (report/document.py); decides nothing.
+They were not measured, so no report may read them as a pass: each report counts them and lists each with its
+reason (session.check_budget and fixture._within_budget say why).
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ def summary_lines(tests: Iterable[TestDocument], strict: bool = False) -> list[s
 
 
 def markdown_lines(tests: Iterable[TestDocument]) -> list[str]:
-    """The Markdown job summary's and the PR comment's list (a heading line, then one item a test); [] when none.
-    Table cells are not used: the reasons go as list items, `|` is harmless there."""
+    """The Markdown job summary's and the PR comment's list: a heading line, then one item a test."""
     found = out_of_budget(tests)
     if not found:
         return []

@@ -1,12 +1,9 @@
-"""The outcomes a report shows (of a test, a check, a baseline verdict), their order and their marks: the one
-place a report finds how an outcome looks.
-
-One visual family per outcome: a CSS class (colour, border and background pattern, report.css) and a symbol,
-so a verdict reads in greyscale and for colour-blind readers too. The HTML report and the PR comment share them.
-"""
+"""The outcomes a report shows, their order and their marks: a CSS class and a symbol per outcome, so a verdict
+reads in greyscale and for colour-blind readers too."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
@@ -59,10 +56,7 @@ def rank(outcome: str) -> int:
 
 def counted(outcomes: Iterable[str]) -> list[tuple[str, int]]:
     """(outcome, how many), most urgent first."""
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        counts[o] = counts.get(o, 0) + 1
-    return sorted(counts.items(), key=lambda item: rank(item[0]))
+    return sorted(Counter(outcomes).items(), key=lambda item: rank(item[0]))
 
 
 def test_outcome(test: "TestDocument") -> str:

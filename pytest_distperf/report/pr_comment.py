@@ -1,23 +1,15 @@
 """The pull-request comment (`--distperf-pr-comment PATH`): the session's verdicts in at most 25 lines of Markdown.
 
-Drawn from the session document (a `--distperf-json` report typed again), like the HTML report: both read its
-verdicts as report/rows.py's rows (nothing is decided here). What it holds, in order:
-
-- a marker line (`<!-- distperf-pr-comment -->`) by which the workflow finds and updates the same comment;
-- the verdict counts (checks and baseline verdicts, each shared row once) and the tests' outcomes;
-- every failing, inconclusive (or warning) and improved metric with its change, interval and limit —
-  never cut: when they do not fit, the comment grows past 25 lines and says so (the budget binds the rest);
-- the tests the session budget left unmeasured (`N out of budget`, report/out_of_budget.py), each with its reason;
-- the runs used, the measured noise and the machine class;
-- the link to the HTML report: `--distperf-html-url URL`, else `$DISTPERF_HTML_URL`, else the HTML file's path.
-  In GitHub Actions the run's page lists the uploaded artifacts, and its URL is known before the upload:
-  `DISTPERF_HTML_URL: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}`.
+Drawn from the session document's verdict rows (report/rows.py), like the HTML report. Every failing,
+inconclusive and improved row, out-of-budget test and undecided verdict is listed and never cut: the comment
+grows past 25 lines and says so. The marker line lets a workflow find and update the same comment.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from pytest_distperf.figures.explain import Explanation
@@ -64,16 +56,11 @@ def _listed_row(s: SharedRow) -> str:
 
 
 def _runs_line(session: SessionDocument) -> str:
-    shapes: dict[tuple[int, int], int] = {}
-    ranks = set()
-    for shared in unique_jobs(session.tests):
-        runs = shared.job.runs
-        if runs:
-            key = (len(runs), len(runs[0].get("step_times") or []))
-            shapes[key] = shapes.get(key, 0) + 1
-            ranks.add(len(runs[0].get("ranks") or []))
-    if not shapes:
+    jobs = [shared.job.runs for shared in unique_jobs(session.tests) if shared.job.runs]
+    if not jobs:
         return "**Runs**: none recorded"
+    shapes = Counter((len(runs), len(runs[0].get("step_times") or [])) for runs in jobs)
+    ranks = {len(runs[0].get("ranks") or []) for runs in jobs}
     text = ", ".join(f"{n} job(s) × {r} run(s) × {s} steps" for (r, s), n in sorted(shapes.items(), reverse=True))
     world = "/".join(str(w) for w in sorted(ranks))
     return f"**Runs**: {text}; {world} ranks each; A/B comparisons interleaved"
@@ -128,10 +115,9 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
     listed = [s for s in rows if s.row.outcome in LISTED or s.row.fails]
     head = [MARKER, _counts_line(rows, session), ""]
     tail = ["", _runs_line(session), _noise_line(session), _machine_line(session), _link_line(html_url, html_path)]
-    table: list[str] = []
     if listed:
-        table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|"]
-        table += [_listed_row(s) for s in listed]
+        table = ["| verdict | test | what | change | interval (level) | limit |", "|---|---|---|---|---|---|",
+                 *map(_listed_row, listed)]
     else:
         table = ["No failing, inconclusive or improved metric."]
     table += _explained_lines(session)
@@ -172,4 +158,4 @@ def write_pr_comment(path: str, doc: Mapping[str, Any], html_url: str | None = N
                      html_path: str | None = None) -> None:
     from pytest_distperf.store.redact import redact_text
 
-    write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # e.g. a URL from $DISTPERF_HTML_URL
+    write_text_atomic(path, redact_text(render_pr_comment(doc, html_url, html_path)))  # a URL from $DISTPERF_HTML_URL

@@ -1,15 +1,12 @@
-"""The verdicts of a session document (report/document.py) as rows, and its probe records each once.
-
-The HTML report (report/views.py) and the PR comment (report/pr_comment.py) both read these, so a verdict
-reads the same in both: one row per check, per baseline verdict, and per test that failed without one; tests
-that share a comparison's runs carry the same verdict, which is one shared row naming every test.
-"""
+"""The verdicts of a session document as rows, and its probe records each once: the HTML report and the PR
+comment both read these, so a verdict reads the same in both; tests that share a comparison's runs get one
+shared row naming every test."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar, Union
 
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
@@ -21,6 +18,7 @@ from pytest_distperf.report.document import TestDocument
 from pytest_distperf.report.outcomes import LIMIT_SIGN, record_outcome, test_outcome
 
 Decided = Union[Check, MetricVerdict]  # a record with an interval
+T = TypeVar("T")
 
 
 def md_cell(text: object) -> str:
@@ -46,8 +44,7 @@ def has_interval(record: Decided) -> bool:
 
 
 def interval_cell(record: Decided) -> str:
-    """The record's interval as every report words it (`interval_text`: numbers, or words where the design
-    cannot bound it), with its level: '[0.73, 1.63] (98%)'; '–' without one."""
+    """The record's interval as every report words it, with its level: '[0.73, 1.63] (98%)'; '–' without one."""
     if not has_interval(record):
         return "–"
     text = record.interval_text()
@@ -64,9 +61,8 @@ def chart_ends(record: Decided) -> tuple[float | None, float | None]:
     low, high = record.low, record.high
     if not has_interval(record) or not is_words(record.interval_text()):
         return low, high
-    delta = isinstance(record, MetricVerdict)  # a baseline verdict's ends are changes
-    value = float(record.delta or 0.0) + 1.0 if isinstance(record, MetricVerdict) else float(record.ratio)
-    shift = 1.0 if delta else 0.0
+    shift = 1.0 if isinstance(record, MetricVerdict) else 0.0  # a baseline verdict's ends are changes
+    value = float(record.delta or 0.0) + 1.0 if shift else float(record.ratio)
     low = None if low is None or not value > 0 or low + shift < value / WIDE or low + shift <= 0 else low
     high = None if high is None or not value > 0 or high + shift > value * WIDE else high
     return low, high
@@ -87,7 +83,7 @@ class VerdictRow:
 
 def check_row(test: TestDocument, c: Check) -> VerdictRow:
     outcome = record_outcome(c.outcome, test_outcome(test) == "xfail")
-    note = "a declared known gap (strict xfail)" if outcome == "xfail" else ""
+    notes = ["a declared known gap (strict xfail)"] if outcome == "xfail" else []
     probe = isinstance(c, ProbeCheck)  # a ratio check is always "at most"
     absolute = probe and c.b == "limit"
     sign = LIMIT_SIGN[c.direction if isinstance(c, ProbeCheck) else "at_most"]
@@ -98,13 +94,12 @@ def check_row(test: TestDocument, c: Check) -> VerdictRow:
     else:
         value, limit = f"{c.ratio:.3f}×", f"{sign} {c.threshold:g}×"
     if c.method == "paired":  # the noise the interval is made of, shown next to it
-        noise = f"{c.pairs} pairs, pair-to-pair {pair_to_pair(c.method, c.pair_cv)}"
-        note = f"{note}; {noise}" if note else noise
+        notes.append(f"{c.pairs} pairs, pair-to-pair {pair_to_pair(c.method, c.pair_cv)}")
     if getattr(c, "secondary", ""):  # a figure shown beside the one that decided (CPU memory: host RSS growth)
-        note = f"{note}; {c.secondary}" if note else c.secondary
+        notes.append(c.secondary)
     subject = f"{c.name}: {c.a}" + ("" if absolute else f" vs {c.b}")
     return VerdictRow(test.nodeid, "probe" if probe else "ratio", subject, value, interval_cell(c), limit,
-                      outcome, note)
+                      outcome, "; ".join(notes))
 
 
 def verdict_row(test: TestDocument, v: MetricVerdict) -> VerdictRow:
@@ -140,15 +135,18 @@ class SharedRow:
     tests: list[str]  # every test that carries this row (tests sharing a comparison's runs carry the same)
 
 
+def shared(items: Iterable[tuple[str, T]], key: Callable[[T], Hashable]) -> list[tuple[T, list[str]]]:
+    """Each item once (by `key`), in the order first seen, with every test that carries it: tests that share a
+    job's runs carry the same records."""
+    found: dict[Hashable, tuple[T, list[str]]] = {}
+    for test, item in items:
+        found.setdefault(key(item), (item, []))[1].append(test)
+    return list(found.values())
+
+
 def shared_rows(rows: Iterable[VerdictRow]) -> list[SharedRow]:
-    out: dict[tuple[Any, ...], SharedRow] = {}
-    for r in rows:
-        key = (r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note, r.fails)
-        if key in out:
-            out[key].tests.append(r.test)
-        else:
-            out[key] = SharedRow(r, [r.test])
-    return list(out.values())
+    return [SharedRow(row, tests) for row, tests in shared(((r.test, r) for r in rows), lambda r: (
+        r.kind, r.subject, r.value, r.interval, r.limit, r.outcome, r.note, r.fails))]
 
 
 def run_steps(run: Mapping[str, Any]) -> list[float]:
@@ -156,13 +154,6 @@ def run_steps(run: Mapping[str, Any]) -> list[float]:
 
 
 def probe_records(tests: Iterable[TestDocument]) -> list[tuple[ProbeSummary, list[str]]]:
-    """Probe records, each once (tests that share a probed job carry the same record)."""
-    seen: dict[str, tuple[ProbeSummary, list[str]]] = {}
-    for t in tests:
-        for p in t.probes:
-            key = json.dumps([p.label, p.traces, p.metrics], sort_keys=True, default=str)
-            if key in seen:
-                seen[key][1].append(t.nodeid)
-            else:
-                seen[key] = (p, [t.nodeid])
-    return list(seen.values())
+    """Probe records, each once."""
+    return shared(((t.nodeid, p) for t in tests for p in t.probes),
+                  lambda p: json.dumps([p.label, p.traces, p.metrics], sort_keys=True, default=str))

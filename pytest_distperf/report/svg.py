@@ -1,13 +1,7 @@
-"""Inline SVG charts for the HTML reports, written from Python with no plotting dependency.
+"""Inline SVG primitives for the HTML reports: a `Chart` (pixel frame, linear scales, marks) and a legend.
 
-Why hand-written SVG and not a plotting library: the report must open offline (CI artifacts, air-gapped
-clusters) and stay small. Plotly needs its ~3.5 MB bundle inlined in every file, Vega-Lite its ~0.8 MB
-runtime (vega + vega-lite + vega-embed), and matplotlib is a heavy dependency that draws glyphs as paths.
-The charts here are a handful of kinds (strip plot, interval against a limit, bars, lines, a timeline), so a
-few hundred lines of SVG primitives keep a `-m zero3` report in the tens of kilobytes, need no JavaScript to
-draw, and give every mark a class and a <title> (hover text) that tests and a browser can check.
-
-Every chart is a `Chart`: pixel frame, linear scales, and marks appended as SVG elements.
+Hand-written SVG rather than a plotting library: the report must open offline and stay small (Plotly or
+Vega would inline megabytes of runtime), and every mark gets a class and a <title> that tests can check.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 Fmt = Callable[[float], str]
+Scale = Callable[[float], float]
 
 # Colour-blind-safe pair (Okabe-Ito) for the two sides of a comparison; the sides also differ in marker
 # shape (circle vs square), so they read in grey too.
@@ -50,9 +45,9 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def padded(values: Iterable[float], pad: float = 0.06, include: Sequence[float] = ()) -> tuple[float, float]:
-    """A domain around the values (and `include`), widened a little so marks do not sit on the frame."""
-    vals = [v for v in (*values, *include) if v is not None and math.isfinite(v)]
+def padded(values: Iterable[float], pad: float = 0.06) -> tuple[float, float]:
+    """A domain around the values, widened a little so marks do not sit on the frame."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return 0.0, 1.0
     lo, hi = min(vals), max(vals)
@@ -60,17 +55,10 @@ def padded(values: Iterable[float], pad: float = 0.06, include: Sequence[float] 
     return lo - span * pad, hi + span * pad
 
 
-@dataclass
-class Scale:
-    domain: tuple[float, float]
-    range: tuple[float, float]
-
-    def __call__(self, v: float) -> float:
-        d0, d1 = self.domain
-        r0, r1 = self.range
-        if d1 == d0:
-            return (r0 + r1) / 2
-        return r0 + (v - d0) / (d1 - d0) * (r1 - r0)
+def linear(domain: tuple[float, float], pixels: tuple[float, float]) -> Scale:
+    """The linear map of `domain` onto `pixels` (a point domain maps to the middle)."""
+    (d0, d1), (r0, r1) = domain, pixels
+    return lambda v: (r0 + r1) / 2 if d1 == d0 else r0 + (v - d0) / (d1 - d0) * (r1 - r0)
 
 
 @dataclass
@@ -87,46 +75,28 @@ class Chart:
     bottom: int = 32
     parts: list[str] = field(default_factory=list)
 
-    @property
-    def x0(self) -> float:
-        return self.left
-
-    @property
-    def x1(self) -> float:
-        return self.width - self.right
-
-    @property
-    def y0(self) -> float:
-        return self.top
-
-    @property
-    def y1(self) -> float:
-        return self.height - self.bottom
+    def __post_init__(self) -> None:
+        self.x0, self.x1 = self.left, self.width - self.right  # the plot area, in pixels
+        self.y0, self.y1 = self.top, self.height - self.bottom
 
     def x_scale(self, domain: tuple[float, float]) -> Scale:
-        return Scale(domain, (self.x0, self.x1))
+        return linear(domain, (self.x0, self.x1))
 
     def y_scale(self, domain: tuple[float, float]) -> Scale:
-        return Scale(domain, (self.y1, self.y0))
+        return linear(domain, (self.y1, self.y0))
 
     def add(self, element: str) -> None:
         self.parts.append(element)
 
     # -- marks -------------------------------------------------------------------------------------------------
-    def circle(self, x: float, y: float, r: float, fill: str, cls: str, title: str = "",
-               stroke: str = "none") -> None:
-        s = f' stroke="{stroke}"' if stroke != "none" else ""
-        self.add(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" fill="{fill}"{s}>{_title(title)}</circle>')
-
-    def square(self, x: float, y: float, half: float, fill: str, cls: str, title: str = "",
-               stroke: str = "none") -> None:
-        self.rect(x - half, y - half, 2 * half, 2 * half, fill, cls, title, stroke=stroke)
+    def circle(self, x: float, y: float, r: float, fill: str, cls: str, title: str = "") -> None:
+        self.add(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" fill="{fill}">{_title(title)}</circle>')
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str, cls: str, title: str = "",
-             stroke: str = "none", extra: str = "") -> None:
-        s = f' stroke="{stroke}"' if stroke != "none" else ""
+             stroke: str = "") -> None:
+        s = f' stroke="{stroke}"' if stroke else ""
         self.add(f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
-                 f'fill="{fill}"{s}{extra}>{_title(title)}</rect>')
+                 f'fill="{fill}"{s}>{_title(title)}</rect>')
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str, cls: str, width: float = 1,
              dash: str = "", title: str = "") -> None:
@@ -136,12 +106,10 @@ class Chart:
         self.add(f'<line class="{cls}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}"{attrs}>'
                  f'{_title(title)}</line>')
 
-    def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str, width: float = 1.5,
-                 dash: str = "", title: str = "") -> None:
+    def polyline(self, points: Sequence[tuple[float, float]], stroke: str, cls: str) -> None:
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.add(f'<polyline class="{cls}" points="{pts}" fill="none" stroke="{stroke}" stroke-width="{width:g}"{d}>'
-                 f'{_title(title)}</polyline>')
+        self.add(f'<polyline class="{cls}" points="{pts}" fill="none" stroke="{stroke}" stroke-width="1.5">'
+                 f'</polyline>')
 
     def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", fill: str = "",
              size: int | None = None, weight: str = "") -> None:
@@ -151,8 +119,7 @@ class Chart:
         self.add(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}"{attrs}>{esc(text)}</text>')
 
     # -- axes --------------------------------------------------------------------------------------------------
-    def x_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
-        ticks = nice_ticks(*scale.domain) if ticks is None else ticks
+    def x_axis(self, scale: Scale, fmt: Fmt, title: str, ticks: Sequence[float]) -> None:
         self.line(self.x0, self.y1, self.x1, self.y1, "", "axis")
         for t in ticks:
             x = scale(t)
@@ -162,8 +129,7 @@ class Chart:
         if title:
             self.text((self.x0 + self.x1) / 2, self.height - 3, title, "axis-title", "middle")
 
-    def y_axis(self, scale: Scale, fmt: Fmt, title: str = "", ticks: Sequence[float] | None = None) -> None:
-        ticks = nice_ticks(*scale.domain, count=4) if ticks is None else ticks
+    def y_axis(self, scale: Scale, fmt: Fmt, title: str, ticks: Sequence[float]) -> None:
         self.line(self.x0, self.y0, self.x0, self.y1, "", "axis")
         for t in ticks:
             y = scale(t)
@@ -188,19 +154,15 @@ def _title(text: str) -> str:
     return f"<title>{esc(text)}</title>" if text else ""
 
 
+_MARKERS = {  # a legend's marker shape -> its SVG, filled with the colour
+    "circle": '<svg width="12" height="12"><circle cx="6" cy="6" r="4.5" fill="{}"/></svg>',
+    "square": '<svg width="12" height="12"><rect x="1.5" y="1.5" width="9" height="9" fill="none" stroke="{}" '
+              'stroke-width="2"/></svg>',
+    "bar": '<svg width="14" height="12"><rect x="0" y="2" width="14" height="8" fill="{}"/></svg>',
+}
+
+
 def legend(items: Sequence[tuple[str, str, str]]) -> str:
-    """An HTML legend: (marker shape 'circle' | 'square' | 'bar' | 'line', colour, text)."""
-    out = []
-    for shape, colour, text in items:
-        if shape == "circle":
-            mark = f'<svg width="12" height="12"><circle cx="6" cy="6" r="4.5" fill="{colour}"/></svg>'
-        elif shape == "square":
-            mark = f'<svg width="12" height="12"><rect x="1.5" y="1.5" width="9" height="9" fill="none" ' \
-                   f'stroke="{colour}" stroke-width="2"/></svg>'
-        elif shape == "line":
-            mark = f'<svg width="18" height="12"><line x1="0" y1="6" x2="18" y2="6" stroke="{colour}" ' \
-                   f'stroke-width="2" stroke-dasharray="4 2"/></svg>'
-        else:
-            mark = f'<svg width="14" height="12"><rect x="0" y="2" width="14" height="8" fill="{colour}"/></svg>'
-        out.append(f'<span class="key">{mark} {esc(text)}</span>')
-    return '<div class="legend">' + "".join(out) + "</div>"
+    """An HTML legend: (marker shape 'circle' | 'square' | 'bar', colour, text)."""
+    return ('<div class="legend">' + "".join(f'<span class="key">{_MARKERS.get(shape, _MARKERS["bar"]).format(colour)} '
+                                             f'{esc(text)}</span>' for shape, colour, text in items) + "</div>")

@@ -1,5 +1,4 @@
-"""The terminal table of distperf runs and checks. Reads the session document (report/document.py); computes
-nothing new."""
+"""The terminal tables of distperf runs and checks, read from the session document."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.rank.probes.results import ProbeSummary
 from pytest_distperf.report.document import TestDocument, unique_jobs
 from pytest_distperf.report.outcomes import OUTCOME_MARK, status_mark
+from pytest_distperf.report.rows import shared
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -44,7 +44,8 @@ def _probe_row(r: ProbeSummary) -> list[str]:
     ag = fmt_bytes(m["comms.all_gather.size_median"]) if "comms.all_gather.size_median" in m else "-"
     overlap = f"{m['overlap.fraction']:.0%}" if "overlap.fraction" in m else "-"
     exposed = fmt_seconds(m["overlap.exposed_per_step_s"]) if "overlap.exposed_per_step_s" in m else "-"
-    copy_kinds = sorted(x.split(".")[2] for x in m if x.startswith("placement.copies.") and x.endswith(".bytes_per_step"))
+    copy_kinds = sorted(x.split(".")[2] for x in m
+                        if x.startswith("placement.copies.") and x.endswith(".bytes_per_step"))
     copies = " ".join(f"{k} {m[f'placement.copies.{k}.per_step']:g} "
                       f"({fmt_bytes(m[f'placement.copies.{k}.bytes_per_step'])})" for k in copy_kinds) or "-"
     pageable = f"{m['placement.copies.pageable_per_step']:g}" if "placement.copies.pageable_per_step" in m else "-"
@@ -89,15 +90,8 @@ def baseline_row(nodeid: str, v: MetricVerdict) -> list[str]:
 def _merge_shared(rows: list[list[str]]) -> list[list[str]]:
     """Tests that share a job's runs (a cached comparison) get the same verdict rows: show each once,
     under the first test, with how many more tests carry it."""
-    first: dict[tuple[str, ...], list[str]] = {}
-    shared: dict[tuple[str, ...], int] = {}
-    for row in rows:
-        key = tuple(row[1:])
-        if key in first:
-            shared[key] += 1
-        else:
-            first[key], shared[key] = list(row), 0
-    return [[row[0] + (f" (+{shared[k]} tests)" if shared[k] else ""), *row[1:]] for k, row in first.items()]
+    return [[row[0] + (f" (+{len(tests) - 1} tests)" if len(tests) > 1 else ""), *row[1:]]
+            for row, tests in shared(((row[0], row) for row in rows), lambda row: tuple(row[1:]))]
 
 
 def _job_row(r: JobFigures) -> list[str]:
@@ -124,8 +118,7 @@ def _check_row(nodeid: str, r: Check) -> list[str]:
 
 
 def render(tests: Iterable[TestDocument]) -> list[str]:
-    """The session's tables, each section after a blank line: jobs, where their time went, work figures,
-    checks, probes, baseline verdicts, head vs base, jobs without a baseline, saved baselines."""
+    """The session's tables, each section after a blank line."""
     tests = list(tests)
     jobs = [shared.job.figures for shared in unique_jobs(tests)]  # a job shared by several tests: its row once
     lines = _jobs_section(tests, jobs)
@@ -188,19 +181,36 @@ def _probes_section(tests: list[TestDocument]) -> list[str]:
 
 
 def _baselines_section(tests: list[TestDocument]) -> list[str]:
-    rows: list[list[str]] = []
+    verdicts = [(t.nodeid, v) for t in tests for v in t.verdicts if not v.reference]
+    shown = [(nodeid, v) for nodeid, v in verdicts if v.status != "new"]
+    return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current")) if shown else []
+
+
+def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
+    """Head vs base (decide/against.py): a table per "head ... vs base ...", then why each undecided, failed or
+    incomparable verdict is so."""
+    references = dict.fromkeys(v.reference for t in tests for v in t.verdicts if v.reference)
+    sections = []
+    for reference in references:
+        shown = [(t.nodeid, v) for t in tests for v in t.verdicts if v.reference == reference]
+        sections.append([f"{reference}:"] + _verdict_lines(shown, [v for _, v in shown], ("base", "head"), True))
+    return sections
+
+
+def _verdict_lines(shown: list[tuple[str, MetricVerdict]], explained: list[MetricVerdict], sides: tuple[str, str],
+                   notes: bool = False) -> list[str]:
+    """A table of baseline verdicts (each shared row once), with `notes` each verdict's note unless it passed,
+    the secondary figures, and what changed under `explained`."""
+    rows = [baseline_row(nodeid, v) for nodeid, v in shown]
     secondaries: dict[str, str] = {}
-    for t in tests:
-        for v in t.verdicts:
-            if not v.reference and v.status != "new":
-                rows.append(baseline_row(t.nodeid, v))
-                if v.secondary:
-                    secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
-    if not rows:
-        return []
-    return (_table(["test", "job", "metric", "baseline", "current", "Δ %", "98% interval", "status"],
-                   _merge_shared(rows)) + _secondary_lines(secondaries)
-            + explanation_lines([v for t in tests for v in t.verdicts if not v.reference]))
+    for _, v in shown:
+        if v.secondary:
+            secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
+    lines = _table(["test", "job", "metric", *sides, "Δ %", "98% interval", "status"], _merge_shared(rows))
+    if notes:
+        lines += [f"  {v.job} {v.metric}: {v.note}" for (_, v), row in zip(shown, rows)
+                  if v.note and row[-1] != status_mark("pass")]
+    return lines + _secondary_lines(secondaries) + explanation_lines(explained, sides)
 
 
 def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
@@ -215,26 +225,6 @@ def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("
         out.append(f"  {job} ({', '.join(names)}):")
         out += ["    " + line for line in Explanation.from_json(explanation).lines(sides)]
     return out
-
-
-def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
-    """Head vs base (decide/against.py): a table per "head ... vs base ...", then why each undecided, failed or
-    incomparable verdict is so."""
-    against: dict[str, list[list[str]]] = {}
-    secondaries: dict[str, dict[str, str]] = {}
-    for t in tests:
-        for v in t.verdicts:
-            if v.reference:
-                against.setdefault(v.reference, []).append(baseline_row(t.nodeid, v) + [v.note])
-                if v.secondary:
-                    secondaries.setdefault(v.reference, {}).setdefault(f"{v.job} {v.metric}", v.secondary)
-    return [[f"{reference}:"]
-            + _table(["test", "job", "metric", "base", "head", "Δ %", "98% interval", "status"],
-                     _merge_shared([row[:-1] for row in rows]))
-            + [f"  {row[1]} {row[2]}: {row[-1]}" for row in rows if row[-1] and row[-2] != status_mark("pass")]
-            + _secondary_lines(secondaries.get(reference, {}))
-            + explanation_lines([v for t in tests for v in t.verdicts if v.reference == reference], ("base", "head"))
-            for reference, rows in against.items()]
 
 
 def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
@@ -280,5 +270,6 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
 def _saved_row(nodeid: str, r: DetectableChange) -> list[str]:
     """One metric of a job just saved: what its stored runs let the gate decide."""
     cv = "-" if r.run_cv is None else f"{r.run_cv:.1%}"
-    passes = "yes" if r.can_pass else ("no: too few runs" if r.factor is None else f"no: interval ×/÷{r.factor_text()}")
+    passes = ("yes" if r.can_pass else "no: too few runs" if r.factor is None
+              else f"no: interval ×/÷{r.factor_text()}")
     return [short_test(nodeid), r.job, r.metric, str(r.runs), cv, f"+{r.limit:.1%}", r.fails_above_text(), passes]

@@ -1,14 +1,7 @@
 """Undecided verdicts, said as loudly as failures: what was estimated, why it stayed undecided, and the noise.
 
-An INCONCLUSIVE verdict -- a ratio check or a baseline metric whose interval still holds its limit after the
-repeats the budget allowed -- passes the test (unless --distperf-strict), so every report must make it
-impossible to mistake for a pass: the terminal summary (a yellow line, and `N undecided` in pytest's stats
-line), the Markdown job summary and the PR comment all use `undecided_text` below, e.g.
-
-    +62 % estimated, undecided: this machine's run-to-run is 22 % (6 runs; interval [-7.3%, +182.2%] holds the
-    +5.0% limit; stopped: max 6 runs)
-
-Reads the session document's checks and baseline verdicts (report/document.py); decides nothing.
+An inconclusive verdict passes its test (unless --distperf-strict), so every text report words it with
+`undecided_text`, which keeps it from being mistaken for a pass.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The HTML report's view model: what each section of the page shows, as plain data and drawn charts.
 
-`report_view(session, history)` is the one place that reads the session document (report/document.py, typed
-again from the `--distperf-json` report; never the baseline files it names: each verdict carries its stored
-runs); the templates (report/templates) only lay the view out, escaping every text they insert.
-Charts arrive drawn (report/charts.py, as Markup). Nothing is measured or decided here.
+`report_view` is the one place that reads the session document; the templates only lay the view out, escaping
+every text they insert. Nothing is measured or decided here.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -24,7 +23,7 @@ from pytest_distperf.report.job_views import JobSection, ProbeSection, job_secti
 from pytest_distperf.report.outcomes import counted, record_outcome, test_outcome
 from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.rows import (VerdictRow, chart_ends, fmt_unit, has_interval, level_text, run_steps,
-                                         shared_rows, verdict_row, verdict_rows)
+                                         shared, shared_rows, verdict_row, verdict_rows)
 from pytest_distperf.report.svg import SIDE_COLOURS, legend
 
 QUIET = ("pass", "new", "not comparable", "skipped")  # baseline verdicts listed in a collapsed table
@@ -89,7 +88,7 @@ class Baseline:
     distribution: Markup | None
     delta: Markup | None
     trend: Markup | None
-    # what changed by operator/kernel (figures/explain.py): its headline, table header and rows; empty: none
+    # what changed by operator/kernel: its headline, table header and rows; empty: none
     explain_head: str = ""
     explain_header: list[str] = field(default_factory=list)
     explain_rows: list[list[str]] = field(default_factory=list)
@@ -157,12 +156,10 @@ def _summary(session: SessionDocument, rows: Sequence[RowView]) -> Summary:
 def _verdicts(rows: Sequence[RowView]) -> Verdicts:
     baseline = [r for r in rows if r.row.kind == "baseline"]
     quiet = [r for r in baseline if r.row.outcome in QUIET and not r.row.fails]
-    counts: dict[str, int] = {}
-    for r in quiet:
-        counts[r.row.outcome] = counts.get(r.row.outcome, 0) + 1
+    counts = sorted(Counter(r.row.outcome for r in quiet).items())
     return Verdicts(any_test=bool(rows), checks=[r for r in rows if r.row.kind != "baseline"],
                     loud=[r for r in baseline if r.row.outcome not in QUIET or r.row.fails], quiet=quiet,
-                    quiet_counts=", ".join(f"{n} {o}" for o, n in sorted(counts.items())))
+                    quiet_counts=", ".join(f"{n} {o}" for o, n in counts))
 
 
 def _job_by_label(test: TestDocument, label: str) -> JobRecord | None:
@@ -215,14 +212,12 @@ def _comparison_runs(c: Check, a: JobRecord, b: JobRecord) -> Markup:
 
 def _run_memory(run: Mapping[str, Any], metric: str) -> float | None:
     """A report run's memory figure: `train_memory` from its work figures, else its peak memory."""
-    if metric == "train_memory":
-        value = (run.get("work") or {}).get("train_memory")
-    else:
-        value = run.get("peak_memory")
+    value = (run.get("work") or {}).get("train_memory") if metric == "train_memory" else run.get("peak_memory")
     return None if value is None else float(value)
 
 
-def _verdict_key(v: MetricVerdict) -> tuple[Any, ...]:
+def _verdict_key(record: tuple[TestDocument, MetricVerdict]) -> tuple[Any, ...]:
+    v = record[1]
     return (v.job, v.metric, v.current, v.baseline, v.status, v.delta)
 
 
@@ -230,51 +225,38 @@ def _baselines(tests: Sequence[TestDocument], history: Mapping[tuple[str, str, s
                outcomes: Mapping[str, str]) -> Baselines:
     """A chart per verdict that has a baseline to compare with, or a history (tests sharing runs show it once);
     metrics without either are counted."""
-    shown, seen, without = [], set(), 0
-    sharing: dict[tuple[Any, ...], list[str]] = {}
-    for t in tests:
-        for v in t.verdicts:
-            sharing.setdefault(_verdict_key(v), []).append(t.nodeid)
-    for t in tests:
-        for v in t.verdicts:
-            key = _verdict_key(v)
-            if key in seen:
-                continue
-            seen.add(key)
-            series = history.get((t.nodeid, v.job, v.metric))
-            has_trend = series is not None and bool(series.points)
-            if v.baseline is None and not has_trend:
-                without += 1
-                continue
-            row = verdict_row(t, v)
-            delta = None
-            if v.delta is not None:
-                thr = v.threshold
-                delta = interval_chart(v.delta, *chart_ends(v), None, "at_most",
-                                       "change against the baseline", "delta", row.outcome, value_name="Δ",
-                                       fmt=lambda x: f"{x:+.1%}", ref=0.0,
-                                       band=(-thr, thr) if thr is not None else None,
-                                       interval=level_text(v) if has_interval(v) else None)
-            shown.append(Baseline(
-                metric=v.metric, job=v.job, row=row, tests=tests_cell(sharing[key], outcomes),
-                threshold_text=v.threshold_text or "–",
-                distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
-                delta=delta, trend=trend_chart(series) if has_trend and series is not None else None))
-            if v.explanation:
-                sides = ("base", "head") if v.reference else ("baseline", "current")
-                diff = Explanation.from_json(v.explanation)
-                shown[-1].explain_head = diff.headline(sides)
-                shown[-1].explain_header, shown[-1].explain_rows = diff.header(sides), diff.cells()
-                bars = diff.contributions()
-                if bars:
-                    shown[-1].explain_chart = contribution_chart(bars, f"what changed in {v.job}, {sides[1]} "
-                                                                       f"against {sides[0]}")
+    shown, without = [], 0
+    for (t, v), nodeids in shared(((t.nodeid, (t, v)) for t in tests for v in t.verdicts), _verdict_key):
+        series = history.get((t.nodeid, v.job, v.metric))
+        has_trend = series is not None and bool(series.points)
+        if v.baseline is None and not has_trend:
+            without += 1
+            continue
+        row, thr = verdict_row(t, v), v.threshold
+        delta = None if v.delta is None else interval_chart(
+            v.delta, *chart_ends(v), None, "at_most", "change against the baseline", "delta", row.outcome,
+            value_name="Δ", fmt=lambda x: f"{x:+.1%}", ref=0.0, band=(-thr, thr) if thr is not None else None,
+            interval=level_text(v) if has_interval(v) else None)
+        view = Baseline(metric=v.metric, job=v.job, row=row, tests=tests_cell(nodeids, outcomes),
+                        threshold_text=v.threshold_text or "–",
+                        distribution=_baseline_distribution(t, v) if v.baseline is not None else None,
+                        delta=delta, trend=trend_chart(series) if has_trend and series is not None else None)
+        if v.explanation:
+            sides = ("base", "head") if v.reference else ("baseline", "current")
+            diff = Explanation.from_json(v.explanation)
+            view.explain_head, view.explain_header, view.explain_rows = (diff.headline(sides), diff.header(sides),
+                                                                         diff.cells())
+            bars = diff.contributions()
+            if bars:
+                view.explain_chart = contribution_chart(bars, f"what changed in {v.job}, {sides[1]} against "
+                                                              f"{sides[0]}")
+        shown.append(view)
     return Baselines(shown=shown, without=without)
 
 
 def _baseline_distribution(test: TestDocument, v: MetricVerdict) -> Markup | None:
-    """The stored runs the verdict was decided against (its baseline_values and baseline_samples) beside the
-    current ones; a report older than those fields draws the current runs alone."""
+    """The stored runs the verdict was decided against beside the current ones (a report older than those
+    fields: the current runs alone)."""
     job = _job_by_label(test, v.job)
     runs = job.runs if job else []
     if v.metric == "step_time" and runs:
@@ -308,8 +290,7 @@ def _environment(session: SessionDocument) -> Environment:
 
 
 def _noise(tests: Iterable[TestDocument]) -> list[tuple[str, str, str]]:
-    """Per job: other work's load on the host during each run, and the step time's run-to-run variation (the
-    job's figure)."""
+    """Per job: other work's load on the host during each run, and the step time's run-to-run variation."""
     rows = []
     for shared in unique_jobs(tests):
         job = shared.job

@@ -1,26 +1,13 @@
 """The baseline store: one JSON file per test under `<baselines>/<machine-class>/`.
 
-A file holds, for each job the test measured (keyed by the job's label, plus its injection knobs
-when it carries any: ' +extra_work=0.4'), the hash of the job's configuration and, per metric, its
-unit, direction and kind, one value per run (the run-level repeats the regression decision works on:
-figures/quantities.py defines each) and the raw step samples of each run. Collective counts and bytes
-per step are per rank (the rank with the most). Next to them, `explain`: each run's operator/kernel table
-(rank/time_table.py: row -> [count per step, seconds per step], the top rows and "(other)"), what a failing
-verdict's "what changed" is diffed against. An optional key, so the format version stays 1: an older reader
-passes over it, and a file without it (saved before it existed) explains nothing and says so.
+A file holds, per job the test measured (keyed by its label plus any injection knobs: ' +extra_work=0.4'), the
+hash of the job's configuration and, per metric, its unit, direction, kind, one value per run and each run's raw
+step samples; `explain` (optional, so the format stays version 1) holds each run's operator/kernel table, what a
+failing verdict's "what changed" is diffed against.
 
-    {"format_version": 1, "test": "perf_tests/test_zero3.py::test_x", "machine_class": "cpu-...",
-     "machine": {...}, "environment": {...}, "saved_at": "...",
-     "jobs": {"deepspeed[stage=3] tiny x2 cpu": {"config_hash": "...", "config": {...},
-              "metrics": {"step_time": {"unit": "s", "direction": "lower", "kind": "time",
-                                        "runs": [0.101, 0.099, 0.103], "samples": [[...], ...],
-                                        "summary": {...}}, ...}}}}
-
-Reading never writes: a file that cannot be used (corrupt, truncated, wrongly typed, from a newer
-pytest-distperf) raises BaselineError naming it and stays byte-identical. An older format is
-brought up to date in memory when read (FORMAT, fs/jsonio.Format). Writes are atomic (temporary file in the same folder, fsync,
-rename) under a lock file of the folder, so concurrent writers (pytest-xdist workers, two
-sessions) never lose or tear an entry.
+Reading never writes: an unusable file raises BaselineError naming it and stays byte-identical; an older format
+is brought up to date in memory. Writes are atomic under the folder's lock, so concurrent writers (xdist workers,
+two sessions) never lose or tear an entry.
 """
 
 from __future__ import annotations
@@ -51,14 +38,11 @@ KINDS = ("time", "memory", "count")
 # Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
 # slowdown reads as a regression (as a code change would), not as "not comparable".
 INJECTION_FIELDS = ("extra_work",)
-
-
 MAX_BASELINE_BYTES = 8 << 20  # 8 MiB; 12 runs x 100 steps x 20 jobs is about 1 MiB: larger is not a baseline
 
 
 class BaselineReplaceable(BaselineError):
-    """A baseline whose contents cannot be used (corrupt, truncated, wrongly typed, too large, another test's):
-    --distperf-save moves it aside (Store.move_aside) and writes a new one."""
+    """A baseline whose contents cannot be used: --distperf-save moves it aside and writes a new one."""
 
 
 class BaselineTooNew(BaselineError):
@@ -66,7 +50,7 @@ class BaselineTooNew(BaselineError):
 
 
 def read_json(path: str) -> Any:
-    """jsonio.read_json (no symlink followed, at most MAX_BASELINE_BYTES), with a baseline file's error type."""
+    """jsonio.read_json (at most MAX_BASELINE_BYTES) with a baseline file's error types."""
     try:
         return jsonio.read_json(path, max_bytes=MAX_BASELINE_BYTES)
     except jsonio.CorruptFileError as e:
@@ -89,12 +73,12 @@ class MetricSeries:
     unit: str
     direction: str  # "lower" or "higher" is better
     kind: str  # "time" | "memory" | "count"
-    runs: list[float]  # one value per run (figures/quantities.py): step time, peak bytes, a count
+    runs: list[float]  # one value per run: step time, peak bytes, a count
     samples: list[list[float]] | None = None  # raw per-step values of each run (time metrics)
 
     @property
     def center(self) -> float:
-        """The job's figure: the geometric mean of the runs (figures/quantities.py); a count's median."""
+        """The job's figure: the geometric mean of the runs; a count's median."""
         return statistics.median(self.runs) if self.kind == "count" else geometric_mean(self.runs)
 
     @property
@@ -103,11 +87,9 @@ class MetricSeries:
         return relative_spread(self.runs)
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"unit": self.unit, "direction": self.direction, "kind": self.kind,
-                             "runs": list(self.runs), "samples": self.samples,
-                             "summary": {"n": len(self.runs), "center": self.center, "min": min(self.runs),
-                                         "max": max(self.runs), "variation": self.variation}}
-        return d
+        return {"unit": self.unit, "direction": self.direction, "kind": self.kind, "runs": list(self.runs),
+                "samples": self.samples, "summary": {"n": len(self.runs), "center": self.center, "min": min(self.runs),
+                                                     "max": max(self.runs), "variation": self.variation}}
 
 
 @dataclass
@@ -148,8 +130,7 @@ def now_iso() -> str:
 # -- from runs --------------------------------------------------------------------------------------------------
 def job_identity(job: JobSpec) -> tuple[str, str, dict[str, Any], str]:
     """(label, config hash, config, injection) of a job as the baseline keys it: the hash and config leave the
-    injection knobs out; `injection` names them (' +extra_work=0.4', '' for none), so an injected job and
-    the clean one never share a series."""
+    injection knobs out, `injection` names them, so an injected job and the clean one never share a series."""
     config = json.loads(json.dumps(job.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
     return job.describe(), job.config_hash(INJECTION_FIELDS), config, injection_suffix(job)
 
@@ -161,8 +142,7 @@ def injection_suffix(job: JobSpec) -> str:
 
 
 def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
-    """The gated metrics of a job's runs (figures/quantities.metric_values), with each run's raw step samples for
-    step time."""
+    """The gated metrics of a job's runs, with each run's raw step samples for step time."""
     values = metric_values([run_figures(r) for r in runs])
     out = {}
     for name, runs_values in values.items():
@@ -173,8 +153,8 @@ def metrics_from_runs(runs: list[RunResult]) -> dict[str, MetricSeries]:
 
 
 def explain_tables(runs: list[RunResult]) -> list[Table] | None:
-    """Each run's operator/kernel table (rank/time_table.run_table); None unless every run has one. The flops: rows
-    (exact, from the job's first run in the session) go into every run's table."""
+    """Each run's operator/kernel table; None unless every run has one. The flops: rows (exact, from the first
+    run that has them) go into every run's table."""
     tables = [run_table([r.work.explain if r.work is not None else None for r in run.ranks]) for run in runs]
     if not tables or any(t is None for t in tables):
         return None
@@ -210,22 +190,18 @@ class _Check:
             raise self.fail(where, "a finite number", v)
         return float(v)
 
-    def numbers(self, v: Any, where: str, nonempty: bool = True) -> list[float]:
-        if not isinstance(v, list) or (nonempty and not v):
-            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
-        return [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
-
     def measurements(self, v: Any, where: str, kind: str, nonempty: bool = True) -> list[float]:
         """Measured values: finite, never negative, and a time above zero (a 0 s step was never measured)."""
-        values = self.numbers(v, where, nonempty)
+        if not isinstance(v, list) or (nonempty and not v):
+            raise self.fail(where, "a non-empty list of numbers" if nonempty else "a list of numbers", v)
+        values = [self.number(x, f"{where}[{i}]") for i, x in enumerate(v)]
         for i, x in enumerate(values):
             if x < 0 or (kind == "time" and x == 0):
                 raise self.fail(f"{where}[{i}]", "a positive time" if kind == "time" else "a number >= 0", x)
         return values
 
     def summary(self, v: Any, where: str) -> None:
-        """The stored summary (written for readers of the file, recomputed from the runs when read): every
-        number in it finite and not negative, so a hand-edited or corrupted one is not passed over."""
+        """The stored summary (recomputed when read): every number finite and >= 0, so a corrupted one is noticed."""
         if v is None:
             return
         for key, x in self.obj(v, where).items():
@@ -325,8 +301,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
 def file_name_for(nodeid: str) -> str:
-    """A readable file name for a test: `perf_tests.test_zero3--test_x.json`; a short hash of the node id is
-    added when characters had to be replaced (parametrised ids) or the name is long, so names never collide."""
+    """A readable file name for a test: `perf_tests.test_zero3--test_x.json`, plus a short hash of the node id
+    when characters were replaced or the name is long, so names never collide."""
     path, _, rest = nodeid.partition("::")
     path = path[:-3] if path.endswith(".py") else path
     readable = path.replace("/", ".").replace("\\", ".") + ("--" + rest.replace("::", "--") if rest else "")
@@ -339,13 +315,10 @@ def file_name_for(nodeid: str) -> str:
 class Store:
     """Baseline files under one root folder, one sub-folder per machine class.
 
-    A test's file is named after its key: the test file's path from the project root (the rootdir when an ini
-    file or --rootdir fixed it, else the folder that holds the baselines folder) and the test's name in it,
-    e.g. `perf_tests/test_zero3.py::test_x`. Not
-    the node id: that is relative to the rootdir pytest infers, which a path-like option value moves
-    (pytest-dev/pytest#8846: `--distperf-baselines DIR`, space form, in a project without an ini file,
-    made the rootdir `/`), and a moved rootdir renamed every file: each test then read "new" and a
-    slowdown passed. In the usual layout (baselines/ next to the ini file) key and node id are the same.
+    A test's file is named after its key: the test file's path from the project root and the test's name in it,
+    e.g. `perf_tests/test_zero3.py::test_x`. Not the node id: that is relative to the rootdir pytest infers,
+    which a path-like option value can move (pytest-dev/pytest#8846), and a moved rootdir would make every test
+    read "new" and let a slowdown pass.
     """
 
     def __init__(self, root: str, project_root: str | None = None):
@@ -363,7 +336,7 @@ class Store:
 
     def load(self, path: str, key: str) -> BaselineFile | None:
         """The baseline in `path`, None when there is none. Never writes. BaselineReplaceable when its contents
-        cannot be used (--distperf-save then moves it aside); a symlink or a folder is refused as such."""
+        cannot be used; a symlink or a folder is refused as such."""
         if not os.path.lexists(path):
             return None
         if os.path.islink(path):
@@ -383,8 +356,8 @@ class Store:
         return baseline
 
     def move_aside(self, path: str, key: str) -> str | None:
-        """Under the folder's lock: rename an unusable baseline to `<name>.corrupt-<UTC time>` (never deleted), so
-        --distperf-save can write a new one. None when it has become usable (or gone) meanwhile."""
+        """Under the folder's lock: rename an unusable baseline to `<name>.corrupt-<UTC time>` (never deleted);
+        None when it has become usable (or gone) meanwhile."""
         from filelock import FileLock, Timeout
 
         folder = os.path.dirname(path)
@@ -409,11 +382,9 @@ class Store:
             raise BaselineError(f"{path}: cannot move the unusable file aside: {e.strerror or e}") from None
 
     def unmatched_note(self, machine_class: str, key: str) -> str | None:
-        """When this test has no file but its machine-class folder holds the baseline of what looks like the same
-        test under its old key: a note naming it. A candidate is a baseline whose test is gone from where it was
-        recorded (its file is missing or no longer defines it) and that has this test's name (a moved file, or
-        baselines saved from another project root) or this test's file (a renamed test). None otherwise: a
-        brand-new test next to other tests' baselines is simply new."""
+        """A note when this test has no file but its machine-class folder holds what looks like its baseline under
+        an old key: a baseline whose test is gone from where it was recorded and that has this test's name (a
+        moved file) or file (a renamed test). None otherwise: a brand-new test is simply new."""
         folder = os.path.join(self.root, machine_class)
         own = file_name_for(key)
         try:
@@ -459,9 +430,8 @@ class Store:
         return path
 
     def check_writable(self, machine_classes: Iterable[str] = ()) -> None:
-        """Fail early (before any job runs) when --distperf-save could not write here: the baselines folder and
-        the folders of these machine classes, each a folder (or creatable as one) that files can be written in;
-        the message says what is in the way. Creates nothing."""
+        """BaselineError, before any job runs, when --distperf-save could not write the baselines folder or these
+        machine classes' folders, saying what is in the way. Creates nothing."""
         from pytest_distperf.store.outputs import OutputPathError, check_folder
 
         try:

@@ -1,7 +1,6 @@
-"""Every path a run will write, checked before the first job starts: a report or baseline that cannot be
-written fails the session at configure or collection time, not after an hour of GPU jobs, naming what is in the
-way. The check creates (and removes) one empty file in the nearest existing folder, because permission bits
-alone do not answer (root, ACLs, read-only mounts).
+"""Every path a run will write, checked before the first job starts, so an unwritable report or baseline fails
+the session at once, naming what is in the way. The check creates (and removes) an empty file in the nearest
+existing folder: permission bits alone do not answer (root, ACLs, read-only mounts).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""The one redaction of secrets before anything reaches an output (reports, history, job summary, PR comment,
-terminal and log lines).
+"""The one redaction of secrets before anything reaches an output (reports, history, PR comment, terminal, logs).
 
-What counts as a secret:
-- the password of a URL: `scheme://user:password@host` -> `scheme://user:***@host` (the user stays: it says
-  which account, as SQLAlchemy's `hide_password` does);
-- the value of a `name=value` whose name looks like a secret: a URL's query (`?password=...&sslkey=...`), an
-  assignment on a command line (`HF_TOKEN=...`, `--api-token=...`), an environment variable;
-- the argument after an option whose name looks like a secret (`--token VALUE`).
-A name looks like a secret when one of its parts (split at `_`, `-`, `.`) is, or ends with, one of SECRET_WORDS
-(TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL, ...): `HF_TOKEN`, `db.password`, `apikey`, not `tokens_per_s` or `PWD`.
+Masked: a URL's password (the user stays: it says which account, as SQLAlchemy's `hide_password` does); the
+value of a `name=value` whose name looks like a secret (URL queries, command-line assignments, environment
+variables); the argument after an option whose name looks like one (`--token VALUE`). A name looks like a secret
+when one of its parts (split at `_`, `-`, `.`) is, or ends with, one of SECRET_WORDS: `HF_TOKEN`, `db.password`,
+`apikey`, not `tokens_per_s` or `PWD`.
 """
 
 from __future__ import annotations
@@ -23,7 +19,8 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "
 _NOT_SECRET = {"PWD", "OLDPWD", "KEYBOARD"}  # names that only look alike (PWD is the working folder)
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#@\s]*):(?P<pw>[^@/\s]*)@")
-_ASSIGN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>=|%3[Dd])(?P<value>[^\s&;,?='\"<>]*)")  # stops at ? and =: a URL value's query is scanned too
+# A value stops at ? and =, so a URL value's query is scanned too.
+_ASSIGN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>=|%3[Dd])(?P<value>[^\s&;,?='\"<>]*)")
 
 
 def looks_secret(name: str) -> bool:

@@ -1,8 +1,5 @@
-"""The JSON report's format (REPORT, fs/jsonio.Format), and its runs as it holds them (`tests[].jobs[].runs[]`).
-
-A run is written once, with its stable id, its figures (figures/quantities.run_figures: the one derivation) and its
-per-rank measurements; its job (report/document.JobRecord) holds its id, figures and runs. Every reader of a
-report -- the history, the HTML report, the PR comment -- reads the figures written here and derives none.
+"""The JSON report's format (REPORT) and its runs as it holds them (`tests[].jobs[].runs[]`): each run written
+once, with its id, its figures and its per-rank measurements, so that no reader of a report derives a figure.
 """
 
 from __future__ import annotations
@@ -23,30 +20,24 @@ REPORT = Format("JSON report")
 
 def run_to_dict(run: "RunResult") -> dict[str, Any]:
     """One run with its figures and per-rank measurements, JSON-ready."""
-    ranks = []
-    for k in run.ranks:
-        ranks.append({
-            "rank": k.rank, "host": k.host, "node_rank": k.node_rank,
-            "step_times": list(k.step_times), "step_median": step_time_of(k.step_times),
-            "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
-            "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
-            "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
-            "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
-            # where a step's time goes (forward/backward/optimizer/other), also when no check failed
-            "step_breakdown": dict(k.step_breakdown),
-            "extra": json.loads(json.dumps(k.extra, default=repr)),
-            "probes": rank_probe_metrics(k),
-            # the GPU's clocks, throttle reasons, power and temperature over the timed steps (rank/clocks.py)
-            "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,
-            # what the steps asked of the machine, per profiled step (rank/work.py)
-            "work": asdict(k.work) if getattr(k, "work", None) is not None else None,
-        })
+    ranks = [{
+        "rank": k.rank, "host": k.host, "node_rank": k.node_rank,
+        "step_times": list(k.step_times), "step_median": step_time_of(k.step_times),
+        "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
+        "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
+        "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
+        "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
+        "step_breakdown": dict(k.step_breakdown),  # forward/backward/optimizer/other, also when nothing failed
+        "extra": json.loads(json.dumps(k.extra, default=repr)),
+        "probes": rank_probe_metrics(k),
+        "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,  # clocks
+        "work": asdict(k.work) if getattr(k, "work", None) is not None else None,  # per profiled step
+    } for k in run.ranks]
     figures = run_figures(run)
     load = run.host_other_load
     return {"id": run.id, "figures": figures.to_json(),
             "wall_seconds": run.wall_seconds, "step_times": run.step_times, "peak_memory": run.peak_memory,
             "work": figures.work,
-            # where a step's time goes by operator/kernel, ranks averaged (figures/explain.py); None without it
             "explain": run_table([k.work.explain if getattr(k, "work", None) is not None else None
                                   for k in run.ranks]),
             "tokens_per_step": run.tokens_per_step, "num_params": run.ranks[0].num_params, "ranks": ranks,

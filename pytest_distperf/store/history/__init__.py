@@ -1,10 +1,7 @@
-"""History of every session's results in a database, and the step changes in it.
+"""History of every session's results in a database, and the step changes in it: the functions other modules call.
 
-Needs the `history` extra (`pip install "pytest-distperf[history]"`: SQLAlchemy, psycopg 3, ruptures); this
-package's `__init__` imports none of them, so importing it is cheap and the error for a missing extra is ours.
-The functions below are the only ones other modules should call; their errors are `HistoryError`s whose
-message starts with `option`. `python -m pytest_distperf history URL ...` is the command line
-(report/history_cli.py); the HTML report draws trends through `report.charts.trend_series`.
+Needs the `history` extra (SQLAlchemy, psycopg 3, ruptures); this `__init__` imports none of them, so importing
+it is cheap and a missing extra gets our error. Every error is a `HistoryError` whose message starts with `option`.
 """
 
 from __future__ import annotations
@@ -14,28 +11,25 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.store.history.errors import HistoryError, HistoryUrlError, ReportDocumentError, SchemaVersionError
+from pytest_distperf.store.history.ingest import read_report
+from pytest_distperf.store.history.trend import Trend, build_trends
+from pytest_distperf.store.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from pytest_distperf.store.history.store import Recorded
-    from pytest_distperf.store.history.trend import Trend
 
 __all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
-           "record_session", "render_text", "session_trends", "trends"]
+           "record_session", "session_trends", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
 
 def record_session(url: str, report_doc: dict[str, Any], *, session_id: str | None = None,
                    commit: str | None = None, option: str = "--distperf-history") -> Recorded:
-    """Append one session's `--distperf-json` document to the history at `url`: a file path,
-    `sqlite:///path/history.db` (created with its folder if missing) or `postgresql://user:password@host:port/db`.
-    One row per run of every metric of every test's jobs; `commit` overrides the report's
-    `environment.git_commit`. The same document twice is stored once (`Recorded.duplicate`)."""
+    """Append one session's `--distperf-json` document to the history at `url` (a file path, sqlite:// or
+    postgresql://); `commit` overrides the report's. The same document twice is stored once."""
     _require_extra(option, "sqlalchemy")
-    from pytest_distperf.store.history.ingest import read_report
     from pytest_distperf.store.history.store import HistoryStore
-
-    from pytest_distperf.store.redact import redact
 
     if commit:
         report_doc = copy.deepcopy(report_doc)
@@ -51,19 +45,15 @@ def check_url(url: str, option: str = "--distperf-history") -> str:
     _require_extra(option, "sqlalchemy")
     from pytest_distperf.store.history.store import resolve_url
 
-    from pytest_distperf.store.redact import redact_text
-
     return redact_text(resolve_url(url, option).render_as_string(hide_password=False))  # the one redaction
 
 
 def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,
            machine_class: str | None = None, alpha: float = 0.001, min_size: int = 3, min_change: float = 0.0,
            option: str = "history URL") -> list[Trend]:
-    """One `Trend` (trend.py) per (machine class, test, job, metric) whose fields contain the given substrings,
-    with its change points; the database must exist."""
+    """One `Trend` per series whose fields contain the given substrings; the database must exist."""
     _require_extra(option, "sqlalchemy", "ruptures", "scipy")
     from pytest_distperf.store.history.store import HistoryStore
-    from pytest_distperf.store.history.trend import build_trends
 
     with HistoryStore(url, option=option, create=False) as store:
         return build_trends(store, test=test, job=job, metric=metric, machine_class=machine_class, alpha=alpha,
@@ -74,20 +64,12 @@ def session_trends(url: str, report_doc: dict[str, Any], *, alpha: float = 0.001
                    min_change: float = 0.0, option: str = "--distperf-history") -> list[Trend]:
     """The trends of exactly the series this report document measured (e.g. for its HTML report)."""
     _require_extra(option, "sqlalchemy", "ruptures", "scipy")
-    from pytest_distperf.store.history.ingest import read_report
     from pytest_distperf.store.history.store import HistoryStore, SeriesKey
-    from pytest_distperf.store.history.trend import build_trends
 
     _session, rows = read_report(report_doc, f"{option}: the session's report")
     keys = {SeriesKey(r.machine_class, r.test, r.job, r.metric) for r in rows}
     with HistoryStore(url, option=option, create=False) as store:
         return build_trends(store, keys=keys, alpha=alpha, min_size=min_size, min_change=min_change)
-
-
-def render_text(found: list[Trend], points: bool = False) -> str:
-    from pytest_distperf.store.history.text import render
-
-    return render(found, points=points)
 
 
 def _require_extra(option: str, *modules: str) -> None:

@@ -1,13 +1,10 @@
 """Step changes in one metric's series of sessions (oldest first).
 
 E-divisive with a t-test, as MongoDB (Daly et al., ICPE 2020) and Apache Otava use it: split a segment where a
-change is most likely (ruptures' `Binseg.single_bkp` with the bounded RBF kernel cost, so one outlying session
-does not pull the split to itself), keep the split only when a Welch t-test gives p <= `alpha`, recurse into
-both halves, then re-test every kept split against its neighbours' segments and drop the weakest until all hold.
-(Otava itself pins numpy and scipy versions a torch install would be downgraded by; ruptures needs only those.)
-
-The p-value is not corrected for the search over splits (as in Otava), hence the strict default `alpha`. A
-change is found once `min_size` sessions exist on each side of it.
+change is most likely (ruptures' `Binseg` with the bounded RBF kernel cost, so one outlying session does not pull
+the split to itself), keep the split when a Welch t-test gives p <= `alpha`, recurse into both halves, then
+re-test every kept split between its neighbours and drop the weakest until all hold. The p-value is not corrected
+for the search over splits (as in Otava), hence the strict default `alpha`.
 """
 
 from __future__ import annotations
@@ -39,9 +36,8 @@ class Split:
 
 def find_splits(values: list[float], alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
                 min_change: float = 0.0) -> list[Split]:
-    """The step changes in `values` (one value per session, in order), sorted by index.
-
-    `min_change`: also require |after/before - 1| >= this (0: significance alone decides)."""
+    """The step changes in `values` (one value per session, in order), sorted by index; `min_change`: also
+    require |after/before - 1| >= this (0: significance alone decides)."""
     if min_size < 2:
         raise ValueError(f"min_size must be at least 2 (a t-test needs two values a side), got {min_size}")
     if not 0 < alpha < 1:

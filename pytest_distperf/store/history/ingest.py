@@ -1,9 +1,5 @@
-"""A session's `--distperf-json` report document -> the rows the history stores (plain data).
-
-Per test, every job the baseline gate measured (`tests[].jobs[]`) gives one value per run and gated metric, from
-the figures each run carries (`runs[].figures`; traits from figures/quantities.metric_traits). Tests that
-measured nothing add no rows.
-"""
+"""A session's `--distperf-json` report document -> the rows the history stores: one value per run and gated
+metric of every job a test measured, from the figures each run carries."""
 
 from __future__ import annotations
 
@@ -62,15 +58,9 @@ def read_report(doc: Any, source: str = "report document") -> tuple[SessionRecor
     session = SessionRecord(created_at=_timestamp(doc["created_at"], f"{source}: 'created_at'"),
                             git_commit=_opt_str(environment.get("git_commit")),
                             host=_opt_str(environment.get("host")), environment=environment,
-                            report_digest=report_digest(doc))
-    rows: list[Measurement] = []
-    for i, test in enumerate(doc["tests"]):
-        rows += _test_rows(test, f"{source}: tests[{i}]")
-    return session, rows
-
-
-def report_digest(doc: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr).encode()).hexdigest()
+                            report_digest=hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                                                                    default=repr).encode()).hexdigest())
+    return session, [row for i, test in enumerate(doc["tests"]) for row in _test_rows(test, f"{source}: tests[{i}]")]
 
 
 def _test_rows(test: Any, where: str) -> list[Measurement]:
@@ -85,7 +75,7 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
         raise ReportDocumentError(f"{where}: has jobs but no 'machine_class'")
     if not isinstance(jobs, list):
         raise ReportDocumentError(f"{where}: 'jobs' is not an array")
-    from pytest_distperf.figures.quantities import metric_traits
+    from pytest_distperf.figures.quantities import RunFigures, metric_traits, metric_values
 
     rows = []
     for j, job in enumerate(jobs):
@@ -95,33 +85,24 @@ def _test_rows(test: Any, where: str) -> list[Measurement]:
         runs = job.get("runs")
         if not isinstance(runs, list):
             raise ReportDocumentError(f"{job_where} ({job['label']}): 'runs' is missing or not an array")
-        loads = [_opt_float(run.get("host_other_load_cores")) if isinstance(run, dict) else None for run in runs]
-        for metric, values in run_metrics(runs, f"{job_where} ({job['label']})").items():
+        figures = []
+        for r, run in enumerate(runs):
+            run_where = f"{job_where} ({job['label']}): runs[{r}]"
+            if not isinstance(run, dict):
+                raise ReportDocumentError(f"{run_where}: a run must be an object, got {type(run).__name__}")
+            try:
+                figures.append(RunFigures.from_json(run["figures"]))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ReportDocumentError(f"{run_where}: its figures must be an object of numbers "
+                                          f"({type(e).__name__}: {e})") from None
+        loads = [_opt_float(run.get("host_other_load_cores")) for run in runs]
+        for metric, values in (metric_values(figures) if figures else {}).items():
             unit, direction, kind = metric_traits(metric)
             rows += [Measurement(machine_class=machine_class, test=test["nodeid"], job=job["label"],
                                  config_hash=_opt_str(job.get("config_hash")), metric=metric, unit=unit,
                                  direction=direction, kind=kind, run_index=r, value=v, host_load=loads[r])
                      for r, v in enumerate(values)]
     return rows
-
-
-def run_metrics(runs: list[Any], where: str) -> dict[str, list[float]]:
-    """metric -> one value per run, from the report's run dicts (see the module docstring)."""
-    from pytest_distperf.figures.quantities import RunFigures, metric_values
-
-    if not runs:
-        return {}
-    figures = []
-    for r, run in enumerate(runs):
-        run_where = f"{where}: runs[{r}]"
-        if not isinstance(run, dict):
-            raise ReportDocumentError(f"{run_where}: a run must be an object, got {type(run).__name__}")
-        try:
-            figures.append(RunFigures.from_json(run["figures"]))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ReportDocumentError(f"{run_where}: its figures must be an object of numbers "
-                                      f"({type(e).__name__}: {e})") from None
-    return metric_values(figures)
 
 
 def _timestamp(text: str, where: str) -> _dt.datetime:

@@ -1,9 +1,6 @@
 """The history database's tables (SQLAlchemy Core, one definition for SQLite and PostgreSQL) and its format
-version (HISTORY, fs/jsonio.Format: the one upgrade mechanism every file of the plugin goes through).
-
-Tables carry a `distperf_` prefix so that a team's shared PostgreSQL database can hold them next to others.
-`open_schema` creates the tables of a new database, brings an older one up to date (HISTORY's update_to_N steps,
-each a function of the open connection inside the caller's transaction) and refuses a newer one, untouched.
+version (HISTORY, the upgrade mechanism every file of the plugin goes through). The `distperf_` prefix lets a
+team's shared PostgreSQL database hold them next to others.
 """
 
 from __future__ import annotations
@@ -94,11 +91,9 @@ def current_version(conn: Connection) -> int:
 
 
 def open_schema(conn: Connection, where: str) -> int:
-    """Create the tables of a new database, or bring an older one up to date, inside the caller's transaction;
-    returns the version found (0: new). SchemaVersionError for a newer database, which is left untouched.
-
-    Concurrent callers are serialised (SQLite: the caller's BEGIN IMMEDIATE; PostgreSQL: an advisory lock held
-    to the end of the transaction)."""
+    """Create the tables of a new database, or bring an older one up to date, inside the caller's transaction
+    (serialised: SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock); returns the version found (0: new).
+    SchemaVersionError for a newer database, which is left untouched."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK})
     found = current_version(conn)

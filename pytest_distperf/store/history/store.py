@@ -1,14 +1,10 @@
-"""The history database: open it from a URL (schema.open_schema), append sessions, read series back.
+"""The history database: open it from a URL, append sessions, read series back.
 
-SQLAlchemy Core (no ORM): one table definition gives both SQLite's and PostgreSQL's DDL, and reflection lets an
-update step look at the database it upgrades. Concurrent writers (xdist workers, several CI runners) lose nothing:
-- a session is one transaction; session ids are random unless given and unique, and so is the report's digest
-  (the same report recorded twice is stored once);
-- SQLite: BEGIN IMMEDIATE (two writers never deadlock upgrading read locks), a busy timeout of
-  `SQLITE_BUSY_TIMEOUT_S`, retries with backoff; the rollback journal is kept (WAL needs shared memory that
-  network file systems do not give);
-- PostgreSQL: serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried, and schema changes
-  hold an advisory lock.
+Concurrent writers (xdist workers, CI runners) lose nothing: a session is one transaction, and the report's
+digest is unique (the same report recorded twice is stored once). SQLite: BEGIN IMMEDIATE (two writers never
+deadlock upgrading read locks), a busy timeout and retries with backoff, and the rollback journal (WAL needs
+shared memory network file systems do not give). PostgreSQL: serialization failures and deadlocks are retried,
+and schema changes hold an advisory lock.
 """
 
 from __future__ import annotations

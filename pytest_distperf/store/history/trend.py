@@ -1,17 +1,16 @@
-"""Trends: one metric's value per session over time, with the step changes found in it (plain data).
-
-A point is a session (the median of its run-level values), in the order the sessions ended. Each change point
-(changepoints.find_splits) names its commit range, the step's size, the t-test's p-value and whether the job's
-configuration or the recorded versions changed across it.
-"""
+"""Trends: one metric's value per session (the median of its runs) over time, with the step changes found in it,
+each naming its commit range and whether the job's configuration or the recorded versions changed across it;
+and their terminal text (`render_text`)."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_distperf.figures.units import fmt_pct, fmt_value
 from pytest_distperf.store.history import changepoints
 
 if TYPE_CHECKING:  # the store needs the history extra (SQLAlchemy); a report's trend chart must not
@@ -103,8 +102,7 @@ def build_trends(store: HistoryStore, test: str | None = None, job: str | None =
                  machine_class: str | None = None, alpha: float = changepoints.DEFAULT_ALPHA,
                  min_size: int = changepoints.DEFAULT_MIN_SIZE, min_change: float = 0.0,
                  keys: set[SeriesKey] | None = None) -> list[Trend]:
-    """The trends whose key contains each given filter (substring match), and is among `keys` when given;
-    sorted by key."""
+    """The trends whose key contains each given filter (substring match) and is among `keys` when given."""
     wanted = {"test": test, "job": job, "metric": metric, "machine_class": machine_class}
     keys = [k for k in store.series_keys()
             if all(v is None or v in getattr(k, name) for name, v in wanted.items()) and (keys is None or k in keys)]
@@ -114,17 +112,14 @@ def build_trends(store: HistoryStore, test: str | None = None, job: str | None =
 
 def trend_of(key: SeriesKey, rows: list[SeriesRow], settings: dict[str, Any]) -> Trend:
     points: list[TrendPoint] = []
-    for row in rows:
-        if points and points[-1].session_id == row.session_id:
-            last = points[-1]
-            points[-1] = TrendPoint(**{**asdict(last), "runs": (*last.runs, row.value),
-                                       "host_load": _max(last.host_load, row.host_load)})
-        else:
-            points.append(TrendPoint(session_id=row.session_id, created_at=row.created_at, git_commit=row.git_commit,
-                                     host=row.host, torch=row.torch, deepspeed=row.deepspeed,
-                                     config_hash=row.config_hash, value=row.value, runs=(row.value,),
-                                     host_load=row.host_load))
-    points = [TrendPoint(**{**asdict(p), "value": statistics.median(p.runs)}) for p in points]
+    for session_id, group in itertools.groupby(rows, key=lambda r: r.session_id):
+        session = list(group)
+        first, runs = session[0], tuple(r.value for r in session)
+        points.append(TrendPoint(session_id=session_id, created_at=first.created_at, git_commit=first.git_commit,
+                                 host=first.host, torch=first.torch, deepspeed=first.deepspeed,
+                                 config_hash=first.config_hash, value=statistics.median(runs), runs=runs,
+                                 host_load=max((r.host_load for r in session if r.host_load is not None),
+                                               default=None)))
     last = rows[-1] if rows else None
     direction = last.direction if last else "lower"
     splits = changepoints.find_splits([p.value for p in points], **settings)
@@ -147,9 +142,85 @@ def _change_point(points: list[TrendPoint], split: changepoints.Split, direction
                        environment_changes=env)
 
 
-def _max(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
 def short_commit(commit: str | None) -> str:
     return commit[:12] if commit else "?"
+
+
+# -- as terminal text -----------------------------------------------------------------------------------------
+BARS = "▁▂▃▄▅▆▇█"
+MARK = {"regression": "✗", "improvement": "✓", "change": "~"}
+
+
+def render_text(trends: list[Trend], points: bool = False) -> str:
+    """Per metric a header, a sparkline of the sessions' values, the change points with their commit ranges,
+    and (with `points`) every session's value."""
+    if not trends:
+        return "no series match (see --test/--job/--metric/--machine-class)\n"
+    blocks = [_block(t, points) for t in trends]
+    found = sum(len(t.change_points) for t in trends)
+    settings = trends[0].settings
+    blocks.append(f"{len(trends)} series, {found} change point(s) (E-divisive split + Welch t-test, "
+                  f"p <= {settings['alpha']:g}, >= {settings['min_size']} sessions a side{_min_change(settings, ',')})")
+    return "\n\n".join(blocks) + "\n"
+
+
+def _block(t: Trend, points: bool) -> str:
+    k, pts = t.key, t.points
+    better = {"lower": "lower is better", "higher": "higher is better"}.get(t.direction, "")
+    values = [p.value for p in pts]
+    lines = [f"{k.test}  {k.job}  {k.metric}  [{k.machine_class}]",
+             f"  {len(pts)} session(s), {pts[0].created_at:%Y-%m-%d %H:%M} .. {pts[-1].created_at:%Y-%m-%d %H:%M} "
+             f"UTC, commits {short_commit(pts[0].git_commit)} .. {short_commit(pts[-1].git_commit)}; "
+             f"value = median of the session's runs ({t.unit}, {better})",
+             f"  trend  {sparkline(values, {c.index for c in t.change_points})}  first {fmt_value(values[0], t.unit)}"
+             f"  min {fmt_value(min(values), t.unit)}  max {fmt_value(max(values), t.unit)}"
+             f"  last {fmt_value(values[-1], t.unit)}"]
+    if t.change_points:
+        lines.append("  change points:")
+        lines += ["    " + describe(c, t.unit) for c in t.change_points]
+    elif t.strongest is not None and t.strongest.change:
+        s = t.strongest
+        lines.append(f"  change points: none (the strongest split, sessions {s.index - 1}|{s.index} between "
+                     f"{short_commit(s.before.git_commit)} and {short_commit(s.after.git_commit)}: "
+                     f"{fmt_pct(s.change)}, p = {s.pvalue:.2g}; a change point needs p <= {t.settings['alpha']:g}"
+                     f"{_min_change(t.settings, ' and')})")
+    else:
+        lines.append("  change points: none")
+    if points:
+        lines.append("  sessions:")
+        starts = {c.index for c in t.change_points}
+        for i, p in enumerate(pts):
+            runs = ", ".join(fmt_value(v, t.unit) for v in p.runs)
+            load = f"  other load {p.host_load:.1f} cores" if p.host_load is not None else ""
+            lines.append(f"    {'|' if i in starts else ' '} {i:>4}  {p.created_at:%Y-%m-%d %H:%M:%S}  "
+                         f"{short_commit(p.git_commit):<12}  {fmt_value(p.value, t.unit):>11}  runs {runs}{load}")
+    return "\n".join(lines)
+
+
+def _min_change(settings: dict[str, Any], joint: str) -> str:
+    return f"{joint} |change| >= {settings['min_change']:.1%}" if settings.get("min_change") else ""
+
+
+def describe(c: ChangePoint, unit: str) -> str:
+    """One line: mark, size, commit range, levels, p-value and what else changed there."""
+    notes = []
+    if c.config_changed:
+        notes.append("job configuration changed")
+    notes += list(c.environment_changes)
+    return (f"{MARK[c.verdict]} {fmt_pct(c.change)} {c.verdict} between commit {short_commit(c.before.git_commit)} "
+            f"({c.before.created_at:%Y-%m-%d %H:%M}) and {short_commit(c.after.git_commit)} "
+            f"({c.after.created_at:%Y-%m-%d %H:%M}), sessions {c.index - 1}|{c.index}: "
+            f"{fmt_value(c.before_mean, unit)} -> {fmt_value(c.after_mean, unit)}, p = {c.pvalue:.2g}, "
+            f"t = {c.tstat:.2f}" + (f"; {'; '.join(notes)}" if notes else ""))
+
+
+def sparkline(values: list[float], breaks: set[int] | None = None) -> str:
+    """One bar per value scaled between min and max; '|' before each point that starts a new segment."""
+    lo, hi = min(values), max(values)
+    span = hi - lo
+    out = []
+    for i, v in enumerate(values):
+        if breaks and i in breaks:
+            out.append("|")
+        out.append(BARS[int((v - lo) / span * (len(BARS) - 1) + 0.5)] if span else BARS[0])
+    return "".join(out)
