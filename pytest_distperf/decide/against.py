@@ -22,16 +22,15 @@ from typing import Any, Callable
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import (GateContext, GateOutcome, note_deciding_figure, once_per_job,
-                                              until_job_decided)
-from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
-                                             is_failing, job_metrics, secondary_text)
+from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.verdicts import (MetricVerdict, decide_metric, failure_lines, is_failing, job_metrics,
+                                             property_text, secondary_text)
 from pytest_distperf.store.baselines import explain_tables, job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
 from pytest_distperf.figures.explain import explain, explain_by
-from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import JobRuns
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec, ScriptRef, file_sha256
 
@@ -175,13 +174,12 @@ def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], 
     head = metrics_from_runs([h for h, _ in pairs])
     base = metrics_from_runs([b for _, b in pairs])
     device = pairs[0][0].spec.device if pairs else None
-    other = secondary_memory_metric(device) if device else None
     out = []
     for name in job_metrics(head, policy, device):
         if name not in base:
             continue
         v = decide_metric(test, job, name, base[name], head[name], policy, design, paired=True)
-        v.secondary = secondary_text(name, device, base.get(other) if other else None, head, ("base", "head"))
+        v.secondary = secondary_text(name, device, base, head, ("base", "head"))
         out.append(v)
     return out
 
@@ -274,12 +272,8 @@ class AgainstGate:
                               for v in verdicts]
         props = [(f"distperf.against.{v.metric}[{v.job}]", property_text(v)) for v in verdicts]
         failing = [v for v in verdicts if is_failing(v, self.policy)]
-        message = None
-        if failing:
-            lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
-            for v in once_per_job(failing):
-                lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
-            message = "\n".join(lines)
+        message = "\n".join([f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):",
+                             *failure_lines(failing, self.policy, ("base", "head"))]) if failing else None
         context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),
                               environment=self.environment, against=self.checkout.to_json())
         return GateOutcome(bool(failing), message, props, context, records)

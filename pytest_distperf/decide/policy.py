@@ -79,12 +79,8 @@ def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | 
     path = os.path.normpath(os.path.join(base, os.path.expanduser(str(raw))))
     if os.path.exists(path) and not os.path.isdir(path):
         raise SettingsError(f"{where}: {path} exists and is not a folder")
-    args: list[str] = []
-    if baselines_cli not in (None, ""):
-        args += ["--distperf-baselines", str(baselines_cli)]
-    for flag, value in carried.items():
-        if value not in (None, ""):
-            args += [flag, str(value)]
+    given = {"--distperf-baselines": baselines_cli, **carried}
+    args = [arg for flag, value in given.items() if value not in (None, "") for arg in (flag, str(value))]
     return GateSettings(baselines_dir=path, save=save,
                         policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
                                       strict=strict, explain=explain),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
@@ -21,10 +21,10 @@ from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
-                                             detectable_changes, is_failing, is_pending, job_metrics, property_text,
-                                             secondary_text)
+                                             detectable_changes, failure_lines, is_failing, is_pending, job_metrics,
+                                             property_text, secondary_text)
 from pytest_distperf.figures.explain import explain, explain_by
-from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
@@ -37,7 +37,6 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
     """The verdicts of one job's metrics against its stored entry; with the job's `device`, memory on the device's
     memory figure, the secondary one riding on its verdict."""
     stored = entry.metrics if entry is not None and entry.config_hash == config_hash else {}
-    other = secondary_memory_metric(device) if device else None
     out = []
     for name in job_metrics(current, policy, device):
         v = decide_metric(test, label, name, stored.get(name), current[name], policy, design)
@@ -46,7 +45,7 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
         elif entry.config_hash != config_hash:
             v.status = "not comparable"
             v.note = f"the job's configuration changed (hash {entry.config_hash} -> {config_hash})"
-        v.secondary = secondary_text(name, device, stored.get(other) if other else None, current)
+        v.secondary = secondary_text(name, device, stored, current)
         out.append(v)
     return out
 
@@ -95,16 +94,6 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
     _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
                                  say if progress else None)
     return f"{runs()} runs recorded" if save_mode and why == "decided" else why
-
-
-def once_per_job(verdicts: list[MetricVerdict]) -> list[MetricVerdict]:
-    """The verdicts with a job's what-changed diff on its first one only (all of a job's carry the same)."""
-    seen: set[str] = set()
-    out = []
-    for v in verdicts:
-        out.append(replace(v, explanation=None) if v.job in seen else v)
-        seen.add(v.job)
-    return out
 
 
 class GateSession:
@@ -352,9 +341,8 @@ class BaselineGate:
 
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)
-        lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):"]
-        for v in once_per_job(failing):
-            lines += ["  " + line for line in describe_verdict(v, self.policy)]
+        lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):",
+                 *failure_lines(failing, self.policy)]
         if self.baseline is not None:
             env = self.baseline.environment
             lines.append(f"  baseline: {rel}, saved {self.baseline.saved_at or '?'} at commit "

@@ -118,13 +118,13 @@ def job_metrics(current: dict[str, MetricSeries], policy: Policy, device: str | 
     return [name for name in current if name != secondary and policy.gates(name, device)]
 
 
-def secondary_text(metric: str, device: str | None, reference: MetricSeries | None, current: dict[str, MetricSeries],
-                   sides: tuple[str, str] = ("baseline", "current")) -> str:
+def secondary_text(metric: str, device: str | None, reference: Mapping[str, MetricSeries],
+                   current: Mapping[str, MetricSeries], sides: tuple[str, str] = ("baseline", "current")) -> str:
     """For the verdict of the device's memory figure: its secondary figure, reference and current, in words."""
     secondary = secondary_memory_metric(device) if device else None
     if secondary is None or metric != memory_metric(device or "") or secondary not in current:  # type: ignore[arg-type]
         return ""
-    cur = current[secondary].center
+    cur, reference = current[secondary].center, reference.get(secondary)
     values = f"{sides[1]} {fmt_bytes(cur)}"
     if reference is not None and reference.runs:
         values = (f"{sides[0]} {fmt_bytes(reference.center)}, {values}"
@@ -133,12 +133,11 @@ def secondary_text(metric: str, device: str | None, reference: MetricSeries | No
 
 
 def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:
-    if baseline.kind == "time" and metric in WORK_METRICS:
-        t = policy.work_threshold
-        return t, f"+{t:.1%} (work_threshold: the smallest change in the step's work worth failing for)"
     if baseline.kind == "time":
-        t = policy.time_threshold
-        return t, f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
+        name, what = (("work_threshold", "the smallest change in the step's work worth failing for")
+                      if metric in WORK_METRICS else ("time_threshold", "the smallest slowdown worth failing for"))
+        t = getattr(policy, name)
+        return t, f"+{t:.1%} ({name}: {what})"
     floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
     t = max(policy.memory_threshold, floor)
     return t, f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = +{fmt_bytes(t * baseline.center)}"
@@ -298,6 +297,17 @@ def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, ki
         return f"{text} ({'worst of ' if runs > 1 else ''}{runs} run{'s' if runs != 1 else ''})"
     spread = f", run-to-run {cv:.1%}" if cv is not None else ""
     return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
+
+
+def failure_lines(failing: list[MetricVerdict], policy: Policy,
+                  sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+    """Each failing verdict's lines, indented; a job's what-changed diff (all its verdicts carry the same) once."""
+    lines, seen = [], set()
+    for v in failing:
+        shown = replace(v, explanation=None) if v.job in seen else v
+        lines += ["  " + line for line in describe_verdict(shown, policy, sides)]
+        seen.add(v.job)
+    return lines
 
 
 def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:

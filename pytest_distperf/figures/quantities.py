@@ -130,36 +130,32 @@ def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str
     (ProbeResult.metrics()). A kind's bytes are left out where any rank had calls of unknown size: an exact baseline
     must not hold the bytes of part of the calls."""
     calls: dict[str, int] = {}
-    sized: dict[str, int] = {}
-    unsized: set[str] = set()
+    sized: dict[str, int | None] = {}  # None: some rank had calls of unknown size
     for m in rank_metrics:
-        for name, value in (m or {}).items():
+        m = m or {}
+        for name, value in m.items():
             # comms.<kind>.calls_per_step; reports written before it was named so: comms.<kind>.per_step
             if not (name.startswith("comms.") and name.count(".") == 2
                     and name.endswith((".calls_per_step", ".per_step"))):
                 continue
             kind = name.split(".")[1]
             calls[kind] = max(calls.get(kind, 0), int(value))
-            if f"comms.{kind}.bytes_per_step" in m:  # type: ignore[operator]
-                sized[kind] = max(sized.get(kind, 0), int(m[f"comms.{kind}.bytes_per_step"]))  # type: ignore[index]
-            else:
-                unsized.add(kind)
+            size, before = m.get(f"comms.{kind}.bytes_per_step"), sized.get(kind, 0)
+            sized[kind] = None if size is None or before is None else max(before, int(size))
     out: dict[str, int] = {}
     for kind in sorted(calls):
         out[f"comms.{kind}.calls_per_step"] = calls[kind]
-        if kind not in unsized:
-            out[f"comms.{kind}.bytes_per_step"] = sized[kind]
+        if sized[kind] is not None:
+            out[f"comms.{kind}.bytes_per_step"] = sized[kind]  # type: ignore[assignment]
     return out
 
 
 def rank_probe_metrics(rank: Any) -> dict[str, float] | None:
-    """A rank's flat probe metrics (ProbeResult.metrics()); None when it ran no probe."""
     probes = getattr(rank, "probes", None)
     return probes.metrics() if probes is not None and hasattr(probes, "metrics") else None
 
 
 def run_comms(run: "RunResult") -> dict[str, int]:
-    """comms_counts of a run's ranks ({} when no rank was probed)."""
     return comms_counts([rank_probe_metrics(k) for k in run.ranks])
 
 
@@ -365,12 +361,8 @@ class JobFigures:
         return f"host-bound: GPU busy {self.gpu_busy_share:.0%} of the step; wall-time noise{spread} is the host's"
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["run_step_times"] = list(self.run_step_times)
-        d["run_ids"] = list(self.run_ids)
-        d["host_bound"] = self.host_bound
-        d["host_bound_text"] = self.host_bound_text()  # the one wording every report shows
-        return d
+        return {**asdict(self), "run_step_times": list(self.run_step_times), "run_ids": list(self.run_ids),
+                "host_bound": self.host_bound, "host_bound_text": self.host_bound_text()}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
