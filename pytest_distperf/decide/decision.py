@@ -30,10 +30,6 @@ DEFAULT_MAX_PAIRS = 12
 UNPAIRED_SHARE = 0.7
 
 
-def _opt(x: Any) -> float | None:
-    return None if x is None else float(x)
-
-
 @dataclass(frozen=True)
 class Estimate:
     """A ratio with its interval; lo/hi None: unbounded. method: paired (n_pairs interleaved pairs), unpaired
@@ -95,12 +91,10 @@ class Estimate:
     def from_json(cls, d: dict[str, Any]) -> "Estimate":
         if d.get("method") not in METHODS:
             raise ValueError(f"estimate: method must be one of {METHODS}, got {d.get('method')!r}")
-        return cls(ratio=float(d["ratio"]), lo=_opt(d.get("lo")), hi=_opt(d.get("hi")), level=float(d["level"]),
-                   method=d["method"], n_pairs=int(d["n_pairs"]), n_reference=int(d.get("n_reference", 0)),
-                   pair_cv=_opt(d.get("pair_cv")), run_cv=_opt(d.get("run_cv")),
-                   run_cv_reference=_opt(d.get("run_cv_reference")), df=_opt(d.get("df")),
-                   max_pairs=int(d.get("max_pairs", 0)), n_available=int(d.get("n_available", 0)),
-                   next_look=None if d.get("next_look") is None else int(d["next_look"]))
+        optional = {k: None if d.get(k) is None else float(d[k]) for k in ("lo", "hi", "pair_cv", "run_cv", "run_cv_reference", "df")}
+        counts = {k: int(d.get(k, 0)) for k in ("n_reference", "max_pairs", "n_available")}
+        return cls(ratio=float(d["ratio"]), level=float(d["level"]), method=d["method"], n_pairs=int(d["n_pairs"]),
+                   next_look=None if d.get("next_look") is None else int(d["next_look"]), **optional, **counts)
 
 
 @dataclass(frozen=True)

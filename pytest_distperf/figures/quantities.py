@@ -73,7 +73,7 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 
 
 def geometric_mean(values: Sequence[float]) -> float:
-    """exp(mean(log v)); values below one (a zero RSS growth) count as one, so a ratio stays finite."""
+    """exp(mean(log v)); a value of 0 (a zero RSS growth) counts as a tiny positive one, so a ratio stays finite."""
     if not values:
         raise ValueError("geometric mean of no values")
     return math.exp(math.fsum(math.log(max(v, 1e-300)) for v in values) / len(values))
