@@ -187,7 +187,6 @@ def _interval(mean: float, se: float, df: float, nominal: float | None) -> tuple
 
 def _common(design: Design, method: str, mean: float, n: int, m: int, a: Sequence[float], b: Sequence[float],
             seen: int, look: int) -> dict[str, Any]:
-    """The fields of an estimate besides its interval."""
     return dict(ratio=math.exp(mean), level=design.confidence, method=method, n_pairs=n, n_reference=m,
                 run_cv=relative_spread(a), run_cv_reference=relative_spread(b), max_pairs=design.max_pairs,
                 n_available=seen, next_look=design.next_look(seen) if look else design.looks[0])

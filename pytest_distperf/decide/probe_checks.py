@@ -60,7 +60,7 @@ class ProbeSide:
                              f"distperf.job(..., probes=('comms', 'overlap', 'placement'))")
 
     def need(self, probe: str) -> list[Any]:
-        """This probe's result of every rank; skip the test where it had nothing to measure."""
+        """This probe's result of every rank; skips the test where it had nothing to measure."""
         values = [getattr(r, probe) for r in self.results]
         if all(v is None for v in values):
             why = next((r.not_measured[probe] for r in self.results if probe in r.not_measured), None)
@@ -105,7 +105,6 @@ class ProbeAssertions:
 
     @staticmethod
     def collectives_per_step(side: ProbeSide, kind: str) -> float:
-        """The worst rank's median calls per step of one collective kind."""
         return max(c.kind(kind).per_step for c in side.need("comms"))
 
     @staticmethod

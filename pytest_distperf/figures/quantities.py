@@ -224,7 +224,6 @@ def work_not_measured(runs: Sequence["RunResult"]) -> dict[str, str]:
 
 
 def memory_kind(device: str) -> str:
-    """What `peak_memory` is on this device."""
     return "CUDA peak allocated" if device == "cuda" else "host RSS growth during training"
 
 

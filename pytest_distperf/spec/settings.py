@@ -254,7 +254,6 @@ class Settings:
 
 
 def declared() -> list[Setting]:
-    """Every setting, Settings' then ClusterSettings'."""
     return [Setting(f.name, str(f.type), f.default, **f.metadata)
             for cls in (Settings, ClusterSettings) for f in fields(cls) if "help" in f.metadata]
 
@@ -326,7 +325,6 @@ _ONLY = {"torchrun": ("rdzv_endpoint", "agents"),
 
 
 def _check_cluster(cluster: ClusterSettings, where: dict[str, str]) -> None:
-    """Each launcher option against the launcher that uses it (docs/cluster.md)."""
     launcher = cluster.launcher
     for owner, names in _ONLY.items():
         for name in names:
