@@ -101,22 +101,18 @@ class JobSpec:
     def config_dict(self, ignore_shape_fields: tuple[str, ...] = ()) -> dict[str, Any]:
         """The parts of the job that decide what is measured. ignore_shape_fields: shape overrides left out (the
         baseline key ignores the knobs that inject a slowdown: it reads as a regression of the same job)."""
-        d = asdict(self)
-        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once"):
-            d.pop(k)
-        if self.script is None:
-            d.pop("script")
-        else:
+        if self.script is not None:
             # Not its hash (a changed script is gated against its baseline) nor its cwd (which differs by checkout).
             s = self.script
             return {"world_size": self.world_size, "device": self.device, "warmup_steps": self.warmup_steps,
                     "steps": self.steps, "script": {"name": s.name, "args": list(s.args), "launcher": s.launcher,
                                                     "env": dict(s.env)},
                     **({"probes": list(self.probes), "probe_steps": self.probe_steps} if self.probes else {})}
-        # Fields at their defaults are left out: a job that does not use them keeps its hash (and its baseline).
-        if not self.probes:
-            d.pop("probes")
-            d.pop("probe_steps")
+        d = asdict(self)
+        # Bookkeeping goes, and fields at their defaults: a job that does not use them keeps its hash (and baseline).
+        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once", "script",
+                  *(() if self.probes else ("probes", "probe_steps"))):
+            d.pop(k)
         for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
                            ("launch", "controlled"), ("launch_profile", "controlled")):
             if d[k] == default:
