@@ -294,11 +294,6 @@ def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) 
                   f"has {gpus}")
 
 
-def first_look(repeats: int, max_repeats: int) -> int:
-    """Pairs (or runs) a verdict starts with: the budget bounds every verdict's pairs, its first look included."""
-    return min(repeats, max_repeats)
-
-
 def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> Settings:
     """cli/ini map setting names to a value or None (unset). Each value is checked, naming where it came from."""
     values: dict[str, Any] = {}
@@ -315,7 +310,7 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
         values[s.name] = s.parse(value, where[s.name])
     cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
     _check_cluster(cluster, where)
-    values["repeats"] = first_look(values["repeats"], values["max_repeats"])
+    values["repeats"] = min(values["repeats"], values["max_repeats"])  # the budget bounds the first look too
     return Settings(enabled=enabled, cluster=cluster, world_size_override=where["world_size"].startswith("--"),
                     **values)
 
@@ -367,7 +362,7 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     ws = settings.world_size if settings.world_size_override else ws
     timeout, test_budget = marked("timeout", settings.timeout), marked("test_budget", settings.test_budget)
     max_repeats = marked("max_repeats", settings.max_repeats)
-    repeats = first_look(marked("repeats", settings.repeats), max_repeats)
+    repeats = min(marked("repeats", settings.repeats), max_repeats)
     nodes = marked("nodes", settings.cluster.nodes)
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
