@@ -93,7 +93,8 @@ class BaseCheckout:
 
     def base_job(self, job: JobSpec) -> JobSpec:
         """The same job on REF's code: the configuration (and so its hash) unchanged, the import paths moved."""
-        first = [self.harness_dir, self.worktree] + [p for p in (os.path.join(self.worktree, "src"),) if os.path.isdir(p)]
+        src = os.path.join(self.worktree, "src")
+        first = [self.harness_dir, self.worktree] + ([src] if os.path.isdir(src) else [])
         path = list(dict.fromkeys(first + [self.moved(p) for p in job.sys_path if p]))
         return dataclasses.replace(job, sys_path=path, workload=self._ref(job.workload), step=self._ref(job.step),
                                    function=self._ref(job.function), script=self._script(job.script))

@@ -91,7 +91,8 @@ class Estimate:
     def from_json(cls, d: dict[str, Any]) -> "Estimate":
         if d.get("method") not in METHODS:
             raise ValueError(f"estimate: method must be one of {METHODS}, got {d.get('method')!r}")
-        optional = {k: None if d.get(k) is None else float(d[k]) for k in ("lo", "hi", "pair_cv", "run_cv", "run_cv_reference", "df")}
+        optional = {k: None if d.get(k) is None else float(d[k])
+                    for k in ("lo", "hi", "pair_cv", "run_cv", "run_cv_reference", "df")}
         counts = {k: int(d.get(k, 0)) for k in ("n_reference", "max_pairs", "n_available")}
         return cls(ratio=float(d["ratio"]), level=float(d["level"]), method=d["method"], n_pairs=int(d["n_pairs"]),
                    next_look=None if d.get("next_look") is None else int(d["next_look"]), **optional, **counts)

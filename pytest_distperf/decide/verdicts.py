@@ -140,7 +140,8 @@ def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") 
         return t, f"+{t:.1%} ({name}: {what})"
     floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
     t = max(policy.memory_threshold, floor)
-    return t, f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = +{fmt_bytes(t * baseline.center)}"
+    return t, (f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = "
+               f"+{fmt_bytes(t * baseline.center)}")
 
 
 @dataclass
@@ -171,7 +172,8 @@ class DetectableChange:
         head = f"{self.job}: {self.metric} recorded over {self.runs} run(s), {spread}"
         if self.factor is None:
             return f"{head}: too few runs for an interval, so no verdict can be decided against it"
-        fails = (f"a change fails above {self.fails_above_text()}" if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
+        fails = (f"a change fails above {self.fails_above_text()}"
+                 if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
                  else f"only a change of more than {fmt_pct(FAILS_ABOVE_CAP)} could fail (in effect, none)")
         return (f"{head}: against {self.candidate_runs} run(s) as spread, {fails}" + ("" if self.can_pass else
                 f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
@@ -240,7 +242,8 @@ def _decide_interval(v: MetricVerdict, b: MetricSeries, c: MetricSeries, t: floa
     v.low = None if est.lo is None else est.lo - 1
     v.high = None if est.hi is None else est.hi - 1
     worse = _worse(est, c.direction)
-    runs = (f"{len(c.runs)} interleaved pairs" if paired else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
+    runs = (f"{len(c.runs)} interleaved pairs" if paired
+            else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
     verdict = decision.decide(worse, 1.0 + t)
     if verdict.outcome == FAIL:
         v.status, v.note = "fail", f"worse by more than the limit over the whole interval ({runs})"
@@ -337,4 +340,5 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
 
 
 def property_text(v: MetricVerdict) -> str:
-    return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"
+    return (f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} "
+            f"current={fmt_value(v.current, v.unit)}")
