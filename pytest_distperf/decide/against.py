@@ -1,14 +1,11 @@
-"""Head against base in one session (--distperf-against=REF): every job runs as interleaved pairs, the job on
-HEAD's code and on REF's, and each gated metric is decided on the pairs by the decision core.
+"""Head against base in one session (--distperf-against=REF): every job runs as interleaved pairs, on HEAD's code and
+on REF's, and each gated metric is decided on the pairs with the gate's limits. Pairs run back to back cancel the
+machine drift that unpaired runs against stored baselines read as a change.
 
-Pairs run back to back cancel the machine drift that unpaired runs against stored baselines read as a change.
-The per-metric limits are the gate's (verdicts.limit_of).
-
-The base side is a `git worktree` of REF (the merge base of REF and HEAD unless --distperf-against-exact) in a
-temporary folder. Its ranks import the project from there (sys.path entries inside the repository moved to the
-worktree), while the harness stays HEAD's. What cannot be compared says so and never reads as a regression of
-HEAD: a REF that does not exist (a usage error), compiled extensions built in place, a test file that does not
-exist at REF ("new"), a job that fails on the base side ("not comparable", with the error).
+The base side is a `git worktree` of REF (the merge base of REF and HEAD unless --distperf-against-exact); its ranks
+import the project from there while the harness stays HEAD's. What cannot be compared says so and never reads as a
+regression of HEAD: a missing REF (a usage error), extensions built in place, a test file new at HEAD ("new"), a
+job failing on the base side ("not comparable").
 """
 
 from __future__ import annotations
@@ -25,16 +22,15 @@ from typing import Any, Callable
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
-from pytest_distperf.decide.regression import (GateContext, GateOutcome, note_deciding_figure, once_per_job,
-                                              until_job_decided)
-from pytest_distperf.decide.verdicts import (MetricVerdict, property_text, decide_metric, describe_verdict,
-                                             is_failing, job_metrics, secondary_text)
+from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
+from pytest_distperf.decide.verdicts import (MetricVerdict, decide_metric, failure_lines, is_failing, job_metrics,
+                                             property_text, secondary_text)
 from pytest_distperf.store.baselines import explain_tables, job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.launch.outcomes import PYTEST_OUTCOMES
 from pytest_distperf.figures.explain import explain, explain_by
-from pytest_distperf.figures.quantities import JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import JobRuns
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.spec.job import FunctionRef, JobSpec, ScriptRef, file_sha256
 
@@ -52,7 +48,7 @@ def _git(root: str, *args: str) -> str:
 
 @dataclass(frozen=True)
 class BaseCheckout:
-    """REF's code beside HEAD's for one session: plain data the reports name."""
+    """REF's code beside HEAD's for one session."""
 
     ref: str
     exact: bool  # REF itself (--distperf-against-exact), else the merge base of REF and HEAD
@@ -61,7 +57,7 @@ class BaseCheckout:
     repo_root: str  # HEAD's repository (its top level)
     worktree: str  # REF's checkout
     harness_dir: str  # holds only a link to HEAD's pytest_distperf: first on the base side's sys.path
-    dirty: str = ""  # `git diff --stat HEAD` of HEAD's working tree: what HEAD's side runs beyond its commit
+    dirty: str = ""  # `git diff --stat HEAD`: what HEAD's side runs beyond its commit
     problem: str = ""  # why no job can be compared ("" none)
 
     def label(self) -> str:
@@ -75,7 +71,6 @@ class BaseCheckout:
                 "base_commit": self.base_commit, "worktree": self.worktree, "dirty": self.dirty,
                 "problem": self.problem, "label": self.label()}
 
-    # -- the base side of a job ------------------------------------------------------------------------------
     def moved(self, path: str) -> str:
         """A path inside HEAD's repository as the same path in the base worktree; any other path as it is."""
         real = os.path.realpath(path) if path else path
@@ -89,7 +84,6 @@ class BaseCheckout:
         return dataclasses.replace(ref, file=self.moved(ref.file))
 
     def _script(self, script: ScriptRef | None) -> ScriptRef | None:
-        """A script job's script at base: the base's file (and its hash), run in the base's folder."""
         if script is None:
             return None
         path = self.moved(script.path)
@@ -99,20 +93,17 @@ class BaseCheckout:
 
     def base_job(self, job: JobSpec) -> JobSpec:
         """The same job on REF's code: the configuration (and so its hash) unchanged, the import paths moved."""
-        first = [self.harness_dir, self.worktree] + [p for p in (os.path.join(self.worktree, "src"),) if os.path.isdir(p)]
+        src = os.path.join(self.worktree, "src")
+        first = [self.harness_dir, self.worktree] + ([src] if os.path.isdir(src) else [])
         path = list(dict.fromkeys(first + [self.moved(p) for p in job.sys_path if p]))
         return dataclasses.replace(job, sys_path=path, workload=self._ref(job.workload), step=self._ref(job.step),
                                    function=self._ref(job.function), script=self._script(job.script))
 
     def missing_at_base(self, test_file: str | None) -> bool:
-        """The test's file does not exist at REF (a test the change adds)."""
-        if not test_file:
-            return False
-        moved = self.moved(test_file)
-        return moved != test_file and not os.path.exists(moved)
+        moved = self.moved(test_file or "")
+        return bool(test_file) and moved != test_file and not os.path.exists(moved)
 
     def remove(self) -> None:
-        """The worktree and the harness folder go when the session ends; the repository forgets the worktree."""
         try:
             _git(self.repo_root, "worktree", "remove", "--force", self.worktree)
         except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
@@ -123,8 +114,7 @@ class BaseCheckout:
 
 
 def _compiled_problem(repo_root: str, base_commit: str) -> str:
-    """Extensions built in place in HEAD's tree from compiled sources the base tracks: REF's checkout has none
-    built, and its ranks would import HEAD's build or fail."""
+    """Extensions built in place in HEAD's tree from sources the base tracks: REF's checkout has none built."""
     tracked = _git(repo_root, "ls-tree", "-r", "--name-only", base_commit).splitlines()
     sources = [f for f in tracked if f.endswith(COMPILED_SOURCES)]
     if not sources:
@@ -150,23 +140,19 @@ def prepare(start: str, ref: str, exact: bool = False, parent: str | None = None
     except (subprocess.CalledProcessError, OSError) as e:
         raise SettingsError(f"{flag}={ref}: {start} is not inside a git repository "
                             f"({getattr(e, 'stderr', '') or e})".strip()) from None
-    try:
-        head = _git(root, "rev-parse", "--verify", "HEAD^{commit}")
-    except subprocess.CalledProcessError:
-        raise SettingsError(f"{flag}={ref}: the repository {root} has no commit yet") from None
-    try:
-        target = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except subprocess.CalledProcessError:
-        raise SettingsError(f"{flag}={ref}: no commit {ref!r} in {root} (a branch, tag or commit; fetch it first "
-                            f"in a shallow clone)") from None
-    if exact:
-        base = target
-    else:
+
+    def git(problem: str, *args: str) -> str:
         try:
-            base = _git(root, "merge-base", target, head)
+            return _git(root, *args)
         except subprocess.CalledProcessError:
-            raise SettingsError(f"{flag}={ref}: {ref} and HEAD have no merge base (unrelated histories); "
-                                f"--distperf-against-exact compares against {ref} itself") from None
+            raise SettingsError(f"{flag}={ref}: {problem}") from None
+
+    head = git(f"the repository {root} has no commit yet", "rev-parse", "--verify", "HEAD^{commit}")
+    base = git(f"no commit {ref!r} in {root} (a branch, tag or commit; fetch it first in a shallow clone)",
+               "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if not exact:
+        base = git(f"{ref} and HEAD have no merge base (unrelated histories); --distperf-against-exact compares "
+                   f"against {ref} itself", "merge-base", base, head)
     dirty = _git(root, "diff", "--stat", "HEAD")
     folder = tempfile.mkdtemp(prefix="distperf-against-", dir=parent)
     worktree = os.path.join(folder, f"base-{base[:12]}")
@@ -183,34 +169,30 @@ def prepare(start: str, ref: str, exact: bool = False, parent: str | None = None
                         worktree=worktree, harness_dir=harness, dirty=dirty, problem=_compiled_problem(root, base))
 
 
-# -- the verdicts --------------------------------------------------------------------------------------------
 def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], policy: Policy,
                  design: decision.Design) -> list[MetricVerdict]:
-    """Each gated metric of head against base on the pairs, as the baseline gate decides it (decide_metric),
-    on the paired interval: the gate's limits, counts exactly."""
+    """Each gated metric of head against base on the pairs, as the baseline gate decides it."""
     head = metrics_from_runs([h for h, _ in pairs])
     base = metrics_from_runs([b for _, b in pairs])
     device = pairs[0][0].spec.device if pairs else None
     out = []
-    for name in job_metrics(head, policy, device):  # memory on the device's memory figure, as the gate decides it
+    for name in job_metrics(head, policy, device):
         if name not in base:
             continue
         v = decide_metric(test, job, name, base[name], head[name], policy, design, paired=True)
-        other = secondary_memory_metric(device) if device else None
-        v.secondary = secondary_text(name, device, base.get(other) if other else None, head, ("base", "head"))
+        v.secondary = secondary_text(name, device, base, head, ("base", "head"))
         out.append(v)
     return out
 
 
 class AgainstGate:
     """The Gate of one test head vs base: each run of a job is paired with its twin on the base's code (head then
-    base, then base then head), a time or memory verdict still undecided gets more pairs, and every job is decided
-    on its pairs when the test ends."""
+    base, then base then head)."""
 
     def __init__(self, checkout: BaseCheckout, nodeid: str, policy: Policy, machine: MachineClass,
                  environment: dict[str, Any], test_file: str | None = None):
         self.checkout, self.nodeid, self.policy = checkout, nodeid, policy
-        self.machine, self.environment = machine, environment  # where the head and base jobs ran
+        self.machine, self.environment = machine, environment
         self.new_reason = (f"the test file does not exist at base {checkout.base_commit[:12]}"
                            if checkout.missing_at_base(test_file) else "")
         self.jobs: dict[str, JobRuns] = {}  # head's runs and their base twins
@@ -222,7 +204,6 @@ class AgainstGate:
         return self.jobs.setdefault(key, JobRuns(job_identity(job)[0], [[]]))  # one list: head's runs of the pairs
 
     def _paired(self, paired: JobRuns) -> bool:
-        """Whether the job's runs get a base side (not when there is nothing to compare, or it failed before)."""
         return not (self.new_reason or self.checkout.problem or paired.base_error)
 
     def run(self, job: JobSpec, run_once: Callable[[JobSpec, str], RunResult]) -> RunResult:
@@ -272,8 +253,8 @@ class AgainstGate:
         return self._decide(paired)
 
     def _explain(self, job: JobRuns, verdicts: list[MetricVerdict]) -> None:
-        """What changed by operator/kernel (figures/explain.py) on a failed verdict (every one with distperf_explain):
-        head's runs against their base twins' tables (medians a side, not paired)."""
+        """What changed by operator/kernel on a failed verdict (every one with explain): head's runs against their
+        base twins' tables."""
         shown = [v for v in verdicts if v.status == "fail" or (self.policy.explain and v.baseline is not None)]
         if shown and job.base_runs:
             by = explain_by([v.metric_kind for v in verdicts if v.status == "fail"])
@@ -292,12 +273,8 @@ class AgainstGate:
                               for v in verdicts]
         props = [(f"distperf.against.{v.metric}[{v.job}]", property_text(v)) for v in verdicts]
         failing = [v for v in verdicts if is_failing(v, self.policy)]
-        message = None
-        if failing:
-            lines = [f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):"]
-            for v in once_per_job(failing):
-                lines += ["  " + line for line in describe_verdict(v, self.policy, sides=("base", "head"))]
-            message = "\n".join(lines)
+        message = "\n".join([f"distperf head vs base failed for {self.nodeid} ({self.checkout.label()}):",
+                             *failure_lines(failing, self.policy, ("base", "head"))]) if failing else None
         context = GateContext(machine_class=self.machine.name, machine=self.machine.to_dict(),
                               environment=self.environment, against=self.checkout.to_json())
         return GateOutcome(bool(failing), message, props, context, records)

@@ -1,13 +1,9 @@
-"""Ratio checks between two strategies: "A within k x of B" for step time and memory.
+"""Ratio checks between two strategies: "A within k x of B" for step time, memory, GPU time, FLOPs and losses.
 
-A Comparison holds the runs of both sides (interleaved A B, then B A, ...) and turns them into Checks:
-plain records with the numbers, the interval, the limit and the outcome, which the assertion message, the
-terminal table, the reports and JUnit properties all read. Every outcome comes from the decision core
-(decide/decision.py): PASS when the interval of A/B lies within the limit, FAIL when beyond it,
-INCONCLUSIVE otherwise -- and while INCONCLUSIVE the comparison asks for interleaved pairs up to the design's
-next planned look (`Adaptive.extend`, one pair a call, which grows the runs every test sharing this comparison
-sees) until decided or out of budget. An INCONCLUSIVE that stays goes to `Adaptive.on_inconclusive` (a
-DistPerfInconclusive warning, or a failure with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
+A Comparison holds both sides' interleaved runs (A B, then B A, ...) and decides each check with the decision core
+into a Check record, which messages, tables, reports and JUnit read. While a check is INCONCLUSIVE the comparison
+adds interleaved pairs up to the design's next planned look (`Adaptive.extend`), until decided or out of budget;
+an INCONCLUSIVE that stays warns (or fails with --distperf-strict); only a FAIL raises DistPerfCheckFailed.
 """
 
 from __future__ import annotations
@@ -44,17 +40,16 @@ class Check:
     threshold: float
     outcome: str  # pass | fail | inconclusive (decision.OUTCOMES)
     unit: str  # "s", "bytes", "rel", "count", "frac"
-    level: float | None = None  # of the interval (decision.Design.confidence)
+    level: float | None = None
     method: str = "exact"  # decision.METHODS
-    pairs: int = 1  # interleaved pairs the interval is over
+    pairs: int = 1
     pair_cv: float | None = None  # sd of the pairs' log ratios
     run_cv_a: float | None = None  # run-to-run: sd of each side's log run values
     run_cv_b: float | None = None
     stopped: str = ""  # why no more pairs were run
     reason: str = ""
-    next_look: int | None = None  # the design's next planned look (0: the last was reached; None: not said)
-    # A figure shown beside the one that decided, never decided on (a CPU memory check: host RSS growth), in words
-    secondary: str = ""
+    next_look: int | None = None  # 0: the last was reached; None: not said
+    secondary: str = ""  # a figure shown beside the one that decided, never decided on, in words
 
     @property
     def passed(self) -> bool:
@@ -71,7 +66,6 @@ class Check:
                    reason=v.reason, next_look=e.next_look, **extra)
 
     def interval_text(self) -> str:
-        """'[0.970, 1.160]', or words where the design cannot bound it (figures/wording.bound_text)."""
         if self.method == "exact":
             return "exact"
         if self.method not in ("paired", "unpaired"):
@@ -82,7 +76,6 @@ class Check:
                           self.next_look, decided=self.outcome in (PASS, FAIL))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as reports serialise it (report/document.py), with the words every report shows."""
         return {"kind": "check", **asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
 
     @classmethod
@@ -95,7 +88,7 @@ class Check:
 class Adaptive:
     """How a comparison may grow while a check is INCONCLUSIVE, and what an INCONCLUSIVE that stays does."""
 
-    extend: Callable[[], None] | None = None  # run one more interleaved pair onto both sides' (shared) runs
+    extend: Callable[[], None] | None = None  # runs one more interleaved pair onto both sides' (shared) runs
     budget: Budget = field(default_factory=Budget)
     clock: Clock = field(default_factory=Clock)
     progress: Callable[[str], None] | None = None
@@ -118,7 +111,7 @@ def _step_line(side: JobRuns) -> str:
 
 
 def _work(side: JobRuns, metric: str) -> list[float]:
-    """One value per run of a work figure (figures/quantities.run_work); skips the test where a run has none."""
+    """One value per run of a work figure; skips the test where a run has none."""
     values = [run_work(r).get(metric) for r in side.runs]
     if any(v is None for v in values):
         field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
@@ -139,13 +132,11 @@ def _gpu_line(side: JobRuns) -> str:
 
 
 def _memories(side: JobRuns, metric: str) -> list[float]:
-    """One value per run of a memory figure: `peak_memory` (run_peak_memory) or `train_memory` (the work
-    phase's; skips the test where a run has none)."""
+    """One value per run of a memory figure (`train_memory` skips the test where a run has none)."""
     return [run_peak_memory(r) for r in side.runs] if metric == "peak_memory" else _work(side, metric)
 
 
 def _memory(side: JobRuns, metric: str) -> float:
-    """The job's memory figure: the geometric mean of its runs (figures/quantities.py)."""
     return side.figures.peak_memory if metric == "peak_memory" else geometric_mean(_work(side, metric))
 
 
@@ -173,7 +164,7 @@ class Comparison:
 
     @property
     def design(self) -> Design:
-        return self.adaptive.budget.design()  # its planned looks are those the adaptive pairs step to
+        return self.adaptive.budget.design()
 
     def _add(self, check: Check) -> None:
         self.checks.append(check)
@@ -242,12 +233,9 @@ class Comparison:
                                  "step time")
 
     def assert_memory_within(self, k: float) -> Check:
-        """Fail unless A's memory is at most k x B's, on the device's memory figure (figures/quantities.memory_metric):
-        CUDA peak allocated on CUDA; on CPU the training state (`train_memory`: parameters, gradients, optimizer
-        state + a step's allocation peak), with host RSS growth beside it as a secondary figure, never decided on
-        (it counts imports and one-time engine allocations). The check is named after the figure that decided it
-        ("peak_memory" or "train_memory"). Skips where the figure was not measured (a CPU job without a work
-        phase)."""
+        """Fail unless A's memory is at most k x B's: CUDA peak allocated on CUDA; on CPU the training state
+        (`train_memory`), with host RSS growth shown beside it, never decided on (it counts imports and one-time
+        allocations). The check is named after the figure that decided it. Skips where it was not measured."""
         __tracebackhide__ = True
         metric = memory_metric(_device(self.a))
         _memories(self.a, metric), _memories(self.b, metric)  # skip before any pair is added
@@ -258,15 +246,13 @@ class Comparison:
                                  (lambda: self._secondary_memory(other)) if other else None)
 
     def _secondary_memory(self, metric: str) -> str:
-        """The secondary memory figure of both sides, in words: shown beside the one that decided, never decided."""
         a, b = _memory(self.a, metric), _memory(self.b, metric)
         ratio = f", {a / b:.3f}x" if b > 0 else ""
         return f"{secondary_words(metric, _device(self.a))}: A {fmt_bytes(a)}, B {fmt_bytes(b)}{ratio}"
 
     def assert_gpu_time_within(self, k: float) -> Check:
-        """Fail unless A's GPU kernel time per step (compute + memcpy/memset, figures/quantities.py) is at most k x
-        B's: the same interval over the interleaved pairs as step time, on a figure the host's noise does not
-        move. Skips where it was not measured (CPU jobs)."""
+        """Fail unless A's GPU kernel time per step (compute + memcpy/memset) is at most k x B's: a figure the host's
+        noise does not move. Skips where it was not measured (CPU jobs)."""
         __tracebackhide__ = True
         _work(self.a, "gpu_time"), _work(self.b, "gpu_time")  # skip before any pair is added
         return self._ratio_check("gpu_time", k, lambda s: _work(s, "gpu_time"), lambda s: s.figures.work["gpu_time"],
@@ -277,13 +263,9 @@ class Comparison:
         __tracebackhide__ = True
         fa, fb = max(_work(self.a, "flops_per_step")), max(_work(self.b, "flops_per_step"))
         ratio = fa / fb if fb else float("inf")
-        v = decision.decide(decision.exact(ratio), k)
-        check = Check.from_verdict("flops", self.a.label, self.b.label, fa, fb, "FLOP", v)
-        self._add(check)
-        if v.outcome == FAIL:
-            raise DistPerfCheckFailed(f"FLOPs per step of {self.a.label} are {ratio:.4f}x {self.b.label}'s "
-                                      f"({fa:.4g} vs {fb:.4g}), above the {k:.2f}x limit (exact counts)", check)
-        return check
+        return self._exact_check("flops", fa, fb, ratio, k, "FLOP", lambda: (
+            f"FLOPs per step of {self.a.label} are {ratio:.4f}x {self.b.label}'s ({fa:.4g} vs {fb:.4g}), above the "
+            f"{k:.2f}x limit (exact counts)"))
 
     def assert_losses_match(self, rtol: float) -> Check:
         """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at
@@ -294,12 +276,18 @@ class Comparison:
         worst = max(range(len(pairs)), key=lambda n: diffs[n])
         i, j = pairs[worst]
         la, lb = self.a.runs[i].losses, self.b.runs[j].losses
-        v = decision.decide(decision.exact(diffs[worst]), rtol)
-        check = Check.from_verdict("loss_match", self.a.label, self.b.label, la[-1], lb[-1], "rel", v)
+        return self._exact_check("loss_match", la[-1], lb[-1], diffs[worst], rtol, "rel", lambda: (
+            f"losses of {self.a.label} and {self.b.label} differ by {diffs[worst]:.2e} (relative), above "
+            f"{rtol:.1e} (worst of {len(pairs)} run pair(s): A run {i + 1}, B run {j + 1})\n"
+            f"  A: {[round(x, 5) for x in la]}\n  B: {[round(x, 5) for x in lb]}"))
+
+    def _exact_check(self, name: str, a_value: float, b_value: float, value: float, limit: float, unit: str,
+                     failure: Callable[[], str]) -> Check:
+        """An exact value against its limit: PASS or FAIL, never INCONCLUSIVE."""
+        __tracebackhide__ = True
+        v = decision.decide(decision.exact(value), limit)
+        check = Check.from_verdict(name, self.a.label, self.b.label, a_value, b_value, unit, v)
         self._add(check)
         if v.outcome == FAIL:
-            raise DistPerfCheckFailed(
-                f"losses of {self.a.label} and {self.b.label} differ by {diffs[worst]:.2e} (relative), above "
-                f"{rtol:.1e} (worst of {len(pairs)} run pair(s): A run {i + 1}, B run {j + 1})\n"
-                f"  A: {[round(x, 5) for x in la]}\n  B: {[round(x, 5) for x in lb]}", check)
+            raise DistPerfCheckFailed(failure(), check)
         return check

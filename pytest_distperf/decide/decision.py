@@ -1,19 +1,13 @@
 """The one decision core: an interval of a ratio, and PASS / FAIL / INCONCLUSIVE decided on it.
 
-Every verdict goes through here: ratio checks between two strategies, probe checks, and the baseline gate.
-The intervals are repeated confidence intervals of a group-sequential design on log ratios
-(decide/sequential.py: looks, spending, bound; decide/stopping.py: the stopping rule): a decision taken at
-whichever look stops the sequence is wrong with probability <= 1 % per direction.
-
+The intervals are repeated confidence intervals of a group-sequential design on log ratios (decide/sequential.py),
+so a decision taken at whichever look stops the sequence is wrong with probability <= 1 % per direction.
 - paired: interleaved runs A B, B A, ...: d_i = log(a_i / b_i); drift common to a pair cancels.
-- unpaired: candidate runs against fixed stored runs: the log ratio of the geometric means, Welch's standard
-  error, Hsu's conservative df min(n, m) - 1 (Mickey and Brown 1966). A few candidate runs against many quiet
-  stored runs are nearly a one-sample t test, whose tail runs above its level for skewed log values (Pearson
-  and Please 1975), so unpaired intervals spend UNPAIRED_SHARE of the error. A side with a single run has no
-  variance: the interval is unbounded unless the other side showed none at all (a deterministic metric),
-  where it is the point.
-
-Against a limit L ("at_most": ratio <= L is good): PASS when hi <= L, FAIL when lo > L, else INCONCLUSIVE.
+- unpaired: candidate runs against fixed stored runs: Welch's standard error with Hsu's conservative df
+  min(n, m) - 1 (Mickey and Brown 1966). A few candidate runs against many quiet stored runs are nearly a
+  one-sample t test, whose tail runs above its level for skewed log values (Pearson and Please 1975), so these
+  intervals spend UNPAIRED_SHARE of the error. A side with one run has no variance: the interval is unbounded
+  unless the other side showed none at all (a deterministic metric), where it is the point.
 """
 
 from __future__ import annotations
@@ -33,23 +27,13 @@ DIRECTIONS = ("at_most", "at_least", "above")  # the good side of the limit: <=,
 METHODS = ("paired", "unpaired", "exact")
 DEFAULT_CONFIDENCE = 0.98  # simultaneous, two-sided: a wrong FAIL (or a wrong PASS) at most 1 %
 DEFAULT_MAX_PAIRS = 12
-# Unpaired intervals spend this share of each side's error: a few skewed candidate runs against many quiet stored
-# runs are nearly a one-sample t test, whose tail runs above its nominal level (see the module docstring).
 UNPAIRED_SHARE = 0.7
-
-
-# -- records --------------------------------------------------------------------------------------------------
-def _opt(x: Any) -> float | None:
-    return None if x is None else float(x)
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A ratio with its interval. lo/hi None: unbounded (too few observations for a variance).
-
-    method: paired (n_pairs interleaved pairs), unpaired (n_pairs candidate runs against n_reference stored
-    runs) or exact (counts: the interval is the value). pair_cv: sd of the pairs' log ratios (paired);
-    run_cv / run_cv_reference: sd of the log run values of each side (about the relative run-to-run spread)."""
+    """A ratio with its interval; lo/hi None: unbounded. method: paired (n_pairs interleaved pairs), unpaired
+    (n_pairs candidate runs against n_reference stored runs) or exact (counts: the interval is the value)."""
 
     ratio: float
     lo: float | None
@@ -58,13 +42,13 @@ class Estimate:
     method: str
     n_pairs: int
     n_reference: int = 0
-    pair_cv: float | None = None
-    run_cv: float | None = None
+    pair_cv: float | None = None  # sd of the pairs' log ratios
+    run_cv: float | None = None  # sd of each side's log run values
     run_cv_reference: float | None = None
     df: float | None = None
-    max_pairs: int = 0  # the design's budget the interval was computed for (0: exact)
-    n_available: int = 0  # pairs (candidate runs) there were; more than n_pairs between planned looks (0: n_pairs)
-    next_look: int | None = None  # the design's next planned look; 0: none (the last look); None: not said
+    max_pairs: int = 0  # the design's budget (0: exact)
+    n_available: int = 0  # pairs there were; more than n_pairs between planned looks (0: n_pairs)
+    next_look: int | None = None  # 0: none (the last look); None: not said
 
     @property
     def unbounded(self) -> bool:
@@ -72,12 +56,9 @@ class Estimate:
 
     @property
     def seen(self) -> int:
-        """Pairs (or candidate runs) there were when this estimate was taken."""
         return max(self.n_available, self.n_pairs)
 
     def interval_text(self, digits: int = 3, decided: bool = False) -> str:
-        """'[0.970, 1.160]', or in words where the interval is not bounded to a useful width
-        (report/wording.bound_text: '3 pairs at 31.0% pair-to-pair: too few to bound; next look at 6')."""
         if self.method == "exact":
             return "exact"
         paired = self.method == "paired"
@@ -110,12 +91,11 @@ class Estimate:
     def from_json(cls, d: dict[str, Any]) -> "Estimate":
         if d.get("method") not in METHODS:
             raise ValueError(f"estimate: method must be one of {METHODS}, got {d.get('method')!r}")
-        return cls(ratio=float(d["ratio"]), lo=_opt(d.get("lo")), hi=_opt(d.get("hi")), level=float(d["level"]),
-                   method=d["method"], n_pairs=int(d["n_pairs"]), n_reference=int(d.get("n_reference", 0)),
-                   pair_cv=_opt(d.get("pair_cv")), run_cv=_opt(d.get("run_cv")),
-                   run_cv_reference=_opt(d.get("run_cv_reference")), df=_opt(d.get("df")),
-                   max_pairs=int(d.get("max_pairs", 0)), n_available=int(d.get("n_available", 0)),
-                   next_look=None if d.get("next_look") is None else int(d["next_look"]))
+        optional = {k: None if d.get(k) is None else float(d[k])
+                    for k in ("lo", "hi", "pair_cv", "run_cv", "run_cv_reference", "df")}
+        counts = {k: int(d.get(k, 0)) for k in ("n_reference", "max_pairs", "n_available")}
+        return cls(ratio=float(d["ratio"]), level=float(d["level"]), method=d["method"], n_pairs=int(d["n_pairs"]),
+                   next_look=None if d.get("next_look") is None else int(d["next_look"]), **optional, **counts)
 
 
 @dataclass(frozen=True)
@@ -130,8 +110,7 @@ class Verdict:
     stopped: str = ""  # why no more pairs were run ("decided", "max 12 pairs", "wall-clock budget 300 s")
 
     def to_json(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "limit": self.limit, "direction": self.direction,
-                "estimate": self.estimate.to_json(), "reason": self.reason, "stopped": self.stopped}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Verdict":
@@ -145,8 +124,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Design:
-    """confidence: of the repeated intervals (two-sided, simultaneous over the looks); max_pairs: the budget N,
-    the last planned look; first_look: the first planned look (the test's repeats)."""
+    """confidence: of the repeated intervals (two-sided, simultaneous over the looks); max_pairs: the last planned
+    look; first_look: the first (the test's repeats)."""
 
     confidence: float = DEFAULT_CONFIDENCE
     max_pairs: int = DEFAULT_MAX_PAIRS
@@ -162,7 +141,6 @@ class Design:
 
     @property
     def alpha(self) -> float:
-        """One side's error over all looks."""
         return (1.0 - self.confidence) / 2.0
 
     @property
@@ -183,7 +161,6 @@ class Design:
         return look_levels(method, self.looks, alpha, n_reference)[self.looks.index(look)]
 
 
-# -- estimates ------------------------------------------------------------------------------------------------
 def _logs(values: Sequence[float], what: str) -> list[float]:
     if any(not (v > 0) or math.isinf(v) for v in values):
         raise ValueError(f"{what}: ratios need positive, finite values, got {list(values)!r}")
@@ -197,13 +174,23 @@ def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
     return mean, (math.fsum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0)
 
 
-def _interval(mean: float, se: float, df: float, nominal: float) -> tuple[float | None, float | None]:
+def _interval(mean: float, se: float, df: float, nominal: float | None) -> tuple[float | None, float | None]:
+    """The interval at one side's `nominal` level; None: before the first look, unbounded unless se is 0."""
     if se == 0.0:
         return math.exp(mean), math.exp(mean)
+    if nominal is None:
+        return None, None
     half = t_upper_inv(nominal, df) * se
     lo, hi = mean - half, mean + half
     # exp() of a huge half-width overflows: an interval wider than a factor 1e300 is unbounded anyway
     return (math.exp(lo) if lo > -690 else None), (math.exp(hi) if hi < 690 else None)
+
+
+def _common(design: Design, method: str, mean: float, n: int, m: int, a: Sequence[float], b: Sequence[float],
+            seen: int, look: int) -> dict[str, Any]:
+    return dict(ratio=math.exp(mean), level=design.confidence, method=method, n_pairs=n, n_reference=m,
+                run_cv=relative_spread(a), run_cv_reference=relative_spread(b), max_pairs=design.max_pairs,
+                n_available=seen, next_look=design.next_look(seen) if look else design.looks[0])
 
 
 def paired(a: Sequence[float], b: Sequence[float], design: Design = Design()) -> Estimate:
@@ -217,17 +204,11 @@ def paired(a: Sequence[float], b: Sequence[float], design: Design = Design()) ->
     a, b = list(a[:n]), list(b[:n])
     d = [x - y for x, y in zip(_logs(a, "A"), _logs(b, "B"))]
     mean, var = _mean_var(d)
-    common = dict(ratio=math.exp(mean), level=design.confidence, method="paired", n_pairs=n, n_reference=n,
-                  run_cv=relative_spread(a), run_cv_reference=relative_spread(b), max_pairs=design.max_pairs,
-                  n_available=seen, next_look=design.next_look(seen) if look else design.looks[0])
+    common = _common(design, "paired", mean, n, n, a, b, seen, look)
     if n < 2:
         return Estimate(lo=None, hi=None, **common)
-    sd = math.sqrt(var)
-    if var == 0.0:  # every pair the same ratio (a deterministic metric): the interval is the point, at any look
-        return Estimate(lo=math.exp(mean), hi=math.exp(mean), pair_cv=sd, df=float(n - 1), **common)
-    if not look:
-        return Estimate(lo=None, hi=None, pair_cv=sd, df=float(n - 1), **common)
-    lo, hi = _interval(mean, sd / math.sqrt(n), n - 1, design.level("paired", look))
+    sd = math.sqrt(var)  # 0: every pair the same ratio (a deterministic metric): the point, at any look
+    lo, hi = _interval(mean, sd / math.sqrt(n), n - 1, design.level("paired", look) if look else None)
     return Estimate(lo=lo, hi=hi, pair_cv=sd, df=float(n - 1), **common)
 
 
@@ -244,30 +225,22 @@ def unpaired(candidate: Sequence[float], reference: Sequence[float], design: Des
     n, m = len(y), len(x)
     (my, vy), (mx, vx) = _mean_var(y), _mean_var(x)
     mean = my - mx
-    common = dict(ratio=math.exp(mean), level=design.confidence, method="unpaired", n_pairs=n, n_reference=m,
-                  run_cv=relative_spread(candidate), run_cv_reference=relative_spread(reference),
-                  max_pairs=design.max_pairs, n_available=seen,
-                  next_look=design.next_look(seen) if look else design.looks[0])
+    common = _common(design, "unpaired", mean, n, m, candidate, reference, seen, look)
     if n < 2 or m < 2:
         # A side with one run has no variance of its own. Only a metric that has shown none on the other
         # side (CUDA peak allocated: the same bytes every run) is decided; anything else stays unbounded.
         if max(n, m) >= 2 and (vy if n >= 2 else vx) == 0.0:
             return Estimate(lo=math.exp(mean), hi=math.exp(mean), **common)
         return Estimate(lo=None, hi=None, **common)
-    se2, df = vy / n + vx / m, float(min(n, m) - 1)
-    if se2 == 0.0:
-        return Estimate(lo=math.exp(mean), hi=math.exp(mean), df=df, **common)
-    if not look:
-        return Estimate(lo=None, hi=None, df=df, **common)
-    lo, hi = _interval(mean, math.sqrt(se2), df, design.level("unpaired", look, m))
+    df = float(min(n, m) - 1)
+    lo, hi = _interval(mean, math.sqrt(vy / n + vx / m), df, design.level("unpaired", look, m) if look else None)
     return Estimate(lo=lo, hi=hi, df=df, **common)
 
 
 def unpaired_resolution(reference: Sequence[float], n: int, design: Design = Design()) -> float | None:
     """How far the unpaired interval reaches each side of its ratio, as a factor, after `n` candidate runs as
-    spread as these stored runs (at the planned look n reaches): a candidate then fails a limit L only when its
-    ratio exceeds L x factor, and passes only when its ratio is below L / factor. None when the stored runs have
-    no spread to go by (fewer than 2 runs) or n reaches no look; 1.0 for runs without any spread (exact metrics)."""
+    spread as these stored runs: a candidate then fails a limit L only above L x factor, and passes only below
+    L / factor. None when the stored runs have fewer than 2 runs or n reaches no look; 1.0 without any spread."""
     m = len(reference)
     look = design.look_at(n)
     if m < 2 or look < 2:
@@ -285,7 +258,6 @@ def exact(ratio: float) -> Estimate:
     return Estimate(ratio=ratio, lo=ratio, hi=ratio, level=1.0, method="exact", n_pairs=1, n_reference=1)
 
 
-# -- the decision ---------------------------------------------------------------------------------------------
 def decide(estimate: Estimate, limit: float, direction: str = "at_most") -> Verdict:
     """PASS when the interval lies within the limit, FAIL when it lies beyond it, INCONCLUSIVE otherwise."""
     if direction not in DIRECTIONS:

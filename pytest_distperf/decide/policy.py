@@ -13,20 +13,18 @@ from pytest_distperf.figures.quantities import KNOWN_METRICS, memory_metric
 @dataclass(frozen=True)
 class Policy:
     time_threshold: float = 0.05  # the smallest slowdown worth failing for: the interval must clear 1 + this
-    # The same floor for the work figures' times (gpu_time, instructions_per_step): they do not move with the
-    # host, so a floor of the wall-time floor's size would leave a real +3 % unfailable by construction.
+    # The work figures' times do not move with the host: a floor of wall time's size would leave +3 % unfailable.
     work_threshold: float = 0.01
     memory_threshold: float = 0.02
     memory_floor: int = 64 << 20  # bytes
     fail_on_improvement: bool = False
     require_baseline: bool = False
-    strict: bool = False  # an INCONCLUSIVE verdict fails the test (--distperf-strict)
-    explain: bool = False  # every verdict says what changed by operator/kernel, not only a failed one
+    strict: bool = False
+    explain: bool = False
     metrics: tuple[str, ...] | None = None  # gated metrics; None: all
 
     def gates(self, metric: str, device: str | None = None) -> bool:
-        """Whether the gate decides this metric. Named in `metrics`, "peak_memory" stands for the memory verdict,
-        which on CPU the training state decides (figures/quantities.memory_metric): there it gates `train_memory`."""
+        """Whether the gate decides this metric; "peak_memory" in `metrics` stands for the device's memory figure."""
         if self.metrics is None or metric in self.metrics:
             return True
         return device is not None and metric == memory_metric(device) and "peak_memory" in self.metrics
@@ -41,15 +39,9 @@ def policy_for(base: Policy, marker_kwargs: dict[str, Any], where: str) -> Polic
             raise SettingsError(f"{where}: distperf({key}={value!r}): expected a number in [{low:g}, {high:g}]")
         return float(value)
 
-    changes: dict[str, Any] = {}
-    if "time_threshold" in marker_kwargs:
-        changes["time_threshold"] = number("time_threshold", 0.0, 10.0)
-    if "work_threshold" in marker_kwargs:
-        changes["work_threshold"] = number("work_threshold", 0.0, 10.0)
-    if "memory_threshold" in marker_kwargs:
-        changes["memory_threshold"] = number("memory_threshold", 0.0, 10.0)
-    if "memory_floor" in marker_kwargs:
-        changes["memory_floor"] = int(number("memory_floor", 0, float(1 << 50)))
+    changes: dict[str, Any] = {key: kind(number(key, 0.0, high)) for key, high, kind in (
+        ("time_threshold", 10.0, float), ("work_threshold", 10.0, float), ("memory_threshold", 10.0, float),
+        ("memory_floor", float(1 << 50), int)) if key in marker_kwargs}
     if "baseline_metrics" in marker_kwargs:
         names = marker_kwargs["baseline_metrics"]
         if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
@@ -75,10 +67,9 @@ class GateSettings:
 def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | None, save: bool,
                   require_baseline: bool, fail_on_improvement: bool, carried: dict[str, Any],
                   strict: bool = False, rootdir_fixed: bool = False, explain: bool = False) -> GateSettings:
-    """`carried`: the command-line options that pick the machine class or the jobs (repeated in the accept
-    command). `rootdir_fixed`: an ini file or --rootdir fixed `rootdir`, so test keys are relative to it
-    (wherever the baselines folder is); otherwise to the baselines folder's parent. SettingsError naming the
-    option when the baselines folder is unusable."""
+    """`carried`: the options that pick the machine class or the jobs (repeated in the accept command).
+    `rootdir_fixed`: an ini file or --rootdir fixed `rootdir`, so test keys are relative to it; otherwise to the
+    baselines folder's parent."""
     if baselines_cli not in (None, ""):
         raw, where, base = baselines_cli, "--distperf-baselines", os.getcwd()
     elif baselines_ini not in (None, ""):
@@ -88,12 +79,8 @@ def gate_settings(rootdir: str, baselines_cli: str | None, baselines_ini: str | 
     path = os.path.normpath(os.path.join(base, os.path.expanduser(str(raw))))
     if os.path.exists(path) and not os.path.isdir(path):
         raise SettingsError(f"{where}: {path} exists and is not a folder")
-    args: list[str] = []
-    if baselines_cli not in (None, ""):
-        args += ["--distperf-baselines", str(baselines_cli)]
-    for flag, value in carried.items():
-        if value not in (None, ""):
-            args += [flag, str(value)]
+    given = {"--distperf-baselines": baselines_cli, **carried}
+    args = [arg for flag, value in given.items() if value not in (None, "") for arg in (flag, str(value))]
     return GateSettings(baselines_dir=path, save=save,
                         policy=Policy(fail_on_improvement=fail_on_improvement, require_baseline=require_baseline,
                                       strict=strict, explain=explain),

@@ -4,12 +4,9 @@
     checks.assert_collectives_within("all_gather", 1.5)      # A's all-gathers per step <= 1.5 x B's
     distperf.probe_checks(run).assert_no_pageable_copies()   # one run against an absolute limit
 
-Every number is the worst rank's (most collectives, least overlap, most kernels ...), over
-every run given. A check whose probe has nothing to measure on this device (copies, kernels,
-overlap on CPU) skips the test with the reason. A failing check's message ends with the
-paths of the probe phase's Chrome traces, to open in Perfetto. Counts and sizes per step are exact
-(the probes' per-step medians), so each is decided by the decision core as an exact estimate:
-PASS or FAIL, never INCONCLUSIVE.
+Every number is the worst rank's over every run given. Counts and sizes per step are exact (the probes' per-step
+medians): PASS or FAIL, never INCONCLUSIVE. A check whose probe has nothing to measure on this device skips the
+test; a failing one's message ends with the probe phase's Chrome traces.
 """
 
 from __future__ import annotations
@@ -38,7 +35,6 @@ class ProbeCheck(Check):
 
 def decided(name: str, a: str, b: str, a_value: float, b_value: float, value: float, limit: float, unit: str,
             direction: str = "at_most") -> ProbeCheck:
-    """An exact value (a count, a ratio of counts, a fraction) against its limit, through the decision core."""
     v = decision.decide(decision.exact(value), limit, direction)
     return ProbeCheck.from_verdict(name, a, b, a_value, b_value, unit, v, direction=direction)
 
@@ -64,7 +60,7 @@ class ProbeSide:
                              f"distperf.job(..., probes=('comms', 'overlap', 'placement'))")
 
     def need(self, probe: str) -> list[Any]:
-        """This probe's result of every rank; skip the test where it had nothing to measure."""
+        """This probe's result of every rank; skips the test where it had nothing to measure."""
         values = [getattr(r, probe) for r in self.results]
         if all(v is None for v in values):
             why = next((r.not_measured[probe] for r in self.results if probe in r.not_measured), None)
@@ -85,7 +81,6 @@ class ProbeAssertions:
         self.checks: list[ProbeCheck] = []
         self._on_check = on_check
 
-    # -- plumbing ----------------------------------------------------------------------------------------------
     def _finish(self, check: ProbeCheck, lines: list[str]) -> ProbeCheck:
         __tracebackhide__ = True
         self.checks.append(check)
@@ -108,10 +103,8 @@ class ProbeAssertions:
             raise ValueError("this check compares two jobs: distperf.probe_checks(run_a, run_b)")
         return self.b
 
-    # -- comms -------------------------------------------------------------------------------------------------
     @staticmethod
     def collectives_per_step(side: ProbeSide, kind: str) -> float:
-        """The worst rank's median calls per step of one collective kind."""
         return max(c.kind(kind).per_step for c in side.need("comms"))
 
     @staticmethod
@@ -140,7 +133,6 @@ class ProbeAssertions:
             f"{kind} calls per step of {self.a.label} are {ratio:.3f}x {b.label}'s, above the {k:.2f}x limit",
             f"  A {self._comm_line(self.a, kind)}", f"  B {self._comm_line(b, kind)}"])
 
-    # -- overlap -----------------------------------------------------------------------------------------------
     def assert_overlap_at_least(self, floor: float) -> ProbeCheck:
         """Fail unless at least `floor` of A's NCCL kernel time runs under compute kernels (CUDA)."""
         __tracebackhide__ = True
@@ -158,7 +150,6 @@ class ProbeAssertions:
             f"{[fmt_seconds(x) for x in o.exposed_seconds]}, compute {[fmt_seconds(x) for x in o.compute_seconds]}, "
             f"NCCL kernels {o.comm_kernels}"])
 
-    # -- placement ---------------------------------------------------------------------------------------------
     def _optimizers(self) -> list[Any]:
         placements = self.a.need("placement")
         if not any(p.optimizer for p in placements):

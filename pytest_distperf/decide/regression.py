@@ -1,13 +1,7 @@
-"""The per-test baseline gate: it applies the per-metric regression verdict (decide/verdicts.py) to each
-job of a test, against the stored baseline.
-
-While a time or memory verdict is INCONCLUSIVE the gate runs the job again (adaptive repeats, up to the
-test's budget); what stays INCONCLUSIVE warns (DistPerfInconclusive), or fails with --distperf-strict.
-
-The decision functions are pure; BaselineGate (one per test) holds the baseline file, extends a job's
-runs while undecided, decides on all the runs when the test ends and lands the outcome (or the saved
-file, for which it records each job up to the budget's runs: the stored runs bound what later verdicts
-can resolve).
+"""The per-test baseline gate: the per-metric regression verdict (decide/verdicts.py) applied to each job of a
+test against its stored baseline. While a time or memory verdict is INCONCLUSIVE the gate runs the job again, up to
+the test's budget; what stays INCONCLUSIVE warns, or fails with --distperf-strict. With --distperf-save it records
+each job up to the budget's runs instead: the stored runs bound what later verdicts can resolve.
 """
 
 from __future__ import annotations
@@ -15,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
@@ -27,10 +21,10 @@ from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
-                                             detectable_changes, is_failing, is_pending, job_metrics, property_text,
-                                             secondary_text)
+                                             detectable_changes, failure_lines, is_failing, is_pending, job_metrics,
+                                             property_text, secondary_text)
 from pytest_distperf.figures.explain import explain, explain_by
-from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns, secondary_memory_metric
+from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.policy import GateSettings, Policy
@@ -40,26 +34,18 @@ from pytest_distperf.figures.units import fmt_pct
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
                policy: Policy, missing_reason: str, design: Design = Design(),
                device: str | None = None) -> list[MetricVerdict]:
-    """The verdicts of one job's metrics against its stored entry. With the job's `device`, memory is decided on
-    the device's memory figure and the secondary one (host RSS growth on CPU) rides on its verdict
-    (verdicts.job_metrics, verdicts.secondary_text)."""
+    """The verdicts of one job's metrics against its stored entry; with the job's `device`, memory on the device's
+    memory figure, the secondary one riding on its verdict."""
+    stored = entry.metrics if entry is not None and entry.config_hash == config_hash else {}
     out = []
     for name in job_metrics(current, policy, device):
-        series = current[name]
+        v = decide_metric(test, label, name, stored.get(name), current[name], policy, design)
         if entry is None:
-            v = decide_metric(test, label, name, None, series, policy, design)
             v.note = missing_reason
         elif entry.config_hash != config_hash:
-            v = decide_metric(test, label, name, None, series, policy, design)
             v.status = "not comparable"
             v.note = f"the job's configuration changed (hash {entry.config_hash} -> {config_hash})"
-        else:
-            v = decide_metric(test, label, name, entry.metrics.get(name), series, policy, design)
-        other = secondary_memory_metric(device) if device else None
-        reference = None
-        if other is not None and entry is not None and entry.config_hash == config_hash:
-            reference = entry.metrics.get(other)
-        v.secondary = secondary_text(name, device, reference, current)
+        v.secondary = secondary_text(name, device, stored, current)
         out.append(v)
     return out
 
@@ -85,10 +71,9 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
                       extend: Callable[[], None] | None, budget: Budget, clock: Clock, save_mode: bool = False,
                       progress: Callable[[str], None] | None = None, label: str = "",
                       against: str = "baseline", unit: str = "runs") -> str:
-    """The gate's stopping rule for one job, under stopping.look_until: while a time or memory verdict is
-    INCONCLUSIVE (with --distperf-save: until the budget's runs are recorded), `extend` adds a run (or a pair) and
-    the job is decided again, up to the budget. Returns why it stopped. `against` and `unit` word the progress
-    line: "baseline" and "runs" for the stored gate, "head vs base" and "pairs" for decide/against.py."""
+    """The gate's stopping rule for one job (stopping.look_until): while a time or memory verdict is INCONCLUSIVE
+    (with --distperf-save: until the budget's runs are recorded), `extend` adds a run (or a pair). Returns why it
+    stopped. `against` and `unit` word the progress line."""
 
     def pending(current: list[MetricVerdict]) -> bool:
         # A failed figure fails the test whatever more runs would show: no more runs for the undecided ones.
@@ -111,17 +96,6 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
     return f"{runs()} runs recorded" if save_mode and why == "decided" else why
 
 
-def once_per_job(verdicts: list[MetricVerdict]) -> list[MetricVerdict]:
-    """The verdicts with a job's what-changed diff on its first one only (every verdict of a job carries the same)."""
-    seen: set[str] = set()
-    out = []
-    for v in verdicts:
-        out.append(replace(v, explanation=None) if v.job in seen else v)
-        seen.add(v.job)
-    return out
-
-
-# -- the per-test gate ---------------------------------------------------------------------
 class GateSession:
     """Per-process state shared by the tests' gates: the store and the fingerprints."""
 
@@ -150,8 +124,7 @@ class GateSession:
 
 @dataclass
 class GateContext:
-    """What a test's verdicts were decided on and against, for the reports: the machine class it ran on, the
-    stored baseline it read (or, head vs base, the base checkout), and the baseline it saved."""
+    """What a test's verdicts were decided on and against, for the reports."""
 
     machine_class: str
     machine: dict[str, Any]
@@ -161,15 +134,14 @@ class GateContext:
     baseline_environment: dict[str, Any] | None = None
     environment_changes: list[str] = field(default_factory=list)  # versions changed since the baseline
     saved: str | None = None  # the baseline file --distperf-save wrote
-    against: dict[str, Any] | None = None  # head vs base: the checkout (decide/against.BaseCheckout.to_json)
+    against: dict[str, Any] | None = None  # head vs base: BaseCheckout.to_json
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GateContext | None":
-        """The context a test of a JSON report holds at its top level (None where it holds none: a test that
-        failed before its gate read the baseline)."""
+        """None where a test failed before its gate read the baseline."""
         if not d.get("machine_class"):
             return None
         return cls(**{**{name: d[name] for name in cls.__dataclass_fields__ if d.get(name) is not None},
@@ -179,56 +151,48 @@ class GateContext:
 
 @dataclass
 class GateOutcome:
-    """What the test's report gets: failure or not, the message, JUnit properties, the context its verdicts
-    were decided in and the final verdict records (decided on all the runs the test's jobs had when it ended)."""
+    """What the test's report gets: failure or not, the message, JUnit properties, the context and the records."""
 
     failed: bool
     message: str | None
     properties: list[tuple[str, str]] = field(default_factory=list)
     context: GateContext | None = None
-    records: list[MetricVerdict | DetectableChange] = field(default_factory=list)  # report/document.py's records
+    records: list[MetricVerdict | DetectableChange] = field(default_factory=list)
 
 
 class Gate(Protocol):
-    """One test's gate, as the fixture and the plugin use it: BaselineGate (below) against the stored baselines, or
-    decide/against.AgainstGate head vs base (--distperf-against). session.DistPerfSession.gate_for picks it."""
+    """One test's gate: BaselineGate against the stored baselines, or against.AgainstGate head vs base."""
 
-    budget: Budget  # adaptive repeats: the test's (the fixture sets it before its first job)
+    budget: Budget  # the test's adaptive repeats (the fixture sets it before its first job)
 
     def run(self, job: JobSpec, run_once: Callable[[JobSpec, str], RunResult]) -> RunResult:
-        """One run of `job`, made through `run_once(job, side)`: alone ("head"), or in an interleaved pair with its
-        twin on the base's code ("base"), which the gate keeps. Returns head's run; a failure of the base side
-        is the gate's to record, never raised."""
+        """One run of `job` through `run_once(job, side)`: alone ("head"), or paired with its twin on the base's
+        code ("base"). Returns head's run; a failure of the base side is recorded, never raised."""
         ...
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
               clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
-        """A job's runs finished (`runs` may be a list shared with other tests, and grow). While a time or memory
-        verdict is INCONCLUSIVE, `extend` adds a run (or an interleaved pair) to it, up to `budget`. Returns the
-        verdicts as they stand; finish() decides again on all the runs."""
+        """A job's runs finished (`runs` may be shared with other tests, and grow). While a time or memory verdict
+        is INCONCLUSIVE, `extend` adds a run (or a pair), up to `budget`. Returns the verdicts as they stand."""
         ...
 
     def finish(self, test_passed: bool) -> GateOutcome:
-        """The test ended: every job decided on all its runs; what the test's report gets (and, where the gate
-        saves, the saved baseline)."""
+        """The test ended: every job decided on all its runs."""
         ...
 
 
 class BaselineGate:
-    """The Gate against one test's stored baseline: read at fixture setup (a bad file fails the test before any
-    job starts), told about each job's runs as they finish (and extending them while a verdict is undecided, up to
-    `budget`), decided on all the runs when the test ends, saved then with --distperf-save when the test passed."""
+    """The Gate against one test's stored baseline, read at fixture setup (a bad file fails the test before any job
+    starts), saved when the test ends with --distperf-save if it passed."""
 
     def __init__(self, session: GateSession, nodeid: str, device: str, world_size: int, policy: Policy,
                  nodes: int = 1, inter_node: str = "none", test_file: str | None = None):
         self.session, self.nodeid, self.policy, self.device = session, nodeid, policy, device
         self.machine = session.machine(device, world_size, nodes, inter_node)
         self.environment = session.environment(device)
-        # The file's key does not move with the rootdir (store.Store): the test file from the project root.
         self.key = session.store.key_for(test_file, nodeid) if test_file else nodeid
         self.path = session.store.path_for(self.machine.name, self.key)
-        # --distperf-save over an unusable file (corrupt, wrongly typed, too large): moved aside when the new one is
-        # written (_save), as the error of a run without --distperf-save promises; any other BaselineError stands.
+        # --distperf-save over an unusable file: moved aside when the new one is written (_save)
         self.unusable: str | None = None
         try:
             self.baseline: BaselineFile | None = session.store.load(self.path, self.key)  # BaselineError
@@ -249,7 +213,7 @@ class BaselineGate:
         self.identity: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (clean label, config hash, config)
         self.verdicts: list[MetricVerdict] = []
         self.stopped: dict[str, str] = {}  # job key -> why it got no more runs
-        self.budget = Budget()  # adaptive repeats: the test's (the fixture sets it)
+        self.budget = Budget()
 
     @property
     def save_mode(self) -> bool:
@@ -295,8 +259,7 @@ class BaselineGate:
 
     def check(self, job: JobSpec, runs: list[RunResult], extend: Callable[[], None] | None = None,
               clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
-        """Gate.check; with --distperf-save `extend` adds runs up to the budget's count instead (the stored runs
-        bound later verdicts)."""
+        """Gate.check; with --distperf-save `extend` adds runs up to the budget's count instead."""
         m = self._job(job)
         m.add(runs)
         self.stopped[m.label] = until_job_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
@@ -333,8 +296,7 @@ class BaselineGate:
         return GateOutcome(bool(failing), self._message(failing) if failing else None, props, context, records)
 
     def _explain(self) -> None:
-        """What changed by operator/kernel (figures/explain.py), on each failed verdict compared against a stored
-        entry (on every such verdict with --distperf-explain): the job's runs against the stored runs' tables."""
+        """What changed by operator/kernel on each failed verdict against a stored entry (every one with explain)."""
         by_job: dict[str, dict[str, Any]] = {}
         for v in self.verdicts:
             if v.baseline is None or not (v.status == "fail" or self.policy.explain):
@@ -379,9 +341,8 @@ class BaselineGate:
 
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)
-        lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):"]
-        for v in once_per_job(failing):
-            lines += ["  " + line for line in describe_verdict(v, self.policy)]
+        lines = [f"distperf baseline gate failed for {self.nodeid} (machine class {self.machine.name}):",
+                 *failure_lines(failing, self.policy)]
         if self.baseline is not None:
             env = self.baseline.environment
             lines.append(f"  baseline: {rel}, saved {self.baseline.saved_at or '?'} at commit "

@@ -1,18 +1,14 @@
-"""The group-sequential boundaries of the decision core (decide/decision.py): the planned looks, the error
-spent at each (Lan-DeMets Pocock-type spending) and the Student's t quantiles they need (no scipy).
+"""The group-sequential boundaries of the decision core: the planned looks, the error spent at each and the
+Student's t quantiles they need (no scipy).
 
-- Looks: the first look n_1 (the test's repeats), then doubled pair counts up to the budget N
-  (`planned_looks`: 3 -> 6 -> 12 for N = 12). An estimate taken at n pairs, n_k <= n < n_(k+1), is the one of
-  look k, over the first n_k pairs: however often, and by however many tests, a quantity is looked at, only
-  the K planned tests are made on it. Few looks leave an early look able to decide (Jennison and Turnbull
-  2000, ch. 2).
-- Spending: Lan and DeMets (1983), Biometrika 70:659-663: alpha(t) = alpha ln(1 + (e - 1) t), t the
-  information fraction (n / N paired; (1/m + 1/N) / (1/m + 1/n) against m stored runs), the continuous form
-  of Pocock (1977). It gives the first look more of the error than the power family alpha t^rho, so a clear
-  effect is decided at 3 pairs.
-- The bound over looks: look k gets the one-sided level p_k = alpha(t_k) - alpha(t_(k-1)) and the interval
-  mean +- t_(p_k, df_k) SE_k with its own variance estimate. By Bonferroni all K intervals hold the ratio
-  with probability >= 1 - 2 sum p_k = 98 %, whatever the correlation of the looks.
+- Looks: the test's repeats, then doubled pair counts up to the budget (`planned_looks`). An estimate at n pairs,
+  n_k <= n < n_(k+1), is look k's, over the first n_k pairs: however often a quantity is looked at, only the K
+  planned tests are made on it. Few looks leave an early look able to decide (Jennison and Turnbull 2000, ch. 2).
+- Spending: Lan and DeMets (1983), Biometrika 70:659-663: alpha(t) = alpha ln(1 + (e - 1) t), t the information
+  fraction, the continuous form of Pocock (1977): it gives the first look enough error to decide a clear effect
+  at 3 pairs.
+- Look k gets the one-sided level alpha(t_k) - alpha(t_(k-1)) with its own variance estimate; by Bonferroni all K
+  intervals hold the ratio with probability >= 98 %, whatever the correlation of the looks.
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ from functools import lru_cache
 
 FIRST_LOOK = 3  # the default repeats: the fewest pairs whose interval can be narrow (2 pairs leave 1 df)
 
-
-# -- distributions (no scipy) ---------------------------------------------------------------------------------
 _NORMAL = statistics.NormalDist()
 
 
@@ -40,26 +34,20 @@ def normal_upper_inv(p: float) -> float:
 
 def _beta_cf(a: float, b: float, x: float) -> float:
     """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
+
+    def away_from_zero(v: float) -> float:
+        return v if abs(v) > 1e-300 else 1e-300
+
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 / away_from_zero(1.0 - qab * x / qap)
     h = d
     for m in range(1, 400):
         m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 / away_from_zero(1.0 + aa * d)
+            c = away_from_zero(1.0 + aa / c)
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
             break
     return h
 
@@ -105,16 +93,14 @@ def t_upper_inv(p: float, df: float) -> float:
     return math.exp(0.5 * (lo + hi))
 
 
-# -- the group-sequential boundary ----------------------------------------------------------------------------
 def spent_pocock(t: float, alpha: float) -> float:
     """Lan-DeMets Pocock-type spending alpha ln(1 + (e - 1) t): the design's spending function."""
     return alpha * math.log1p((math.e - 1.0) * min(1.0, max(0.0, t)))
 
 
 def planned_looks(max_pairs: int, first: int = FIRST_LOOK) -> tuple[int, ...]:
-    """The pair (or candidate run) counts the design looks at: `first`, then doubling, the last at the budget
-    `max_pairs`; a doubling that would leave less than half a step before the budget goes to the budget
-    (3 6 12 for 12; 3 6 8 for 8; 3 6 13 for 13; 2 4 8 12 for a first look at 2)."""
+    """The pair (or candidate run) counts the design looks at: `first`, then doubling, the last at `max_pairs`; a
+    doubling that would leave less than half a step before it goes to it (3 6 12; 3 6 8; 3 6 13; 2 4 8 12)."""
     n = min(max(2, first), max_pairs)
     looks = [n]
     while n < max_pairs:
@@ -135,8 +121,8 @@ def information(method: str, n: int, n_reference: int = 0) -> float:
 
 @lru_cache(maxsize=4096)
 def look_levels(method: str, looks: tuple[int, ...], alpha: float, n_reference: int = 0) -> tuple[float, ...]:
-    """One side's nominal level at each planned look: the spending increment at its information fraction
-    (Bonferroni over the looks: they sum to `alpha`, one side's error over all looks)."""
+    """One side's nominal level at each planned look: the spending increment at its information fraction (they
+    sum to `alpha`: Bonferroni over the looks)."""
     full = information(method, looks[-1], n_reference)
     out, prev = [], 0.0
     for n in looks:

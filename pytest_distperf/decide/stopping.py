@@ -1,11 +1,6 @@
-"""The stopping rule of adaptive repeats, and its budget: look; while undecided, add pairs (or runs) up to
-the next planned look of the group-sequential design (decide/sequential.py) and look again.
-
-Only the design's planned looks are ever made, so "stop as soon as decided" keeps the repeated intervals'
-error bound. `look_until` is the one loop: `until_decided` (one quantity's verdict, within a budget of pairs,
-wall-clock seconds, the session's deadline and the test's share of it) and
-decide/regression.until_job_decided (a job's baseline verdicts) call it.
-"""
+"""The stopping rule of adaptive repeats: look; while undecided, add pairs (or runs) up to the next planned look
+of the group-sequential design (decide/sequential.py) and look again. Only planned looks are ever made, so "stop as
+soon as decided" keeps the repeated intervals' error bound."""
 
 from __future__ import annotations
 
@@ -14,31 +9,27 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, TypeVar
 
-T = TypeVar("T")  # what a look returns (look_until)
-
 from pytest_distperf.decide.decision import (DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, INCONCLUSIVE, Design,
                                              Verdict)
 from pytest_distperf.decide.sequential import FIRST_LOOK, planned_looks
 from pytest_distperf.errors import SessionBudgetSpent
 from pytest_distperf.spec.settings import MAX_LOOKS
 
+T = TypeVar("T")  # what a look returns
 
-# -- the stopping rule ----------------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class Budget:
-    """How far adaptive repeats may go: pairs (or candidate runs) in all, wall-clock seconds from the clock's
-    start (the test's), a deadline on the clock's time shared by every test (the session's: session.deadline, also
-    the hard stop of every job launch), and this test's share of the session (`session_share`), which only looks
-    past the second planned one must keep to.
-    first_look: the test's repeats, the first planned look."""
+    """How far adaptive repeats may go: pairs (or candidate runs) in all, wall-clock seconds from the test's start,
+    the session's deadline, and this test's share of the session (`session_share`), which only looks past the
+    second planned one must keep to."""
 
     max_pairs: int = DEFAULT_MAX_PAIRS
     seconds: float | None = None
     deadline: float | None = None
     deadline_text: str = "the session's wall-clock budget"
     first_look: int = FIRST_LOOK
-    # A moment, or a function of (now, the test's elapsed seconds) on the test's clock giving one (the session's
-    # share, decided when a third look is due: session.pairs_share).
+    # A moment, or a function of (now, the test's elapsed seconds) giving one when a third look is due
     share_deadline: float | Callable[[float, float], float] | None = None
     share_text: str = "its share of the session's wall-clock budget"
 
@@ -53,17 +44,14 @@ class Budget:
         return planned_looks(self.max_pairs, self.first_look)
 
     def design(self, confidence: float = DEFAULT_CONFIDENCE) -> Design:
-        """The design whose planned looks these adaptive repeats step to."""
         return Design(confidence=confidence, max_pairs=max(2, self.max_pairs), first_look=self.first_look)
 
 
 def session_share(now: float, deadline: float, tests_left: int, reserve_each: float | None = None) -> float:
-    """The moment after which a test may not run pairs for its third or later look. `tests_left` counts this test
-    and every later one that may compare. With `reserve_each` (what a test's looks have cost so far in this
-    session: each later test is held that much, enough for its first two looks) the share is everything but the
-    later tests' reserve; without it, an equal share of the time left. Its first two looks are held only to the
-    session's deadline, so every test gets its next planned look before an earlier one takes a third; what a test
-    leaves goes to those after it."""
+    """The moment after which a test may not run pairs for its third or later look, so every test gets its first
+    two looks before an earlier one takes a third. `tests_left` counts this test and every later one. With
+    `reserve_each` (what a test's first two looks have cost so far) the share is everything but the later tests'
+    reserve; without it, an equal share of the time left."""
     left = max(0.0, deadline - now)
     if reserve_each is None:
         return now + left / max(1, tests_left)
@@ -72,7 +60,6 @@ def session_share(now: float, deadline: float, tests_left: int, reserve_each: fl
 
 @dataclass
 class Clock:
-    """Wall-clock bookkeeping of one sequence: started, and how long each added pair took."""
 
     started: float = field(default_factory=time.monotonic)
     pair_seconds: list[float] = field(default_factory=list)
@@ -99,8 +86,8 @@ def next_step(pairs: int, budget: Budget) -> int:
 
 def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
     """Why no pairs may start toward the next planned look (None: they may): the pair budget, or pairs that would
-    end past the wall-clock budget, the deadline, or -- for a third or later look -- this test's share of the
-    session (judged by the mean duration of the pairs added so far, times the pairs the step needs)."""
+    end (at the mean duration of those added so far) past a budget, the deadline or, for a third or later look,
+    the test's share of the session."""
     target = next_step(pairs, budget)
     if not target:
         return f"max {budget.max_pairs} {'pairs' if budget.max_pairs != 1 else 'pair'}"
@@ -123,9 +110,7 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
                progress: Callable[[T, int], None] | None = None) -> tuple[T, str]:
     """The one stopping rule of adaptive repeats: look; while `pending` holds of the look and the budget allows,
     add pairs (or runs) up to the next planned look and look again. Returns the last look and why it stopped:
-    "decided", "fixed runs" (no `add_pair`), or stop_reason's words (the deadline's also when a job of the step
-    could not start: SessionBudgetSpent, the session budget's hard stop; the last planned look stands). `seen`: the
-    pairs (runs) the look was over; `progress(look, next planned look)` before pairs are added."""
+    "decided", "fixed runs" (no `add_pair`) or stop_reason's words. `seen`: the pairs the look was over."""
     while True:
         current = look()
         if not pending(current):
@@ -150,10 +135,8 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
 
 def until_decided(look: Callable[[], Verdict], add_pair: Callable[[], None] | None, budget: Budget,
                   clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> Verdict:
-    """One quantity's verdict under look_until: while INCONCLUSIVE, pairs up to the next planned look.
-
-    `look` decides on all the data there is (it may already hold more pairs than this sequence added: runs shared
-    with other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
+    """One quantity's verdict under look_until. `look` decides on all the data there is (runs may be shared with
+    other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
     v, why = look_until(look, lambda v: v.outcome == INCONCLUSIVE, lambda v: v.estimate.seen, add_pair, budget,
                         clock or Clock(), (lambda v, target: progress(progress_text(v, target))) if progress else None)
     return replace(v, stopped=why)

@@ -1,24 +1,10 @@
 """The regression verdict against a stored baseline, per metric, and what a saved baseline lets it decide.
 
-Every time and memory verdict comes from the decision core (decide/decision.py): the candidate's runs
-against the stored runs, unpaired (the stored runs are fixed; only the candidate grows), with the core's
-98 % repeated interval of current/baseline. Per metric ("worse" follows the metric's direction):
-- time: FAIL when the whole interval lies beyond 1 + T, T the smallest slowdown worth failing for
-  (`time_threshold`, default 5 %, per test through the marker): T is a floor the interval must clear,
-  not a multiple of the noise. PASS when the interval lies within 1 + T; INCONCLUSIVE while it holds it.
-- memory: the same, with T = max(memory_threshold (2 %), memory_floor (64 MiB) / baseline), on the device's
-  memory figure (figures/quantities.memory_metric): CUDA peak allocated on CUDA, the training state (`train_memory`)
-  on CPU; there host RSS growth (`peak_memory`) is stored and shown on the memory verdict (`secondary`), never
-  decided on (`job_metrics`).
-- counts (collectives, optimizer state bytes): exact.
-- an improvement (the whole interval beyond 1 / (1 + T) on the better side) reads "improved -- refresh the
-  baseline" and fails only with the distperf_fail_on_improvement ini key.
-- no baseline (file, job or metric): "new" -- a failure only with --distperf-require-baseline; a job
-  whose configuration hash changed: "not comparable", never "regression".
-
-What a saved baseline's runs let later verdicts resolve: `detectable_changes` (decision.unpaired_resolution).
-
-The decision functions are pure; decide/regression.py's gate applies them to a test's jobs.
+Time and memory are decided by the decision core on the candidate's runs against the stored runs (unpaired: the
+stored runs are fixed), against a floor T the interval must clear, not a multiple of the noise: FAIL when the whole
+interval lies beyond 1 + T, PASS when within it, "improved" when beyond 1 / (1 + T) on the better side. Memory's
+floor is max(memory_threshold, memory_floor / baseline) on the device's memory figure. Counts are exact. No
+baseline reads "new"; a changed configuration "not comparable", never a regression. The functions are pure.
 """
 
 from __future__ import annotations
@@ -41,7 +27,7 @@ STATUSES = ("pass", "fail", "inconclusive", "improved", "new", "not comparable")
 
 @dataclass
 class MetricVerdict:
-    """One metric of one job against its baseline: a record for messages, reports and JUnit (to/from JSON)."""
+    """One metric of one job against its baseline: a record for messages, reports and JUnit."""
 
     test: str
     job: str
@@ -50,41 +36,36 @@ class MetricVerdict:
     unit: str
     direction: str  # lower | higher is better
     status: str  # STATUSES
-    baseline: float | None = None  # the job's figure over the stored runs (figures/quantities: geometric mean)
+    baseline: float | None = None  # the job's figure over the stored runs
     current: float | None = None
     baseline_cv: float | None = None  # run-to-run: sd of the log run values
     current_cv: float | None = None
     baseline_runs: int = 0
     current_runs: int = 0
-    delta: float | None = None  # current/baseline - 1 (the ratio of the geometric means)
+    delta: float | None = None  # current/baseline - 1
     low: float | None = None  # the interval of delta (None: unbounded or exact)
     high: float | None = None
-    level: float | None = None  # of the interval
+    level: float | None = None
     threshold: float | None = None  # the relative limit the interval must clear
     threshold_text: str = ""
     stopped: str = ""  # why the candidate got no more runs
-    next_look: int | None = None  # the design's next planned look in candidate runs (0: the last was reached)
+    next_look: int | None = None  # 0: the last was reached
     note: str = ""
 
-    fails: bool = False  # whether this verdict fails its test (set as the test lands: `landed`; never while saving)
-    reference: str = ""  # head vs base: the pair compared ("head abc1234 vs base def5678", decide/against.py)
+    fails: bool = False  # set as the test lands (`landed`), never while saving
+    reference: str = ""  # head vs base: "head abc1234 vs base def5678"
     head_commit: str | None = None
     base_commit: str | None = None
-    baseline_values: tuple[float, ...] = ()  # the stored runs' values it was decided against (MetricSeries.runs)
+    baseline_values: tuple[float, ...] = ()  # the stored runs' values
     baseline_samples: tuple[tuple[float, ...], ...] = ()  # a time metric's: each stored run's per-step values
-    # A figure shown beside this one, never decided on (on CPU, the memory verdict's host RSS growth), in words
-    secondary: str = ""
-    # What changed, by operator/kernel (figures/explain.Explanation.to_json): on a failed verdict, or on every one
-    # with --distperf-explain; None otherwise
-    explanation: dict[str, Any] | None = None
+    secondary: str = ""  # a figure shown beside this one, never decided on, in words
+    explanation: dict[str, Any] | None = None  # what changed (Explanation.to_json), where explained
 
     def landed(self, policy: Policy, enforced: bool = True) -> "MetricVerdict":
-        """The verdict as its test lands it: `fails` says whether it fails the test (never while saving)."""
         return replace(self, fails=enforced and is_failing(self, policy))
 
     def interval_text(self) -> str:
-        """The change's interval as every report shows it: '[+7.9%, +11.7%]', words where the design cannot bound
-        it (figures/wording.bound_text), '-' for a count or a verdict without an interval."""
+        """'[+7.9%, +11.7%]', words where it cannot be bounded, '-' for a count or a verdict without an interval."""
         if self.metric_kind == "count" or (self.low is None and self.high is None and self.level is None):
             return "-"
         low, high = self.low, self.high
@@ -93,7 +74,6 @@ class MetricVerdict:
                           "run-to-run", self.next_look, delta=True, decided=self.status in ("pass", "fail", "improved"))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as reports serialise it (report/document.py), with the words every report shows."""
         return {"kind": "baseline", **asdict(self), "interval_text": self.interval_text()}
 
     @classmethod
@@ -107,11 +87,9 @@ class MetricVerdict:
         return v
 
 
-# -- the pure decision ------------------------------------------------------------------------------------------
 def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | None, current: MetricSeries,
                   policy: Policy, design: Design = Design(), paired: bool = False) -> MetricVerdict:
-    """`paired`: the runs of `current` and `baseline` are interleaved pairs (head vs base, decide/against.py),
-    decided on the paired interval; else the stored runs are fixed and the interval is unpaired."""
+    """`paired`: the runs of `current` and `baseline` are interleaved pairs (head vs base)."""
     v = MetricVerdict(test=test, job=job, metric=metric, metric_kind=current.kind, unit=current.unit,
                 direction=current.direction, status="new", current=current.center, current_cv=current.variation,
                 current_runs=len(current.runs))
@@ -134,21 +112,19 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
 
 
 def job_metrics(current: dict[str, MetricSeries], policy: Policy, device: str | None) -> list[str]:
-    """The metrics of a job the gate decides, in order: those the policy gates (Policy.gates), less the device's
-    secondary memory figure (figures/quantities.secondary_memory_metric: host RSS growth on CPU), which is shown on
-    the memory verdict instead (secondary_text). `device` None: every gated metric (no device rule)."""
+    """The metrics of a job the gate decides, in order: those the policy gates, less the device's secondary memory
+    figure, which rides on the memory verdict instead (secondary_text)."""
     secondary = secondary_memory_metric(device) if device else None
     return [name for name in current if name != secondary and policy.gates(name, device)]
 
 
-def secondary_text(metric: str, device: str | None, reference: MetricSeries | None, current: dict[str, MetricSeries],
-                   sides: tuple[str, str] = ("baseline", "current")) -> str:
-    """For the verdict of the device's memory figure: its secondary figure (host RSS growth on CPU), reference and
-    current, in words ('' when there is none)."""
+def secondary_text(metric: str, device: str | None, reference: Mapping[str, MetricSeries],
+                   current: Mapping[str, MetricSeries], sides: tuple[str, str] = ("baseline", "current")) -> str:
+    """For the verdict of the device's memory figure: its secondary figure, reference and current, in words."""
     secondary = secondary_memory_metric(device) if device else None
     if secondary is None or metric != memory_metric(device or "") or secondary not in current:  # type: ignore[arg-type]
         return ""
-    cur = current[secondary].center
+    cur, reference = current[secondary].center, reference.get(secondary)
     values = f"{sides[1]} {fmt_bytes(cur)}"
     if reference is not None and reference.runs:
         values = (f"{sides[0]} {fmt_bytes(reference.center)}, {values}"
@@ -157,22 +133,21 @@ def secondary_text(metric: str, device: str | None, reference: MetricSeries | No
 
 
 def limit_of(baseline: MetricSeries, policy: Policy, metric: str = "step_time") -> tuple[float, str]:
-    """A time or memory metric's relative limit against this baseline, and how reports name it."""
-    if baseline.kind == "time" and metric in WORK_METRICS:
-        t = policy.work_threshold
-        return t, f"+{t:.1%} (work_threshold: the smallest change in the step's work worth failing for)"
     if baseline.kind == "time":
-        t = policy.time_threshold
-        return t, f"+{t:.1%} (time_threshold: the smallest slowdown worth failing for)"
+        name, what = (("work_threshold", "the smallest change in the step's work worth failing for")
+                      if metric in WORK_METRICS else ("time_threshold", "the smallest slowdown worth failing for"))
+        t = getattr(policy, name)
+        return t, f"+{t:.1%} ({name}: {what})"
     floor = policy.memory_floor / baseline.center if baseline.center > 0 else math.inf
     t = max(policy.memory_threshold, floor)
-    return t, f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = +{fmt_bytes(t * baseline.center)}"
+    return t, (f"max({policy.memory_threshold:.0%}, {fmt_bytes(policy.memory_floor)}) = "
+               f"+{fmt_bytes(t * baseline.center)}")
 
 
 @dataclass
 class DetectableChange:
     """What a saved baseline lets the gate decide for one time or memory metric, against as many candidate runs
-    as the budget allows, spread as the stored runs are (decision.unpaired_resolution)."""
+    as the budget allows, spread as the stored runs are."""
 
     job: str
     metric: str
@@ -181,17 +156,15 @@ class DetectableChange:
     candidate_runs: int
     limit: float  # relative: +5 % is 0.05
     factor: float | None  # the interval's reach each side of the ratio; None: too few runs for one
-    test: str = ""  # the test whose baseline was saved, and the file (saved_as)
+    test: str = ""  # saved_as
     file: str = ""
 
     @property
     def fails_above(self) -> float | None:
-        """The smallest change that can FAIL (relative); None: none can."""
         return None if self.factor is None else (1.0 + self.limit) * self.factor - 1.0
 
     @property
     def can_pass(self) -> bool:
-        """Whether an unchanged job can PASS the limit at all: the interval must fit below 1 + limit."""
         return self.factor is not None and self.factor <= 1.0 + self.limit
 
     def text(self) -> str:
@@ -199,22 +172,21 @@ class DetectableChange:
         head = f"{self.job}: {self.metric} recorded over {self.runs} run(s), {spread}"
         if self.factor is None:
             return f"{head}: too few runs for an interval, so no verdict can be decided against it"
-        fails = (f"a change fails above {self.fails_above_text()}" if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
+        fails = (f"a change fails above {self.fails_above_text()}"
+                 if self.fails_above <= FAILS_ABOVE_CAP  # type: ignore[operator]
                  else f"only a change of more than {fmt_pct(FAILS_ABOVE_CAP)} could fail (in effect, none)")
         return (f"{head}: against {self.candidate_runs} run(s) as spread, {fails}" + ("" if self.can_pass else
                 f", and an unchanged job cannot pass the +{self.limit:.1%} limit (the interval reaches ×/÷"
                 f"{self.factor_text()} each side)"))
 
     def fails_above_text(self) -> str:
-        """The smallest change that can fail, for a table cell: '> +1000%' beyond FAILS_ABOVE_CAP ('-': none)."""
         x = self.fails_above
         return "-" if x is None else (f"> {fmt_pct(FAILS_ABOVE_CAP)}" if x > FAILS_ABOVE_CAP else fmt_pct(x))
 
     def factor_text(self) -> str:
-        return fmt_factor(self.factor)
+        return "-" if self.factor is None else (">1000" if self.factor > 1000 else f"{self.factor:.2f}")
 
     def saved_as(self, test: str, path: str) -> "DetectableChange":
-        """This resolution as its test's record: the test and the baseline file it was saved to."""
         return replace(self, test=test, file=path)
 
     def to_json(self) -> dict[str, Any]:
@@ -227,19 +199,13 @@ class DetectableChange:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-# A few wildly spread runs can make the smallest failing change astronomically large: past +1000 % the figure
-# says nothing more than "no realistic change can fail", so it is shown as "> +1000%".
+# Past +1000 % the smallest failing change says only "no realistic change can fail": shown as "> +1000%".
 FAILS_ABOVE_CAP = 10.0
-
-
-def fmt_factor(factor: float | None) -> str:
-    return "-" if factor is None else (">1000" if factor > 1000 else f"{factor:.2f}")
 
 
 def detectable_changes(job: str, metrics: dict[str, MetricSeries], policy: Policy, design: Design,
                 device: str | None = None) -> list[DetectableChange]:
-    """The time and memory metrics of a job about to be saved that the gate decides (job_metrics), each with what
-    it will let the gate decide."""
+    """The gated time and memory metrics of a job about to be saved, each with what it will let the gate decide."""
     out = []
     for name in job_metrics(metrics, policy, device):
         series = metrics[name]
@@ -257,7 +223,6 @@ def _positive(runs: list[float]) -> list[float]:
 
 
 def _reach(baseline: MetricSeries, design: Design) -> float | None:
-    """The interval's reach against these stored runs at the budget (decision.unpaired_resolution)."""
     return decision.unpaired_resolution(_positive(baseline.runs), design.max_pairs, design)
 
 
@@ -271,14 +236,14 @@ def _worse(est: decision.Estimate, direction: str) -> decision.Estimate:
 
 def _decide_interval(v: MetricVerdict, b: MetricSeries, c: MetricSeries, t: float, design: Design,
                      paired: bool = False) -> None:
-    """Time and memory: the core's interval of current/baseline against 1 + t (and 1/(1 + t)), unpaired against
-    stored runs, or paired over interleaved pairs."""
+    """Time and memory: the core's interval of current/baseline against 1 + t (and 1/(1 + t))."""
     est = (decision.paired if paired else decision.unpaired)(_positive(c.runs), _positive(b.runs), design)
     v.delta, v.level, v.threshold, v.next_look = est.ratio - 1, est.level, t, est.next_look
     v.low = None if est.lo is None else est.lo - 1
     v.high = None if est.hi is None else est.hi - 1
     worse = _worse(est, c.direction)
-    runs = (f"{len(c.runs)} interleaved pairs" if paired else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
+    runs = (f"{len(c.runs)} interleaved pairs" if paired
+            else f"{len(c.runs)} current against {len(b.runs)} stored run(s)")
     verdict = decision.decide(worse, 1.0 + t)
     if verdict.outcome == FAIL:
         v.status, v.note = "fail", f"worse by more than the limit over the whole interval ({runs})"
@@ -337,6 +302,17 @@ def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, ki
     return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
 
 
+def failure_lines(failing: list[MetricVerdict], policy: Policy,
+                  sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
+    """Each failing verdict's lines, indented; a job's what-changed diff (all its verdicts carry the same) once."""
+    lines, seen = [], set()
+    for v in failing:
+        shown = replace(v, explanation=None) if v.job in seen else v
+        lines += ["  " + line for line in describe_verdict(shown, policy, sides)]
+        seen.add(v.job)
+    return lines
+
+
 def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
     """The lines of a failure message for one verdict; `sides` names its reference and candidate."""
     head = f"{v.job}: {v.metric} {v.status.upper()}"
@@ -364,4 +340,5 @@ def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = 
 
 
 def property_text(v: MetricVerdict) -> str:
-    return f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} current={fmt_value(v.current, v.unit)}"
+    return (f"{v.status} {fmt_pct(v.delta)} baseline={fmt_value(v.baseline, v.unit)} "
+            f"current={fmt_value(v.current, v.unit)}")

@@ -1,23 +1,14 @@
-"""What changed: the diff of two sides' operator/kernel tables (rank/time_table.py defines the rows and a run's
-table).
+"""What changed: the diff of two sides' operator/kernel tables (rank/time_table.py defines the rows).
 
-The diff (`explain`): per row, the median over runs of its count and time per step on each side, the change in
-time (candidate - reference), the row's own run-to-run noise and whether the change stands out of it, and its
-share of the summed change (the net change of the whole table: a share can pass 100 % when rows moved in
-opposite directions). Noise: the larger of the two sides' spread of the row's time across runs (max - min over
-the runs); with one run on a side that side's spread is unknown, and so is the noise: no time is then said to
-stand out. A row stands out when its time's |change| > noise and at least MATERIAL (1 %) of the reference step's
-table (a smaller move explains no verdict), or when its count changed: the two sides' per-step
-counts over their runs do not overlap (counts are the same every step of an unchanged run; the summed
-``(other)`` row is left out, its rows differ run to run). Rows present in no reference run are "new", in no
-candidate run "gone"; a row that some run's table may have summed into ``(other)`` is "cut": absent there, it is
-nowhere twice that table's smallest kept row (one that size would have been kept even at half of it); its absence
-says nothing, and it never stands out. Min - max
-of a few runs is a rough, deliberately wide band: a row outside it moved more than the runs of either side did
-among themselves. The rows that stand out come first, ranked by the figure they explain: under a time verdict by
-|change| in time; where only counts failed (operators, kernels, FLOPs per step), the rows whose count changed
-first, by |change| in count (a flops: row's count is its module's FLOPs a step, exact: it stands out when it
-changed at all, and outranks operator counts by its size).
+Per row: the median over runs of its count and time per step on each side, the change in time and its share of
+the summed change (a share can pass 100 % when rows moved in opposite directions). A row's noise is the larger
+side's max - min of its time over the runs (unknown with one run a side): a rough, deliberately wide band. A row
+stands out when |change| > noise and at least MATERIAL of the reference step's table, or when its per-step counts
+do not overlap between the sides (counts are the same every step of an unchanged run). Rows in no reference run
+are "new", in no candidate run "gone"; a row a trimmed table may have summed into ``(other)`` is "cut" (absent
+there, and nowhere twice that table's smallest kept row): its absence says nothing and it never stands out. Rows
+rank by |change| in time, or, where only counts failed, count changes first (a flops: row's count is its module's
+FLOPs a step, exact).
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ MATERIAL = 0.01  # a row whose time moved less than this share of the reference 
 
 @dataclass
 class ExplainRow:
-    """One row of the diff; times in seconds per step, counts per step (medians over each side's runs)."""
+    """One row of the diff: per step, medians over each side's runs."""
 
     name: str
     reference_count: float
@@ -42,11 +33,11 @@ class ExplainRow:
     candidate_count: float
     candidate_time: float
     change: float  # candidate_time - reference_time
-    noise: float | None  # the larger side's max - min of the row's time over its runs; None: a side has one run
-    beyond_noise: bool  # |change| > noise (never when the noise is unknown)
-    share: float | None  # change / the summed change of all rows; None when that is 0
-    status: str = ""  # "new" (in no reference run), "gone" (in no candidate run), "cut" (see `explain`) or ""
-    count_changed: bool = False  # the two sides' per-step counts over their runs do not overlap
+    noise: float | None  # None: a side has one run
+    beyond_noise: bool
+    share: float | None  # None when the summed change is 0
+    status: str = ""  # "new", "gone", "cut" or ""
+    count_changed: bool = False
 
     @property
     def stands_out(self) -> bool:
@@ -58,7 +49,7 @@ class ExplainRow:
 
 @dataclass
 class Explanation:
-    """The diff of two sides' run tables (`explain`), rows sorted by |change|; `missing` says why there is none."""
+    """The diff of two sides' run tables (`explain`); `missing` says why there is none."""
 
     rows: list[ExplainRow]
     reference_runs: int
@@ -95,22 +86,18 @@ class Explanation:
                     f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
             if r.count_changed:
                 mark = f"count changed; time {mark}"
-
             share = f", {r.share:.0%} of the change" if r.share is not None else ""
-            status = f" [{r.status}]" if r.status else ""
             if r.name.startswith(FLOPS):  # a module's own FLOPs a step (exact): no time, no noise
-                out.append(f"  {r.name}{status}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
+                out.append(f"  {_label(r)}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
                            f"({_signed_flop(r.candidate_count - r.reference_count)}; "
                            f"{'changed' if r.count_changed else 'unchanged'})")
                 continue
-            out.append(f"  {r.name}{status}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
+            out.append(f"  {_label(r)}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
                        f"{_count(r.candidate_count)}x {_ms(r.candidate_time)} ({_signed_ms(r.change)}{share}; "
                        f"{mark})")
         return out
 
-
     def headline(self, sides: tuple[str, str] = ("baseline", "current")) -> str:
-        """The first of `lines`: what the diff is over, or why there is none."""
         return self.lines(sides, top=0)[0]
 
     def header(self, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
@@ -120,7 +107,7 @@ class Explanation:
     def cells(self) -> list[list[str]]:
         """Every row as the HTML report's diff table shows it (`header`)."""
         def row(r: ExplainRow) -> list[str]:
-            name = r.name + (f" [{r.status}]" if r.status else "")
+            name = _label(r)
             if r.name.startswith(FLOPS):
                 return [name, _flop(r.reference_count), "–", _flop(r.candidate_count), "–",
                         _signed_flop(r.candidate_count - r.reference_count), "–", "exact",
@@ -133,9 +120,8 @@ class Explanation:
         return [row(r) for r in self.rows]
 
     def contributions(self, top: int = SHOWN_ROWS) -> list[tuple[str, float, str]]:
-        """The rows that stand out (the top ones), as (name, change in seconds per step, one line on it): what the
-        HTML report's contribution chart draws."""
-        return [(r.name + (f" [{r.status}]" if r.status else ""), r.change,
+        """The top rows that stand out as (name, change in seconds per step, one line): the HTML report's chart."""
+        return [(_label(r), r.change,
                  f"{r.name}: {_signed_ms(r.change)}" + ("" if r.share is None else f", {r.share:.0%} of the change")
                  + f"; {_count(r.reference_count)} -> {_count(r.candidate_count)} a step")
                 for r in self.rows[:top] if r.stands_out and not r.name.startswith(FLOPS)]
@@ -148,6 +134,10 @@ class Explanation:
                                            if r.name.startswith(FLOPS) else _signed_ms(r.change))
                          + (f" ({r.status})" if r.status else "")
                          + ("" if r.stands_out else " within noise") for r in self.rows[:top])
+
+
+def _label(r: ExplainRow) -> str:
+    return r.name + (f" [{r.status}]" if r.status else "")
 
 
 def _count(x: float) -> str:
@@ -176,8 +166,8 @@ def _spread(values: Sequence[float]) -> float | None:
 
 def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
             candidate_runs: Sequence[Mapping[str, Sequence[float]] | None], by: str = "time") -> Explanation:
-    """The diff of two sides' run tables (module docstring). Runs without a table are left out; a side with none
-    explains nothing and says so. `by`: the kind of figure it explains, "time" or "count" (`explain_by`)."""
+    """The diff of two sides' run tables (module docstring); runs without a table are left out. `by`: "time" or
+    "count" (`explain_by`)."""
     ref = [t for t in reference_runs if t is not None]
     cand = [t for t in candidate_runs if t is not None]
     if not ref or not cand:
@@ -185,8 +175,7 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         return Explanation([], len(ref), len(cand),
                            missing=f"{which} holds no operator/kernel table (recorded before it existed, or no work "
                                    f"phase ran): nothing to explain")
-    # A trimmed table (one with OTHER) holds no row below its smallest kept row: a row absent there may sit in OTHER;
-    # the flops: rows likewise by FLOPs against MODULES_OTHER.
+    # A trimmed table (one with OTHER, or MODULES_OTHER for the flops: rows) holds no row below its smallest kept one.
     def size(name: str, values: Sequence[float]) -> float:
         return float(values[0] if name.startswith(FLOPS) else values[1])
 
@@ -199,17 +188,15 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     step = statistics.median(sum(v[1] for v in t.values()) for t in ref)
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
-        rc = [float(t[name][0]) if name in t else 0.0 for t in ref]
-        rt = [float(t[name][1]) if name in t else 0.0 for t in ref]
-        cc = [float(t[name][0]) if name in t else 0.0 for t in cand]
-        ct = [float(t[name][1]) if name in t else 0.0 for t in cand]
+        rc, rt, cc, ct = ([float(t[name][i]) if name in t else 0.0 for t in side]
+                          for side in (ref, cand) for i in (0, 1))
         spreads = [_spread(rt), _spread(ct)]
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
         least = min(size(name, t[name]) for t in ref + cand if name in t)
         if any(name not in t and least <= 2 * cut[(id(t), name.startswith(FLOPS))] for t in ref + cand):
-            status = "cut"  # below some run table's kept rows: its 0 there is not known, nothing said of it
+            status = "cut"
         count_changed = (status != "cut" and name not in (OTHER, MODULES_OTHER)
                          and (max(rc) < min(cc) or max(cc) < min(rc)))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
@@ -230,6 +217,5 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
 
 
 def explain_by(kinds: Sequence[str]) -> str:
-    """How to rank an explanation under verdicts of these kinds (time | memory | count): by count where only counts
-    failed, else by time."""
+    """How to rank an explanation under verdicts of these kinds: by count where only counts failed, else by time."""
     return "count" if kinds and all(k == "count" for k in kinds) else "time"

@@ -1,39 +1,11 @@
-"""One definition of each reported quantity of a job. Every table, check, the baseline gate and every report
-(terminal, JSON, JUnit, Markdown, the pytest-benchmark export) reads these, and nothing else computes them.
+"""One definition of each reported quantity of a run and a job: every table, check, gate and report reads these.
 
-- step time of a run (`run_step_time`): the median over the run's timed steps of each step's time, where a
-  step's time is the slowest rank's (collectives make every rank wait for the slowest one); of a rank
-  (`step_time_of` its own steps) likewise.
-- step time of a job (`JobFigures.step_time`): the geometric mean of its runs' step times. The ratio of two
-  jobs' step times is then exactly the ratio the checks decide on (the geometric mean of the interleaved pair
-  ratios), and a job against its baseline exactly the gate's ratio (of the geometric means of the runs).
-- run-to-run variation (`run_cv`): the sd of the log run step times, about their relative spread.
-- within-run spread: p10 and p90 over every timed step of every run (slowest rank per step).
-- peak memory of a run (`run_peak_memory`): the highest rank's CUDA peak allocated on CUDA, its host RSS
-  growth during training on CPU; of a job: the geometric mean over its runs, like step time.
-- the memory figure (`memory_metric`): the one a memory check and the baseline gate decide on. On CUDA
-  `peak_memory` (CUDA peak allocated); on CPU `train_memory` (below), since host RSS growth also counts what the
-  rank imports and a library's one-time allocations. On CPU `peak_memory` (host RSS growth) stays a secondary
-  figure (`secondary_memory_metric`): stored, shown beside the memory figure and labelled, never decided on.
-- collectives per step (`comms.<kind>.calls_per_step` / `.bytes_per_step`): per rank, the rank with the most
-  (the probes' per-step medians); never summed over ranks.
-- optimizer state: bytes summed over ranks (the whole model's state), and per parameter.
-- step time per node of a run (`node_step_medians`, jobs of several nodes): the median over every timed step of
-  each node's ranks (each rank's own steps).
-- work figures of a run (`run_work`, from the work phase, rank/work.py): per rank the median over its profiled
-  steps of a time (`gpu_time`: compute kernels + memcpy/memset; `instructions_per_step`) and the most of any step
-  for a count (`kernels_per_step`, `flops_per_step`, `aten_ops_per_step`); of the run, the rank with the most.
-  Of a job: the geometric mean of the runs for a time, the largest run for a count. `train_memory` (CPU): the
-  training state's tensor bytes plus a step's allocation peak, the highest rank.
-- where a run's wall time goes (`run_time_split`): of the run's own wall time (slot waits left out), start-up
-  (launch to the build's start on the latest rank: processes, imports, rendezvous, the libraries' loading), the
-  engine build (slowest rank), warm-up, the timed steps (their sum, slowest rank per step) and the rest (work
-  phase, probes, breakdown, teardown, results); of a job, each summed over its runs, with its share.
-- where a step's time goes (`run_breakdown`, `side_breakdown`, from the breakdown phase, rank/breakdown.py): of
-  a run, its slowest rank's phases (by total); of a side of a comparison, the run with the median total, whole;
-  `breakdown_lines` words a failing step-time check's.
-- host-bound share (`gpu_busy_share`): the GPU's busy time in a step (union of its activities over all streams,
-  the busiest rank) over the step time; 1 - share is the part of a step the GPU waits for the host.
+A run's step time is the median over its timed steps of the slowest rank's step time (collectives make every rank
+wait for it); a job's is the geometric mean of its runs', so a ratio of two jobs is exactly the ratio the checks
+and the gate decide on. Memory, work figures and counts follow the same rule: per run the worst rank, per job the
+geometric mean of a time and the largest run of a count. The memory figure decided on is CUDA peak allocated on
+CUDA and the training state (`train_memory`) on CPU, where host RSS growth also counts imports and one-time
+allocations and is only shown beside it (`secondary_memory_metric`).
 """
 
 from __future__ import annotations
@@ -68,8 +40,7 @@ SCOPES: dict[str, tuple[str, str]] = {
     "instructions_per_step": ("instructions", "user space, the rank's main thread; the rank with the most"),
     "train_memory": ("bytes", "CPU: parameters, gradients, optimizer state + a step's allocation peak; highest rank"),
 }
-# Work figures (rank/work.py): name -> (the WorkResult field, "time" | "count"). A time is decided on an interval
-# against the gate's work_threshold, a count exactly.
+# Work figures (rank/work.py): name -> (the WorkResult field, "time" | "count").
 WORK_METRICS: dict[str, tuple[str, str]] = {
     "gpu_time": ("gpu_time", "time"),
     "instructions_per_step": ("instructions", "time"),
@@ -78,14 +49,11 @@ WORK_METRICS: dict[str, tuple[str, str]] = {
     "aten_ops_per_step": ("aten_ops", "count"),
 }
 
-
-# The figures a job is gated and tracked on: name -> (unit, direction, kind). kind picks the decision rule
-# (decide/regression.py): time and memory on the decision core's interval against a floor, count exact.
+# The figures a job is gated and tracked on: name -> (unit, direction, kind); kind picks the decision rule.
 KNOWN_METRICS: dict[str, tuple[str, str, str]] = {
     "step_time": ("s", "lower", "time"),
     "peak_memory": ("bytes", "lower", "memory"),
     "optimizer_state_bytes": ("bytes", "lower", "count"),
-    # the work figures (WORK_METRICS): a time against the work threshold, counts exactly
     "gpu_time": ("s", "lower", "time"),
     "instructions_per_step": ("instructions", "lower", "time"),
     "kernels_per_step": ("kernels", "lower", "count"),
@@ -105,7 +73,7 @@ def metric_traits(name: str) -> tuple[str, str, str]:
 
 
 def geometric_mean(values: Sequence[float]) -> float:
-    """exp(mean(log v)); values below one (a zero RSS growth) count as one, so a ratio stays finite."""
+    """exp(mean(log v)); a value of 0 (a zero RSS growth) counts as a tiny positive one, so a ratio stays finite."""
     if not values:
         raise ValueError("geometric mean of no values")
     return math.exp(math.fsum(math.log(max(v, 1e-300)) for v in values) / len(values))
@@ -116,23 +84,17 @@ def step_time_of(step_times: Sequence[float]) -> float:
     return quantile(step_times, 0.5)
 
 
-def peak_memory_of(peak_bytes: float) -> float:
-    """A run's peak memory figure in bytes: at least 1, so ratios stay finite (a zero RSS growth)."""
-    return float(max(peak_bytes, 1))
-
-
 def run_step_time(run: "RunResult") -> float:
-    """A run's step time: the median of its steps, each the slowest rank's."""
     return step_time_of(run.step_times)
 
 
 def run_peak_memory(run: "RunResult") -> float:
-    """A run's peak memory in bytes (at least 1, so ratios stay finite): RunResult.peak_memory."""
-    return peak_memory_of(run.peak_memory)
+    """At least 1 byte, so ratios stay finite (a zero RSS growth)."""
+    return float(max(run.peak_memory, 1))
 
 
 def run_work(run: "RunResult") -> dict[str, float]:
-    """The run's work figures measured on every rank (module docstring), by metric name; `train_memory` on CPU."""
+    """The run's work figures measured on every rank, by metric name; `train_memory` on CPU."""
     works = [r.work for r in run.ranks]
     if not works or any(w is None for w in works):
         return {}
@@ -164,58 +126,50 @@ def node_step_medians(run: "RunResult") -> dict[str, float]:
 
 
 def comms_counts(rank_metrics: Iterable[Mapping[str, float] | None]) -> dict[str, int]:
-    """comms.<kind>.calls_per_step / .bytes_per_step per rank: the rank with the most, from each rank's flat probe
-    metrics (ProbeResult.metrics(): the probes' per-step medians, as a JSON report's `ranks[].probes` holds them),
-    as the probe checks and the probe table read them.
-
-    Bytes of a kind are left out where any rank had calls of unknown size (metrics() gives that rank's count
-    without bytes): an exact baseline must not hold the bytes of part of the calls."""
+    """comms.<kind>.calls_per_step / .bytes_per_step of the rank with the most, from each rank's flat probe metrics
+    (ProbeResult.metrics()). A kind's bytes are left out where any rank had calls of unknown size: an exact baseline
+    must not hold the bytes of part of the calls."""
     calls: dict[str, int] = {}
-    sized: dict[str, int] = {}
-    unsized: set[str] = set()
+    sized: dict[str, int | None] = {}  # None: some rank had calls of unknown size
     for m in rank_metrics:
-        for name, value in (m or {}).items():
+        m = m or {}
+        for name, value in m.items():
             # comms.<kind>.calls_per_step; reports written before it was named so: comms.<kind>.per_step
             if not (name.startswith("comms.") and name.count(".") == 2
                     and name.endswith((".calls_per_step", ".per_step"))):
                 continue
             kind = name.split(".")[1]
             calls[kind] = max(calls.get(kind, 0), int(value))
-            if f"comms.{kind}.bytes_per_step" in m:  # type: ignore[operator]
-                sized[kind] = max(sized.get(kind, 0), int(m[f"comms.{kind}.bytes_per_step"]))  # type: ignore[index]
-            else:
-                unsized.add(kind)
+            size, before = m.get(f"comms.{kind}.bytes_per_step"), sized.get(kind, 0)
+            sized[kind] = None if size is None or before is None else max(before, int(size))
     out: dict[str, int] = {}
     for kind in sorted(calls):
         out[f"comms.{kind}.calls_per_step"] = calls[kind]
-        if kind not in unsized:
-            out[f"comms.{kind}.bytes_per_step"] = sized[kind]
+        if sized[kind] is not None:
+            out[f"comms.{kind}.bytes_per_step"] = sized[kind]  # type: ignore[assignment]
     return out
 
 
 def rank_probe_metrics(rank: Any) -> dict[str, float] | None:
-    """A rank's flat probe metrics (ProbeResult.metrics()); None when it ran no probe."""
     probes = getattr(rank, "probes", None)
     return probes.metrics() if probes is not None and hasattr(probes, "metrics") else None
 
 
 def run_comms(run: "RunResult") -> dict[str, int]:
-    """comms_counts of a run's ranks ({} when no rank was probed)."""
     return comms_counts([rank_probe_metrics(k) for k in run.ranks])
 
 
 @dataclass(frozen=True)
 class RunFigures:
-    """One run's figures, derived once from its ranks (run_figures); what the gate, the reports and the history
-    read of a run. `comms` is empty where the run was not probed."""
+    """One run's figures, derived once from its ranks (run_figures). `comms` is empty where it was not probed."""
 
-    id: str  # the run's stable id (RunResult.id)
+    id: str
     step_time: float  # s
-    peak_memory: float  # bytes (peak_memory_of)
+    peak_memory: float  # bytes
     optimizer_state_bytes: float  # summed over ranks
-    work: dict[str, float] = field(default_factory=dict)  # run_work
-    gpu_busy: float | None = None  # run_gpu_busy
-    comms: dict[str, int] = field(default_factory=dict)  # run_comms
+    work: dict[str, float] = field(default_factory=dict)
+    gpu_busy: float | None = None
+    comms: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,28 +184,24 @@ class RunFigures:
 
 
 def run_figures(run: "RunResult") -> RunFigures:
-    """The one derivation of a run's figures (module docstring)."""
     return RunFigures(id=run.id, step_time=run_step_time(run), peak_memory=run_peak_memory(run),
                       optimizer_state_bytes=float(sum(k.optimizer_state_bytes for k in run.ranks)),
                       work=run_work(run), gpu_busy=run_gpu_busy(run), comms=run_comms(run))
 
 
 def metric_values(runs: Sequence[RunFigures]) -> dict[str, list[float]]:
-    """The gated and tracked metrics of a job, one value per run: step time, peak memory, optimizer state bytes,
-    the work figures (a time where every run measured it, an exact count where any did) and, where every run was probed, collective calls and bytes per step by
-    kind (per rank, the rank with the most; a kind a run did not call counts 0). The baseline (store/baselines.py)
-    and the history (store/history/ingest.py) both read a job's series from here."""
+    """The gated and tracked metrics of a job, one value per run (the baseline's and the history's series). A work
+    time needs every run; an exact count is measured in a job's first run of a session only (rank/work.py) and kept
+    from the runs that measured it. Collectives only where every run was probed (a kind not called counts 0)."""
     out = {"step_time": [f.step_time for f in runs], "peak_memory": [f.peak_memory for f in runs],
            "optimizer_state_bytes": [f.optimizer_state_bytes for f in runs]}
     if not runs:
         return out
     for name in sorted(set().union(*(f.work for f in runs))):
         measured = [float(f.work[name]) for f in runs if name in f.work]
-        # A time needs every run (one value a run for its interval); an exact count is measured in a job's first
-        # run of a session only (rank/work.py) and decided on the runs that measured it.
         if len(measured) == len(runs) or (name in WORK_METRICS and WORK_METRICS[name][1] == "count"):
             out[name] = measured
-    if all(f.comms for f in runs):  # every run probed: the same kinds are comparable run to run
+    if all(f.comms for f in runs):
         for name in sorted(set().union(*(f.comms for f in runs))):
             out[name] = [float(f.comms.get(name, 0)) for f in runs]
     return out
@@ -274,33 +224,26 @@ def work_not_measured(runs: Sequence["RunResult"]) -> dict[str, str]:
 
 
 def memory_kind(device: str) -> str:
-    """What `peak_memory` is on this device."""
     return "CUDA peak allocated" if device == "cuda" else "host RSS growth during training"
 
 
-# The memory figures in words, for messages: what each is.
-MEMORY_WORDS = {"train_memory": "training state (parameters, gradients, optimizer state + a step's allocation peak)"}
-
-
 def memory_metric(device: str) -> str:
-    """The memory figure a memory check and the baseline gate decide on (module docstring): `peak_memory` (CUDA
-    peak allocated) on CUDA, `train_memory` (the training state) on CPU."""
+    """The memory figure a memory check and the baseline gate decide on."""
     return "peak_memory" if device == "cuda" else "train_memory"
 
 
 def secondary_memory_metric(device: str) -> str | None:
-    """The memory figure shown beside the deciding one and never decided on: host RSS growth (`peak_memory`) on
-    CPU; None on CUDA, where `peak_memory` decides."""
+    """The memory figure shown beside the deciding one, never decided on: host RSS growth on CPU."""
     return None if device == "cuda" else "peak_memory"
 
 
 def memory_words(metric: str, device: str) -> str:
-    """'training state (parameters, ...)', 'host RSS growth during training', 'CUDA peak allocated'."""
-    return MEMORY_WORDS.get(metric) or memory_kind(device)
+    if metric == "train_memory":
+        return "training state (parameters, gradients, optimizer state + a step's allocation peak)"
+    return memory_kind(device)
 
 
 def secondary_words(metric: str, device: str) -> str:
-    """How a secondary memory figure is named beside the one that decided (a check's, a baseline verdict's)."""
     return (f"{memory_words(metric, device)} ({metric}; shown, not decided on: it counts imports and one-time "
             "allocations)")
 
@@ -309,15 +252,16 @@ TIME_PARTS = ("startup", "build", "warmup", "timed", "other")
 
 
 def run_time_split(run: "RunResult") -> dict[str, float] | None:
-    """A run's own wall time in TIME_PARTS (module docstring), seconds; None when a part was not recorded."""
+    """A run's own wall time (slot waits and the session's agent start left out) in TIME_PARTS, seconds: start-up
+    (launch to the build's start on the latest rank), the build, warm-up, the timed steps and the rest. None when a
+    part was not recorded."""
     started = [getattr(r, "build_started_at", None) for r in run.ranks]
     launched = getattr(run, "launched_at", None)
     if launched is None or not started or any(t is None for t in started):
         return None
-    agent = getattr(run, "agent_start_seconds", 0.0)  # the session's, not the run's: reported apart
+    agent = getattr(run, "agent_start_seconds", 0.0)
     wall = max(0.0, run.wall_seconds - run.slot_wait_seconds - agent)
-    # The build ends when the last rank's does: ranks a framework starts one after another (Lightning's launcher,
-    # a script's) overlap, and the start-up runs to the last rank's start.
+    # Ranks a framework starts one after another overlap: the build ends when the last rank's does.
     built = max(s + r.build_seconds for s, r in zip(started, run.ranks))
     split = {"startup": max(0.0, max(started) - launched - agent), "build": max(0.0, built - max(started)),
              "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
@@ -326,8 +270,7 @@ def run_time_split(run: "RunResult") -> dict[str, float] | None:
 
 
 def job_time_split(runs: Sequence["RunResult"]) -> dict[str, float]:
-    """TIME_PARTS summed over the runs, with `wall` and each part's share of it (`<part>_share`); {} when a run
-    lacks a part."""
+    """TIME_PARTS summed over the runs, with `wall` and each part's `<part>_share`; {} when a run lacks a part."""
     splits = [run_time_split(r) for r in runs]
     if not splits or any(s is None for s in splits):
         return {}
@@ -347,39 +290,32 @@ def time_split_text(split: dict[str, float]) -> str:
                                                  for p in TIME_PARTS)
 
 
-def run_breakdown(ranks: Iterable[Any]) -> dict[str, float]:
-    """One run: its slowest rank's breakdown (a run's step time is the slowest rank's too)."""
-    per_rank = [r.step_breakdown for r in ranks if getattr(r, "step_breakdown", None)]
-    return dict(max(per_rank, key=lambda b: b["total"])) if per_rank else {}
+def _side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
+    """A comparison side's step breakdown: of each run its slowest rank's, then the run with the median total."""
+    def slowest(ranks: Iterable[Any]) -> dict[str, float]:
+        per_rank = [r.step_breakdown for r in ranks if getattr(r, "step_breakdown", None)]
+        return dict(max(per_rank, key=lambda b: b["total"])) if per_rank else {}
 
-
-def side_breakdown(runs: Iterable[Any]) -> dict[str, float]:
-    """One side of a comparison: the run with the median total."""
-    return median_step(run_breakdown(r.ranks) for r in runs)
-
-
-def _breakdown_keys(*steps: dict[str, float]) -> list[str]:
-    """The standard phases, then any a user named (pytest_distperf.phase), then other and total."""
-    named = sorted({k for b in steps for k in b} - set(ALL_KEYS))
-    return list(PHASES) + named + ["other", "total"]
-
-
-def _breakdown_line(b: dict[str, float], keys: list[str]) -> str:
-    return " | ".join(f"{k} {fmt_seconds(b.get(k, 0.0))}" for k in keys)
+    return median_step(slowest(r.ranks) for r in runs)
 
 
 def breakdown_lines(a_side: "JobRuns", b_side: "JobRuns") -> list[str]:
     """Lines for a failing step-time check; none when a side has no breakdown."""
-    a, b = side_breakdown(a_side.runs), side_breakdown(b_side.runs)
+    a, b = _side_breakdown(a_side.runs), _side_breakdown(b_side.runs)
     if not a or not b:
         return []
-    keys = _breakdown_keys(a, b)
+    # the standard phases, then any a user named (pytest_distperf.phase), then other and total
+    keys = list(PHASES) + sorted({k for s in (a, b) for k in s} - set(ALL_KEYS)) + ["other", "total"]
     diffs = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in keys if k != "total"}
     worst = max(diffs, key=lambda k: diffs[k])
+
+    def line(side: dict[str, float]) -> str:
+        return " | ".join(f"{k} {fmt_seconds(side.get(k, 0.0))}" for k in keys)
+
     return [
         "  where the time goes (per step, slowest rank, device-synchronised phases measured after the timing phase):",
-        f"    A {a_side.label}: {_breakdown_line(a, keys)}",
-        f"    B {b_side.label}: {_breakdown_line(b, keys)}",
+        f"    A {a_side.label}: {line(a)}",
+        f"    B {b_side.label}: {line(b)}",
         "    A - B: " + ", ".join(f"{k} {'+' if d >= 0 else '-'}{fmt_seconds(abs(d))}" for k, d in diffs.items())
         + f"; the largest share of the gap is in {worst!r}",
     ]
@@ -387,7 +323,7 @@ def breakdown_lines(a_side: "JobRuns", b_side: "JobRuns") -> list[str]:
 
 @dataclass(frozen=True)
 class JobFigures:
-    """A job's reported figures over its runs (see the module docstring for each definition)."""
+    """A job's reported figures over its runs."""
 
     label: str
     device: str
@@ -404,14 +340,12 @@ class JobFigures:
     tokens_per_s: float
     optimizer_bytes_per_param: float
     cuda_peak_reserved: int | None = None  # bytes, the highest rank's, the largest over runs
-    # The work figures (WORK_METRICS and train_memory) measured on every run: geometric mean of a time, the
-    # largest run of a count; empty when the job ran no work phase.
-    work: dict[str, float] = field(default_factory=dict)
+    work: dict[str, float] = field(default_factory=dict)  # empty when the job ran no work phase
     gpu_busy_share: float | None = None  # GPU busy / step time, geometric mean of the runs; CUDA only
     work_not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it is missing
-    id: str = ""  # the job's stable id (job_id): shared runs are one job by identity, never by value
-    run_ids: tuple[str, ...] = ()  # the runs' ids, in order
-    time_split: dict[str, float] = field(default_factory=dict)  # job_time_split: where the runs' wall time went
+    id: str = ""  # job_id: shared runs are one job by identity, never by value
+    run_ids: tuple[str, ...] = ()
+    time_split: dict[str, float] = field(default_factory=dict)
 
     @property
     def host_bound(self) -> bool:
@@ -426,12 +360,8 @@ class JobFigures:
         return f"host-bound: GPU busy {self.gpu_busy_share:.0%} of the step; wall-time noise{spread} is the host's"
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["run_step_times"] = list(self.run_step_times)
-        d["run_ids"] = list(self.run_ids)
-        d["host_bound"] = self.host_bound
-        d["host_bound_text"] = self.host_bound_text()  # the one wording every report shows
-        return d
+        return {**asdict(self), "run_step_times": list(self.run_step_times), "run_ids": list(self.run_ids),
+                "host_bound": self.host_bound, "host_bound_text": self.host_bound_text()}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JobFigures":
@@ -448,21 +378,17 @@ class JobFigures:
 
 @dataclass
 class JobRuns:
-    """One job of a test and its runs so far, as the fixture, each side of a comparison (decide/checks.py) and
-    either gate (decide/regression.py, decide/against.py) hold it. Its run lists may be shared with other tests and
-    grow (adaptive repeats), so `runs` reads them as they stand, each run once. When the test ends the report's
-    record of the job is made from its runs (report/document.JobRecord)."""
+    """One job of a test and its runs so far. Its run lists may be shared with other tests and grow (adaptive
+    repeats), so `runs` reads them as they stand, each run once."""
 
-    label: str  # as verdicts, checks and reports name the job
+    label: str
     sources: list[list["RunResult"]] = field(default_factory=list)
     base_runs: list["RunResult"] = field(default_factory=list)  # head vs base: runs[i]'s twin on the base's code
     base_error: str = ""  # head vs base: the base side failed (its first lines); no more pairs are run
 
     @property
     def runs(self) -> list["RunResult"]:
-        """Every run of the sources, in order (a new list: runs are added to a source)."""
-        once = {id(r): r for source in self.sources for r in source}  # a run in two lists counts once, first place
-        return list(once.values())
+        return list({id(r): r for source in self.sources for r in source}.values())
 
     def add(self, runs: list["RunResult"]) -> None:
         if not any(source is runs for source in self.sources):
@@ -474,7 +400,6 @@ class JobRuns:
 
 
 def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
-    """A job's figures over its runs, from each run's figures (run_figures)."""
     if not runs:
         raise ValueError(f"{label}: no runs")
     per_run = [run_figures(r) for r in runs]
@@ -483,7 +408,7 @@ def job_figures(label: str, runs: Sequence["RunResult"]) -> JobFigures:
     step_time = geometric_mean(step_times)
     reserved = [k.cuda_peak_reserved for r in runs for k in r.ranks if k.cuda_peak_reserved]
     device = runs[0].spec.device
-    series = metric_values(per_run)  # a time measured in every run, an exact count in the runs that measured it
+    series = metric_values(per_run)
     work = {n: (max(series[n]) if WORK_METRICS.get(n, ("", "memory"))[1] == "count" else geometric_mean(series[n]))
             for n in sorted(set().union(*(f.work for f in per_run))) if n in series}
     busy = [f.gpu_busy for f in per_run]

@@ -1,8 +1,4 @@
-"""Statistics over plain numbers: quantiles, the run-to-run variation, loss differences.
-
-No numpy/scipy: this runs in the pytest process and in reports. Intervals and verdicts live in the
-decision core (decision.py); the quantities reports show in figures.py.
-"""
+"""Statistics over plain numbers, without numpy: this runs in the pytest process and in reports."""
 
 from __future__ import annotations
 
@@ -22,9 +18,8 @@ def quantile(xs: Sequence[float], q: float) -> float:
 
 
 def relative_spread(values: Sequence[float]) -> float | None:
-    """Standard deviation of log(values): about the relative spread, symmetric for slow and fast outliers.
-    The run-to-run variation every report and the decision core use; None for fewer than 2 values or a
-    non-positive one."""
+    """Standard deviation of log(values): the run-to-run variation, symmetric for slow and fast outliers; None for
+    fewer than 2 values or a non-positive one."""
     if len(values) < 2 or any(v <= 0 for v in values):
         return None
     logs = [math.log(v) for v in values]

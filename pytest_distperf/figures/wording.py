@@ -1,7 +1,4 @@
-"""How a figure's interval reads in every report (bound_text: a check's `Check.interval_text` and a baseline
-verdict's `MetricVerdict.interval_text` both call it), a check's pair-to-pair variation, and a test's short name.
-
-A leaf module: the decision core (decide/decision.py) uses bound_text for its own texts."""
+"""How an interval, a check's pair-to-pair variation and a test's name read in every report."""
 
 from __future__ import annotations
 
@@ -21,11 +18,10 @@ def _end(x: float | None, digits: int) -> str:
 def bound_text(ratio: float, low: float | None, high: float | None, n: int, unit: str = "pairs",
                spread: float | None = None, spread_name: str = "pair-to-pair", next_look: int | None = None,
                delta: bool = False, digits: int = 3, decided: bool = False) -> str:
-    """The one text of an interval in every report: '[0.970, 1.160]' (ratio) or '[+7.9%, +11.7%]' (delta: the
-    ends as changes), or -- where an end is unbounded, or beyond 10x or below 1/10 of the estimate -- words:
-    '3 pairs at 31.0% pair-to-pair: too few to bound; next look at 6' (next_look 0: the design's last look,
-    'too noisy to bound at the last look'; None: not said). low/high: ratio ends (None: unbounded). A decided
-    verdict's wide interval keeps its numbers (the end that decided it is the one that matters), marked wide."""
+    """'[0.970, 1.160]' (ratio) or '[+7.9%, +11.7%]' (delta), or, where an end is unbounded (None) or beyond WIDE
+    of the estimate, words: '3 pairs at 31.0% pair-to-pair: too few to bound; next look at 6' (next_look 0: the
+    last look; None: not said). A decided verdict's wide interval keeps its numbers (the end that decided it is the
+    one that matters), marked wide."""
     wide = (low is None or high is None or not ratio > 0 or low <= 0
             or high > WIDE * ratio or low < ratio / WIDE)
     if delta:
@@ -50,6 +46,5 @@ def is_words(text: str) -> bool:
 
 
 def pair_to_pair(method: str | None, pair_cv: float | None) -> str:
-    """A check's pair-to-pair variation (sd of the pairs' log ratios) as a percent; '-' when the check was not
-    paired or had too few pairs to have one."""
+    """A check's pair-to-pair variation as a percent; '-' when it was not paired or had too few pairs."""
     return "-" if method != "paired" or pair_cv is None else f"{pair_cv:.1%}"

@@ -1,6 +1,5 @@
 """What a job is: dataclasses of builtins that cross from pytest to the ranks (pickled) and into reports and
-baselines (as JSON).
-"""
+baselines (as JSON)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def file_sha256(path: str) -> str:
 
 @dataclass(frozen=True)
 class ScriptRef:
-    """A user's training script run unchanged by its own launcher (distperf.script_job; rank/script_steps.py)."""
+    """A user's training script run unchanged by its own launcher (distperf.script_job)."""
 
     path: str  # absolute, in this checkout
     name: str  # the path as the job's identity knows it: relative to the rootdir, the same in every checkout
@@ -55,26 +54,22 @@ class JobSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     sys_path: list[str] = field(default_factory=list)
     progress: bool = False
-    # Probe phase after timing (pytest_distperf.rank.probes): which probes, over how many profiled steps.
+    # Phases after timing: the probes over `probe_steps` profiled steps; the work phase's steps per pass (0: none).
     probes: tuple[str, ...] = ()
     probe_steps: int = 3
-    # Work phase after timing (rank/work.py): steps per pass; 0 runs none.
     work_steps: int = 2
-    # This run also measures what one run of a job suffices for (the step breakdown; the exact counts of the work
-    # phase): the fixture sets it for a job's first run in a session only. Not part of the configuration.
+    # This run also measures what one run of a job suffices for (the breakdown, the exact counts): a job's first.
     measure_once: bool = True
-    # A user's workload factory (pytest_distperf.spec.workloads) instead of the built-in GPT, and its arguments.
+    # A user's workload factory instead of the built-in GPT, and its arguments.
     workload: FunctionRef | None = None
     workload_kwargs: dict[str, Any] = field(default_factory=dict)
     # A user's step factory (distperf.step_job): its (args, kwargs) are `args` and `kwargs` above.
     step: FunctionRef | None = None
-    # How the ranks are started: "controlled" or "as_user", and the launch profile that resolves to
-    # (pytest_distperf.spec.profiles).
+    # How the ranks are started: "controlled" or "as_user", and the launch profile that resolves to.
     launch: str = "controlled"
     launch_profile: str = "controlled"
-    # Resolved by the pytest process for the ranks (which may not know a strategy a conftest registered):
-    # the adapter module and the options completed with defaults. Not part of the configuration: the
-    # strategy's name and given options are.
+    # Resolved by the pytest process for the ranks (which may not know a strategy a conftest registered); not part
+    # of the configuration: the strategy's name and given options are.
     adapter: str | None = None
     full_options: dict[str, Any] = field(default_factory=dict)
     # A user's training script (distperf.script_job): its optimizer steps are the steps.
@@ -104,29 +99,20 @@ class JobSpec:
         return f"{self.strategy}[{opts}] {work} x{self.world_size} {self.device}{launch}".replace("[]", "")
 
     def config_dict(self, ignore_shape_fields: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The parts of the job that decide what is measured (not where it runs or the harness's bookkeeping).
-
-        ignore_shape_fields: shape overrides left out, e.g. the baseline key ignores the knobs that inject
-        a slowdown, so an injected slowdown reads as a regression of the same job, like a code change would.
-        """
-        d = asdict(self)
-        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once"):
-            d.pop(k)
-        if self.script is None:
-            d.pop("script")
-        else:
-            # The script by its name, arguments, environment and launcher; its content is what a gate compares,
-            # so its hash is not in the key (a changed script is gated against its baseline, like a changed
-            # workload factory); the cwd is where it runs, which differs between checkouts.
+        """The parts of the job that decide what is measured. ignore_shape_fields: shape overrides left out (the
+        baseline key ignores the knobs that inject a slowdown: it reads as a regression of the same job)."""
+        if self.script is not None:
+            # Not its hash (a changed script is gated against its baseline) nor its cwd (which differs by checkout).
             s = self.script
             return {"world_size": self.world_size, "device": self.device, "warmup_steps": self.warmup_steps,
                     "steps": self.steps, "script": {"name": s.name, "args": list(s.args), "launcher": s.launcher,
                                                     "env": dict(s.env)},
                     **({"probes": list(self.probes), "probe_steps": self.probe_steps} if self.probes else {})}
-        # Fields at their defaults are left out: a job that does not use them keeps its hash (and its baseline).
-        if not self.probes:
-            d.pop("probes")
-            d.pop("probe_steps")
+        d = asdict(self)
+        # Bookkeeping goes, and fields at their defaults: a job that does not use them keeps its hash (and baseline).
+        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once", "script",
+                  *(() if self.probes else ("probes", "probe_steps"))):
+            d.pop(k)
         for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
                            ("launch", "controlled"), ("launch_profile", "controlled")):
             if d[k] == default:

@@ -1,21 +1,8 @@
-"""Phases a user marks inside their own step, for the step breakdown.
+"""Phases a user marks inside their own step, for the step breakdown: `with phase("forward"): ...`.
 
-    from pytest_distperf import phase
-
-    def step():
-        with phase("forward"):
-            loss = model(x)
-        with phase("backward"):
-            loss.backward()
-        with phase("optimizer"):
-            opt.step(); opt.zero_grad()
-
-Outside the breakdown phase of a job (warm-up, timed steps, probes) `phase()` does nothing but
-one global read: the timed steps carry no synchronisation. During the breakdown phase (a few
-extra steps after timing, pytest_distperf.rank.breakdown) each marked phase is bracketed by a
-device synchronisation and its time is added to that name; unmarked time is "other".
-
-Import-light (no torch): a user's module imports it at top level.
+Outside the breakdown phase (a few extra steps after timing, rank/breakdown.py) `phase()` costs one global read, so
+the timed steps carry no synchronisation. During it each marked phase is bracketed by a device synchronisation and
+its time added to that name; unmarked time is "other". Import-light (no torch): user modules import it at top level.
 """
 
 from __future__ import annotations
@@ -25,8 +12,8 @@ from typing import Any, Iterator
 
 from pytest_distperf.errors import PhaseError
 
-# The PhaseClock of the breakdown step in progress, or None. A process-wide global, not a
-# thread-local: a framework's loop may run the user's code on another thread than the measurement (Lightning's fit).
+# The PhaseClock of the breakdown step in progress, or None. Not a thread-local: a framework's loop may run the
+# user's code on another thread than the measurement (Lightning's fit).
 _clock: Any = None
 _open: str | None = None
 

@@ -1,5 +1,4 @@
-"""The probes a job may ask for (`distperf.job(probes=...)`, `@pytest.mark.distperf(probes=...)`,
-`Recorder(probes=...)`), validated in the pytest process before any rank starts (rank/probes measures them).
+"""The probes a job may ask for, validated in the pytest process before any rank starts (rank/probes measures them).
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""How a job's ranks are started: the harness's controlled launch, or as a framework's users start them.
-
-A job's `launch` is "controlled" (the default) or "as_user". "as_user" resolves to the launch profile
-of the job's strategy (Strategy.user_launch; a user's own step launches as torchrun does). What differs
-(who starts the ranks, intra-op threads per rank, CPU pinning) is each profile's fields in PROFILES.
-
-A user's own OMP_NUM_THREADS wins in every profile, as it does for each of these launchers. The
-controlled profile also keeps NCCL's bootstrap on loopback (NCCL_SOCKET_IFNAME=lo); the user
-profiles leave the environment as the user has it.
-
-Import-light: read by the pytest process.
+"""How a job's ranks are started: the harness's controlled launch, or "as_user", the launch profile of the job's
+strategy (Strategy.user_launch). The profiles differ in who starts the ranks, intra-op threads per rank and CPU
+pinning. A user's own OMP_NUM_THREADS wins in every profile, as it does for each of these launchers.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ LAUNCH_CHOICES = ("controlled", "as_user")
 @dataclass(frozen=True)
 class LaunchProfile:
     name: str
-    starter: str  # "elastic": the harness's agent runs torch elastic; "script": `python script.py`, the framework starts the rest
+    starter: str  # "elastic": the harness's agent runs torch elastic; "script": the framework starts the rest
     threads: str  # "cores_per_rank" | "one" | "torch_default" | "accelerate" | "framework"
     pin_cpu: bool  # CPU jobs: each rank on its own slice of the cores
 
@@ -38,8 +30,7 @@ PROFILES: dict[str, LaunchProfile] = {p.name: p for p in (
 )}
 
 
-# A script job's launcher (distperf.script_job), as its users type it, for `n` ranks on this host: the arguments
-# after `python`.
+# A script job's launcher (distperf.script_job) for `n` ranks on this host: the arguments after `python`.
 SCRIPT_LAUNCHERS = {
     "torchrun": lambda n, device: ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"],
     "python": lambda n, device: [],  # the script's framework starts its other ranks (Lightning's Trainer)
@@ -58,7 +49,6 @@ def check_choice(launch: object, where: str) -> str:
 
 
 def resolve(launch: str, user_launch: str) -> LaunchProfile:
-    """The profile of a job: the controlled one, or its strategy's user launch."""
     return PROFILES["controlled" if launch == "controlled" else user_launch]
 
 

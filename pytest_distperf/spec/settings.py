@@ -21,10 +21,9 @@ from pytest_distperf.spec.probes import validate as validate_probes
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 LAUNCHERS = ("local", "torchrun", "slurm")
 LOCAL_AGENT_STARTS = ("local", "srun")
-# --distperf-lock-gpu-clocks: the GPU's default applications clock (else its max graphics clock), or clocks locked
-# outside pytest (launch/gpuclocks acts on them)
+# --distperf-lock-gpu-clocks: the GPU's default applications clock, or clocks locked outside pytest
 CLOCKS_DEFAULT, CLOCKS_EXTERNAL = "default", "external"
-# The most looks (pairs, or candidate runs) a verdict may take: decide/decision.py designs its boundaries up to it.
+# The most pairs (or candidate runs) a verdict may take.
 MAX_LOOKS = 64
 MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repeats", "test_budget",
                # baseline gate overrides, validated in decide/policy.py:policy_for
@@ -36,10 +35,9 @@ MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repea
 def setting(default: Any, help: str, *, option: bool = True, ini: bool = True, carried: bool = False,
             metavar: str | None = None, const: str | None = None,
             check: Callable[[Any, str], Any] | None = None) -> Any:
-    """A dataclass field that is a setting. option: a command-line option --distperf-<name> (else an ini key
-    only); ini: an ini key distperf_<name>; carried: it picks the machine class or the jobs, so the "accept this
-    change" command repeats it; const: the value of the option given without one; check: (value, where) -> value,
-    instead of the check the type implies."""
+    """A dataclass field that is a setting: a command-line option --distperf-<name> and/or an ini key
+    distperf_<name>. carried: it picks the machine class or the jobs (the "accept this change" command repeats it);
+    const: the option's value given without one; check: (value, where) -> value, instead of the type's check."""
     return field(default=default, metadata=dict(help=help, option=option, ini=ini, carried=carried, metavar=metavar,
                                                 const=const, check=check))
 
@@ -112,9 +110,6 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any, str], str]:
     return check
 
 
-_device = _choice(DEVICE_CHOICES)
-
-
 def _max_repeats(value: Any, where: str) -> int:
     n = _positive(value, int, where)
     if not 2 <= n <= MAX_LOOKS:
@@ -165,7 +160,7 @@ def _folder(value: Any, where: str) -> str | None:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """Where ranks run: the launcher and its options (docs/cluster.md). Read by launch/base.make_launcher."""
+    """Where ranks run: the launcher and its options (docs/cluster.md)."""
 
     launcher: str = setting("local", "local|torchrun|slurm: ranks on this host, on N torchrun node agents, or in "
                             "SLURM jobs", carried=True, check=_choice(LAUNCHERS))
@@ -198,9 +193,8 @@ class Settings:
 
     enabled: bool = setting(False, "run distperf performance tests (else they are skipped)", ini=False)
     device: str = setting("auto", f"device for distperf jobs: {'|'.join(DEVICE_CHOICES)} (auto: CUDA+NCCL when "
-                          f"enough GPUs, else CPU+gloo)", carried=True, check=_device)
-    # On the command line it overrides the markers' world_size (world_size_override): how a 1-GPU box runs suites
-    # written for 2 ranks on its GPU.
+                          f"enough GPUs, else CPU+gloo)", carried=True, check=_choice(DEVICE_CHOICES))
+    # On the command line it overrides the markers' (world_size_override): a 1-GPU box runs 2-rank suites.
     world_size: int = setting(2, "default number of ranks per job (on the command line: of every job)", carried=True)
     timeout: float = setting(900.0, "wall-clock limit in seconds for one job (all ranks are ended on expiry)")
     repeats: int = setting(3, "runs per side in a comparison (interleaved A B A B ...)", carried=True)
@@ -260,7 +254,6 @@ class Settings:
 
 
 def declared() -> list[Setting]:
-    """Every setting, Settings' then ClusterSettings'."""
     return [Setting(f.name, str(f.type), f.default, **f.metadata)
             for cls in (Settings, ClusterSettings) for f in fields(cls) if "help" in f.metadata]
 
@@ -287,11 +280,7 @@ class TestPlan:
 
 
 def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) -> tuple[str | None, str | None]:
-    """Return (device, None) or (None, skip reason).
-
-    option: --distperf-device (auto|cpu|cuda); marker: the test's own device= (None/auto: follow the option;
-    cpu: always CPU; cuda: the test needs GPUs).
-    """
+    """(device, None) or (None, skip reason). marker: the test's own device= (None/auto: follow the option)."""
     follows = marker in (None, "auto")
     if marker == "cpu" or (follows and option == "cpu"):
         return "cpu", None
@@ -305,14 +294,8 @@ def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) 
                   f"has {gpus}")
 
 
-def first_look(repeats: int, max_repeats: int) -> int:
-    """Pairs (or runs) a verdict starts with: the budget bounds every verdict's pairs, its first look included."""
-    return min(repeats, max_repeats)
-
-
 def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> Settings:
-    """cli/ini map setting names to a value or None (unset); the command line wins over ini, ini over the default.
-    Each value is checked, naming where it came from."""
+    """cli/ini map setting names to a value or None (unset). Each value is checked, naming where it came from."""
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
     for s in declared():
@@ -327,7 +310,7 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
         values[s.name] = s.parse(value, where[s.name])
     cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
     _check_cluster(cluster, where)
-    values["repeats"] = first_look(values["repeats"], values["max_repeats"])
+    values["repeats"] = min(values["repeats"], values["max_repeats"])  # the budget bounds the first look too
     return Settings(enabled=enabled, cluster=cluster, world_size_override=where["world_size"].startswith("--"),
                     **values)
 
@@ -337,7 +320,6 @@ _ONLY = {"torchrun": ("rdzv_endpoint", "agents"),
 
 
 def _check_cluster(cluster: ClusterSettings, where: dict[str, str]) -> None:
-    """Each launcher option against the launcher that uses it (docs/cluster.md)."""
     launcher = cluster.launcher
     for owner, names in _ONLY.items():
         for name in names:
@@ -372,7 +354,6 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     by_name = {s.name: s for s in declared()}
 
     def marked(name: str, setting_value: Any) -> Any:
-        """The marker's value, checked as the setting's, else the setting's."""
         if marker_kwargs.get(name) is None:
             return setting_value
         return by_name[name].parse(marker_kwargs[name], f"{where}: distperf({name}=...)")
@@ -381,7 +362,7 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     ws = settings.world_size if settings.world_size_override else ws
     timeout, test_budget = marked("timeout", settings.timeout), marked("test_budget", settings.test_budget)
     max_repeats = marked("max_repeats", settings.max_repeats)
-    repeats = first_look(marked("repeats", settings.repeats), max_repeats)
+    repeats = min(marked("repeats", settings.repeats), max_repeats)
     nodes = marked("nodes", settings.cluster.nodes)
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "

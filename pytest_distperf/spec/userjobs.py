@@ -1,13 +1,6 @@
-"""What the fixture needs to build jobs on a user's code: references by name, the checks, the launch choice.
-
-- a workload factory (`distperf.job(..., workload="pkg.mod:make_workload")` or the function itself) and a
-  step factory (`distperf.step_job(make_step)`) are named by module and qualified name, so every rank
-  imports them; the pytest process imports them once to fail here, naming the test, not in every rank;
-- a strategy is resolved through the registry (built-in, entry point or register()) to its adapter module
-  and its options completed with defaults, which the ranks receive in the JobSpec;
-- `launch="controlled" | "as_user"` resolves to a launch profile (spec/profiles.py).
-
-Every error is a UsageError subclass whose message starts with the test's node id.
+"""What the fixture needs to build jobs on a user's code: factories named by module and qualified name (every rank
+imports them; the pytest process imports them once to fail here, naming the test), strategies resolved through the
+registry, the launch choice. Every error is a UsageError whose message starts with the test's node id.
 """
 
 from __future__ import annotations
@@ -69,9 +62,8 @@ def _resolve(obj: str, kind: str) -> tuple[Any, Any]:
 
 
 def check_call(obj: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any], kind: str, given: str) -> None:
-    """The arguments the ranks will call a workload or step factory with, bound to its signature here, in the
-    pytest process: a wrong keyword is an error naming the factory and its parameters before any rank starts
-    (not a TypeError in rank 0 after a full launch). `given` says where they came from, e.g. 'workload_kwargs'."""
+    """Bind the arguments the ranks will call a factory with to its signature here: a wrong keyword fails naming
+    the factory's parameters before any rank starts. `given` says where they came from, e.g. 'workload_kwargs'."""
     target = _resolve(obj, kind)[0] if isinstance(obj, str) else obj
     name = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
     try:
@@ -124,15 +116,13 @@ def check_step_arguments(args: Any, kwargs: Any, where: str) -> tuple[tuple, dic
 
 
 def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """A job's strategy options, given as `options={...}`."""
     if options is not None and not isinstance(options, dict):
         raise UsageError(f"distperf.job({strategy!r}, options=...): expected a dict, got {type(options).__name__}")
     return dict(options or {})
 
 
 def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device: str) -> ScriptRef:
-    """A script job's script, checked here: the file, its arguments and environment as strings (a command line's),
-    its launcher; named relative to the working folder (the same in every checkout), hashed as it is now."""
+    """A script job's script, checked here, named relative to the working folder (the same in every checkout)."""
     import os
 
     where = "distperf.script_job"

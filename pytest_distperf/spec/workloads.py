@@ -4,13 +4,7 @@
     def make_workload(layers=4):
         return Workload(model=lambda: MyModel(layers), batch=my_batch, loss=my_loss, wrap_units=(MyBlock,))
 
-    # the test
     distperf.job("fsdp2", workload="mypkg.bench:make_workload", workload_kwargs={"layers": 2})
-
-The harness seeds torch with the job's seed and builds the model on the rank's device (or under the
-strategy's own init context, e.g. DeepSpeed's `zero.Init`), makes every batch of the job up front
-(no data work inside a timed step), and hands the model and batches to the strategy. The built-in GPT
-is one implementation (pytest_distperf.rank.workload.builtin_workload).
 
 Import-light: no torch at import, so the pytest process can name this class.
 """
@@ -62,20 +56,17 @@ def check_workload(w: Any, where: str) -> Workload:
     """Check a factory's return value field by field (inside the rank, before anything is built)."""
     if not isinstance(w, Workload):
         raise WorkloadError(f"{where} returned {type(w).__name__}, not a pytest_distperf.Workload")
-    if not callable(w.batch):
-        raise WorkloadError(f"{where}: Workload.batch must be a callable batch(step, rank), got {w.batch!r}")
-    for name in ("loss", "optimizer"):
-        value = getattr(w, name)
-        if value is not None and not callable(value):
-            raise WorkloadError(f"{where}: Workload.{name} must be callable or None, got {value!r}")
-    units = w.wrap_units
-    if not isinstance(units, (tuple, list)) or not all(isinstance(u, type) for u in units):
-        raise WorkloadError(f"{where}: Workload.wrap_units must be a tuple of module classes, got {units!r}")
-    if w.precision not in PRECISIONS:
-        raise WorkloadError(f"{where}: Workload.precision must be one of {PRECISIONS}, got {w.precision!r}")
-    if not isinstance(w.micro_batch, int) or w.micro_batch < 1:
-        raise WorkloadError(f"{where}: Workload.micro_batch must be a positive int, got {w.micro_batch!r}")
-    if w.tokens_per_batch is not None and (not isinstance(w.tokens_per_batch, int) or w.tokens_per_batch < 0):
-        raise WorkloadError(f"{where}: Workload.tokens_per_batch must be a non-negative int or None, "
-                            f"got {w.tokens_per_batch!r}")
+    tokens = w.tokens_per_batch
+    for name, ok, expected in (
+            ("batch", callable(w.batch), "a callable batch(step, rank)"),
+            ("loss", w.loss is None or callable(w.loss), "callable or None"),
+            ("optimizer", w.optimizer is None or callable(w.optimizer), "callable or None"),
+            ("wrap_units", isinstance(w.wrap_units, (tuple, list)) and all(isinstance(u, type) for u in w.wrap_units),
+             "a tuple of module classes"),
+            ("precision", w.precision in PRECISIONS, f"one of {PRECISIONS}"),
+            ("micro_batch", isinstance(w.micro_batch, int) and w.micro_batch >= 1, "a positive int"),
+            ("tokens_per_batch", tokens is None or (isinstance(tokens, int) and tokens >= 0),
+             "a non-negative int or None")):
+        if not ok:
+            raise WorkloadError(f"{where}: Workload.{name} must be {expected}, got {getattr(w, name)!r}")
     return w
