@@ -109,5 +109,4 @@ def _fsdp_plugin(model: torch.nn.Module, ctx: RankContext, o: dict[str, Any]) ->
         transformer_cls_names_to_wrap=[u.__name__ for u in ctx.wrap_units])
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> AccelerateAdapter:
-    return AccelerateAdapter(model, ctx, **options)
+build = AccelerateAdapter  # the adapter protocol's build(model, ctx, **options)

@@ -24,5 +24,4 @@ class FSDP2Trainer(PhasedTrainer):
         self.optimizer = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDP2Trainer:
-    return FSDP2Trainer(model, ctx, **options)
+build = FSDP2Trainer  # the adapter protocol's build(model, ctx, **options)

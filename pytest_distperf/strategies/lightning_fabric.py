@@ -46,5 +46,4 @@ class LightningFabricAdapter(PhasedTrainer):
         return getattr(opt, "optimizer", opt)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> LightningFabricAdapter:
-    return LightningFabricAdapter(model, ctx, **options)
+build = LightningFabricAdapter  # the adapter protocol's build(model, ctx, **options)

@@ -162,5 +162,4 @@ class LightningTrainerAdapter:
         self._wait("done")
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> LightningTrainerAdapter:
-    return LightningTrainerAdapter(model, ctx, **options)
+build = LightningTrainerAdapter  # the adapter protocol's build(model, ctx, **options)
