@@ -38,12 +38,13 @@ import json
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from pytest_distperf.errors import FileError
 from pytest_distperf.fs.jsonio import write_bytes_atomic
@@ -480,10 +481,16 @@ def stacks_requested(job_dir: str) -> bool:
     return os.path.exists(os.path.join(job_dir, STACKS_REQUEST))
 
 
+@contextlib.contextmanager
+def dropped_on_success(job_dir: str, keep: bool) -> Iterator[None]:
+    """The job folder is removed when the block ends without an error, unless `keep`."""
+    yield
+    if not keep:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
 def drop_scratch(values: dict[int, Any]) -> None:
     """A probe job's folder is kept for its Chrome traces, not for the NVMe-offload swap files in its scratch."""
-    import shutil
-
     for v in values.values():
         trace = getattr(getattr(v, "probes", None), "trace_path", None)
         if trace:

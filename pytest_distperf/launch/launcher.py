@@ -12,7 +12,6 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -122,26 +121,24 @@ def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progr
     jobfiles.write_job(job_dir, job)
     start = time.monotonic()
     agent_env = agent_environment(job, env)
-    ok = outcome_only = False
-    with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
+    agent_ok = False
+    with jobfiles.dropped_on_success(job_dir, keep), open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
         proc, warm = _start_agent(job, job_dir, agent_env, log, base_dir, timeout, fresh_agent)
         try:
             _watch(job, job_dir, proc, start, timeout, on_progress)
             try:
                 values = _collect(job, job_dir)
             except RankOutcome:
-                outcome_only = True  # a skip or xfail: the agent did nothing wrong
+                agent_ok = True  # a skip or xfail: the agent did nothing wrong
                 raise
-            ok = True
+            agent_ok = True
             return values
         finally:
             end_tree(proc)  # no-op after a clean exit; Ctrl-C and errors land here too
             if warm is not None:  # a failed or timed-out job ends its warm agent: the next job gets a new one
                 from pytest_distperf.launch import warm_pool
 
-                warm_pool.release(warm, ok=ok or outcome_only)
-            if ok and not keep:
-                shutil.rmtree(job_dir, ignore_errors=True)
+                warm_pool.release(warm, ok=agent_ok)
 
 
 def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base_dir: str | None, timeout: float,
@@ -200,8 +197,9 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         raise RankOutcome(outcome["outcome"], outcome["reason"], outcome["rank"])
     result = jobfiles.read_result(job_dir)
     if result is None:
-        raise JobError(f"distperf agent for {job.describe()} exited without a result\n"
-                       f"{jobfiles.tail(os.path.join(job_dir, jobfiles.AGENT_LOG), 40)}\njob folder: {job_dir}", job_dir)
+        log = jobfiles.tail(os.path.join(job_dir, jobfiles.AGENT_LOG), 40)
+        raise JobError(f"distperf agent for {job.describe()} exited without a result\n{log}\njob folder: {job_dir}",
+                       job_dir)
     if result.agent_error:
         raise JobError(f"distperf could not launch {job.describe()}:\n{result.agent_error}\njob folder: {job_dir}",
                        job_dir)
@@ -253,8 +251,8 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
     if late:
-        lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump being "
-                     f"written? -- so every rank was ended)")
+        lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump "
+                     f"being written? -- so every rank was ended)")
     stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None
     lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]

@@ -1,10 +1,6 @@
-"""A job's node agents, seen from the pytest process: plan them, then gather every rank's value or
-say which host and rank failed. Shared by the torchrun and SLURM launchers.
-
-All of it goes through the job folder, which every node must see under the same path (a shared
-file system): the node plan, each rank's place (host, node, log folder), each rank's value, each
-agent's result. An agent that left no result died (killed, OOM, its node lost): it is the root cause,
-its ranks died with it and their peers failed because of it.
+"""A job's node agents, seen from the pytest process (the torchrun and SLURM launchers): plan them, then gather
+every rank's value or say which host and rank failed, all through the job folder every node sees under the same
+path. An agent that left no result died (killed, OOM, its node lost): it is the root cause.
 """
 
 from __future__ import annotations
@@ -44,6 +40,12 @@ def plan_nodes(job: JobSpec, nodes: int, endpoint: str | None, local_addr: str |
                              rdzv_endpoint=endpoint, local_addr=local_addr, join_timeout=join_timeout)
 
 
+def any_failed(job_dir: str, agents: int) -> bool:
+    """Some agent's result reports failed ranks or its own error."""
+    results = (jobfiles.read_agent_result(job_dir, a) for a in range(agents))
+    return any(r is not None and (r.failures or r.agent_error) for r in results)
+
+
 def is_loopback(endpoint: str) -> bool:
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     return host in LOOPBACK_HOSTS
@@ -51,11 +53,8 @@ def is_loopback(endpoint: str) -> bool:
 
 def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
             results: dict[int, jobfiles.AgentResult | None] | None = None) -> dict[int, Any]:
-    """Every rank's value, or the failure: RankOutcome (skip/xfail), RankFailed or JobError.
-
-    where: how the agents ran, for messages (e.g. "2 torchrun agents", "SLURM job 12").
-    results: each agent's result as it came back (SLURM: through submitit); default: the job folder's.
-    """
+    """Every rank's value, or the failure: RankOutcome (skip/xfail), RankFailed or JobError. `where`: how the agents
+    ran, for messages; `results`: each agent's result as it came back (default: the job folder's)."""
     for outcome in jobfiles.read_outcomes(job_dir):
         raise RankOutcome(outcome["outcome"], outcome["reason"], outcome["rank"])
     places = jobfiles.read_rank_places(job_dir)
