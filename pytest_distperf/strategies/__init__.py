@@ -108,14 +108,6 @@ def optimizer_state_bytes(optimizer: Any) -> int:
 
     # DeepSpeed's ZeRO-3 empties param_groups between steps and keeps the fp32 partitions only as keys of `state`.
     params = [p for g in optimizer.param_groups for p in g["params"]] + list(optimizer.state.keys())
-    seen: set[int] = set()
-    total = 0
-    for p in params:
-        if hasattr(p, "numel") and id(p) not in seen:
-            seen.add(id(p))
-            total += nbytes(p)
-    for state in optimizer.state.values():
-        for v in state.values():
-            if hasattr(v, "numel") and v.dim() > 0:
-                total += nbytes(v)
-    return total
+    unique = {id(p): p for p in params if hasattr(p, "numel")}
+    states = [v for state in optimizer.state.values() for v in state.values() if hasattr(v, "numel") and v.dim() > 0]
+    return sum(nbytes(t) for t in [*unique.values(), *states])

@@ -86,7 +86,8 @@ def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any
 
 
 def rank_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
-                offload_param: str | None, nvme_path: str | None, ds_config: dict, **_not_config: Any) -> dict[str, Any]:
+                offload_param: str | None, nvme_path: str | None, ds_config: dict,
+                **_not_config: Any) -> dict[str, Any]:
     """A rank's DeepSpeed config, the one every DeepSpeed route uses: NVMe offload in the rank's scratch folder,
     the departures in ctx.extra. Options that are not the config's (zero_init, engine, ...) are ignored."""
     nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")

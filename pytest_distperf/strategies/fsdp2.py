@@ -15,7 +15,8 @@ class FSDP2Trainer(PhasedTrainer):
                  offload: bool, reshard_after_forward: bool):
         self.device = ctx.device
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
+        bf16 = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else {}
+        mp = MixedPrecisionPolicy(**bf16)
         policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=policy)
         for unit in wrap_targets(model, ctx, "fsdp2"):
