@@ -90,42 +90,32 @@ def warm_rank_setup() -> WarmRankSetup:
 
     if hasattr(torch.cuda, "_cached_device_count"):  # counted under another job's CUDA_VISIBLE_DEVICES
         torch.cuda._cached_device_count = None
-    return WarmRankSetup(threads=omp_threads(os.environ.get("OMP_NUM_THREADS")), drop_env=drop)
-
-
-def omp_threads(value: str | None) -> int | None:
-    """OMP_NUM_THREADS as libgomp reads it for the outermost level ("4" or "4,2"); None when unset or invalid."""
-    try:
-        n = int((value or "").split(",")[0])
+    try:  # as libgomp reads it for the outermost level ("4" or "4,2")
+        threads = int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
     except ValueError:
-        return None
-    return n if n > 0 else None
+        threads = 0
+    return WarmRankSetup(threads=threads if threads > 0 else None, drop_env=drop)
 
 
 def forked_rank_entry(warm: WarmRankSetup | None) -> Any:
-    """rank_main after forked_rank_setup (a named function: elastic uses its name)."""
+    """The rank entry elastic forks (a named function: elastic uses its name). A forked rank would keep torch
+    elastic's signal handlers (they raise instead of ending the rank): Python's own come back. A rank of a warm
+    agent also takes the job's threads and drops the agent's own variables."""
 
     def forked_rank_main(job_dir: str) -> Any:
-        forked_rank_setup(warm)
+        python_signal_handlers()
+        if warm is not None:
+            for name in warm.drop_env:
+                os.environ.pop(name, None)
+            if warm.threads is not None:
+                import torch
+
+                torch.set_num_threads(warm.threads)
         from pytest_distperf.rank.worker import rank_main
 
         return rank_main(job_dir)
 
     return forked_rank_main
-
-
-def forked_rank_setup(warm: WarmRankSetup | None) -> None:
-    """A forked rank would keep torch elastic's signal handlers (they raise instead of ending the rank): Python's
-    own come back. A rank of a warm agent also takes the job's threads and drops the agent's own variables."""
-    python_signal_handlers()
-    if warm is None:
-        return
-    for name in warm.drop_env:
-        os.environ.pop(name, None)
-    if warm.threads is not None:
-        import torch
-
-        torch.set_num_threads(warm.threads)
 
 
 def python_signal_handlers(*more: signal.Signals) -> None:
