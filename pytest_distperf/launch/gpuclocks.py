@@ -112,7 +112,6 @@ def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[Locke
 
 
 def locked_uuids(folder: str) -> set[str]:
-    """GPUs that a live distperf session holds locked now."""
     return _live_locks(read_states(folder))
 
 

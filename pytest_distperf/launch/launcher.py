@@ -284,11 +284,9 @@ def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:
 
 
 def _stderr_tails(job: JobSpec, job_dir: str, lines: int = 15) -> str:
-    parts = []
-    for rank in range(job.world_size):
-        text = jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip()
-        parts.append(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}")
-    return "\n".join(parts)
+    tails = {rank: jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip() for rank in range(job.world_size)}
+    return "\n".join(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}"
+                     for rank, text in tails.items())
 
 
 def pid_alive(pid: int) -> bool:

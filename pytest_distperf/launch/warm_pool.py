@@ -109,8 +109,6 @@ class WarmJob:
 
 
 class WarmAgent:
-    """A running warm agent and its pipes."""
-
     def __init__(self, device: str, env: dict[str, str], log_path: str):
         env = {k: v for k, v in env.items() if k not in NOT_IN_AGENT_ENVIRONMENT}
         env[NVML_CHECK] = "1"  # a library's torch.cuda.is_available() at import must not initialise CUDA
@@ -126,15 +124,14 @@ class WarmAgent:
 
     def wait_ready(self, timeout: float) -> str | None:
         """None once the agent has imported everything; else why it cannot serve (it is then ended)."""
-        message = self.receive(timeout)
-        if message is None or message.get("eof") or not message.get("ready"):
-            why = (message or {}).get("reason") or ("it exited while importing" if message else
-                                                    f"not ready after {timeout:g} s")
+        message = self.receive(timeout) or {}
+        if not message.get("ready"):
+            why = message.get("reason") or ("it exited while importing" if message else f"not ready after {timeout:g} s")
             self.stop()
             from pytest_distperf.launch import jobfiles
 
             tail = jobfiles.tail(self.log_path, 10).strip()
-            return why + (f" (its log: {tail.splitlines()[-1]})" if tail and "reason" not in (message or {}) else "")
+            return why + (f" (its log: {tail.splitlines()[-1]})" if tail and "reason" not in message else "")
         self.ready = message
         return None
 
@@ -236,7 +233,6 @@ def stop_all() -> None:
 
 
 def agent_pids() -> list[int]:
-    """The pids of the running warm agents."""
     return [a.proc.pid for a in _agents.values() if a.alive()]
 
 
