@@ -73,10 +73,10 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
             raise JobError(f"ranks {missing} of {job.describe()} ({where}) returned nothing\n"
                            f"{_tails(job, job_dir, places, exits)}\njob folder: {job_dir}", job_dir)
         return values
+    head = f"distperf job {job.describe()} ({where}) failed: "
     headline_error = None  # the agent error already shown as the headline
     if dead:
-        lines = [f"distperf job {job.describe()} ({where}) failed: "
-                 + "; ".join(_dead_agent(a, exits[a], places) for a in dead) + " (root cause)"]
+        lines = [head + "; ".join(_dead_agent(a, exits[a], places) for a in dead) + " (root cause)"]
         rest = failures
         failures = [jobfiles.RankFailure(rank=p.rank, exitcode=-9, signal="SIGKILL", host=p.host,
                                          message=f"its node agent {p.agent} died")
@@ -84,18 +84,17 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
     elif failures:
         root = root_cause(failures, jobfiles.read_failure_times(job_dir))
         stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None  # faulthandler's
-        lines = [f"distperf job {job.describe()} ({where}) failed: rank {root.rank} on host {root.host or '?'}"
-                 f"{_node(places.get(root.rank))} {root.how()} (root cause)", "", (stack or root.message).rstrip()]
+        lines = [f"{head}rank {root.rank} on host {root.host or '?'}{_node(places.get(root.rank))} {root.how()} "
+                 f"(root cause)", "", (stack or root.message).rstrip()]
         rest = [f for f in failures if f is not root]
         failures = [root] + rest
     elif errors:
         headline_error = min(errors, key=lambda a: (exits[a].ended_here, a))
-        lines = [f"distperf job {job.describe()} ({where}) failed: node agent {headline_error} on host "
-                 f"{results[headline_error].host or '?'} could not run its ranks:", "",
-                 errors[headline_error].rstrip()]
+        lines = [f"{head}node agent {headline_error} on host {results[headline_error].host or '?'} could not run "
+                 f"its ranks:", "", errors[headline_error].rstrip()]
         rest = []
     else:
-        lines = [f"distperf job {job.describe()} ({where}) failed: node agents {ended} were ended without a result"]
+        lines = [f"{head}node agents {ended} were ended without a result"]
         rest = []
     if rest:
         lines += ["", "other ranks: " + ", ".join(f"rank {f.rank} on {f.host or '?'} {f.brief()}" for f in rest)]
