@@ -126,7 +126,8 @@ class WarmAgent:
         """None once the agent has imported everything; else why it cannot serve (it is then ended)."""
         message = self.receive(timeout) or {}
         if not message.get("ready"):
-            why = message.get("reason") or ("it exited while importing" if message else f"not ready after {timeout:g} s")
+            why = message.get("reason") or ("it exited while importing" if message
+                                            else f"not ready after {timeout:g} s")
             self.stop()
             from pytest_distperf.launch import jobfiles
 

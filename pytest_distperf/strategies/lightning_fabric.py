@@ -23,7 +23,8 @@ class LightningFabricAdapter(PhasedTrainer):
                              num_nodes=nodes, strategy=strategy, precision=precision)
         self.fabric.launch()
         frontend.check_launch("Lightning Fabric", ctx, group,
-                              cluster_environment=self.fabric.strategy.cluster_environment, world_size=self.fabric.world_size, rank=self.fabric.global_rank)
+                              cluster_environment=self.fabric.strategy.cluster_environment,
+                              world_size=self.fabric.world_size, rank=self.fabric.global_rank)
         if options["engine"] == "fsdp":
             self.model = self.fabric.setup_module(model)
             self.optimizer = self.fabric.setup_optimizers(make_optimizer(self.model.parameters()))
