@@ -1,9 +1,6 @@
-"""The launch agent: `python -m pytest_distperf.agents.elastic JOB_DIR`.
-
-Runs torch's elastic launcher in its own process (its own session), so that:
-- torch elastic's signal handlers and environment writes never touch the pytest process;
-- CUDA is never initialised in the pytest process;
-- the launcher in pytest owns a wall-clock timeout and can end the whole process tree.
+"""The launch agent: `python -m pytest_distperf.agents.elastic JOB_DIR`, torch's elastic launcher in its own
+process and session, so that its signal handlers, environment writes and CUDA never touch the pytest process, and
+the launcher there can time it out and end the whole tree.
 """
 
 from __future__ import annotations
@@ -13,24 +10,22 @@ import os
 import signal
 import sys
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 SHUTDOWN_GRACE_SECONDS = 3  # a rank that traps SIGTERM after a peer failed gets SIGKILL after this
-# CPU ranks are forked from this agent, which has torch imported already: they skip their own `import torch`
-# and interpreter teardown. This agent runs no tensor op (no OpenMP pool to break in a child). CUDA ranks are
-# spawned, as CUDA does not survive fork, except under the warm agent, where nothing has initialised CUDA.
+# CPU ranks are forked (torch is imported already; this agent runs no tensor op, so no OpenMP pool breaks in a
+# child). CUDA ranks are spawned, as CUDA does not survive fork, except under the warm agent (no CUDA init there).
 START_METHODS = {"cpu": "fork", "cuda": "spawn"}
 
 
 def main(job_dir: str, warm: bool = False) -> int:
-    """Run the job's ranks. `warm`: this agent was forked from the warm agent (torch imported before the job's
-    environment was set), so its ranks are forked whatever the device, and each sets its threads itself."""
+    """Run the job's ranks. `warm`: this agent was forked from the warm agent, so its ranks are forked whatever
+    the device, and each sets its threads itself (torch was imported before the job's environment was set)."""
     from pytest_distperf.launch import jobfiles
 
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: elastic's handler then stops the ranks
     jobfiles.no_core_dumps()  # inherited by the ranks, also a crash before rank_main runs
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from pytest_distperf.launch import rendezvous
@@ -50,18 +45,27 @@ def main(job_dir: str, warm: bool = False) -> int:
         max_restarts=0, monitor_interval=0.1, start_method=start_method,
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(job_dir, jobfiles.LOGS), redirects=Std.ALL),
         **_shutdown_grace(LaunchConfig))
+    return run_ranks(lambda: dict(elastic_launch(config, entry)(job_dir)),
+                     lambda result: jobfiles.write_result(job_dir, result))
+
+
+def run_ranks(run: Callable[[], dict[int, Any]], write: Callable[[Any], None], host: str | None = None) -> int:
+    """Write how run() ended as the agent's result: 0 its values, 1 failed ranks, 2 the agent's own error
+    (rendezvous failure, a lost store, SIGTERM from the launcher, ...)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from pytest_distperf.launch import jobfiles
 
     try:
-        values = elastic_launch(config, entry)(job_dir)
-        jobfiles.write_result(job_dir, jobfiles.AgentResult(values=dict(values)))
+        write(jobfiles.AgentResult(values=run(), host=host))
         return 0
     except ChildFailedError as e:
-        jobfiles.write_result(job_dir, jobfiles.AgentResult(failures=rank_failures(e)))
+        write(jobfiles.AgentResult(failures=rank_failures(e, host), host=host))
         return 1
-    except BaseException as e:  # rendezvous failure, SIGTERM from the launcher, ...
+    except BaseException as e:
         import traceback
 
-        jobfiles.write_result(job_dir, jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e))))
+        write(jobfiles.AgentResult(agent_error="".join(traceback.format_exception(e)), host=host))
         return 2
 
 
@@ -74,9 +78,8 @@ class WarmRankSetup:
 
 
 def warm_rank_setup() -> WarmRankSetup:
-    """In a job agent forked from the warm agent: make its torch.cuda checks go through NVML (no cuInit, so its
-    ranks can still be forked for CUDA), and note what its ranks must set. libgomp read OMP_NUM_THREADS when the
-    warm agent loaded torch, started without it: a rank sets the job's value explicitly."""
+    """In a job agent forked from the warm agent: torch.cuda checks through NVML (no cuInit, so its ranks can
+    still be forked for CUDA), and the job's threads, which libgomp read when the warm agent loaded torch."""
     from pytest_distperf.launch.devices import NVML_CHECK
 
     drop: tuple[str, ...] = ()
@@ -87,43 +90,32 @@ def warm_rank_setup() -> WarmRankSetup:
 
     if hasattr(torch.cuda, "_cached_device_count"):  # counted under another job's CUDA_VISIBLE_DEVICES
         torch.cuda._cached_device_count = None
-    return WarmRankSetup(threads=omp_threads(os.environ.get("OMP_NUM_THREADS")), drop_env=drop)
-
-
-def omp_threads(value: str | None) -> int | None:
-    """OMP_NUM_THREADS as libgomp reads it for the outermost level ("4" or "4,2"); None when unset or invalid."""
-    try:
-        n = int((value or "").split(",")[0])
+    try:  # as libgomp reads it for the outermost level ("4" or "4,2")
+        threads = int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
     except ValueError:
-        return None
-    return n if n > 0 else None
+        threads = 0
+    return WarmRankSetup(threads=threads if threads > 0 else None, drop_env=drop)
 
 
 def forked_rank_entry(warm: WarmRankSetup | None) -> Any:
-    """The rank entry elastic forks: rank_main after forked_rank_setup (a named function: elastic uses its name)."""
+    """The rank entry elastic forks (a named function: elastic uses its name). A forked rank would keep torch
+    elastic's signal handlers (they raise instead of ending the rank): Python's own come back. A rank of a warm
+    agent also takes the job's threads and drops the agent's own variables."""
 
     def forked_rank_main(job_dir: str) -> Any:
-        forked_rank_setup(warm)
+        python_signal_handlers()
+        if warm is not None:
+            for name in warm.drop_env:
+                os.environ.pop(name, None)
+            if warm.threads is not None:
+                import torch
+
+                torch.set_num_threads(warm.threads)
         from pytest_distperf.rank.worker import rank_main
 
         return rank_main(job_dir)
 
     return forked_rank_main
-
-
-def forked_rank_setup(warm: WarmRankSetup | None) -> None:
-    """A spawned rank starts with Python's signal handlers; a forked one would keep torch elastic's from this
-    agent (they raise in the main thread instead of ending the rank), so restore them. A rank of a warm agent
-    also takes the job's threads and drops the agent's own variables."""
-    python_signal_handlers()
-    if warm is None:
-        return
-    for name in warm.drop_env:
-        os.environ.pop(name, None)
-    if warm.threads is not None:
-        import torch
-
-        torch.set_num_threads(warm.threads)
 
 
 def python_signal_handlers(*more: signal.Signals) -> None:
@@ -134,7 +126,7 @@ def python_signal_handlers(*more: signal.Signals) -> None:
 
 
 def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFailure"]:
-    """torch elastic's ChildFailedError as RankFailures (also used by the multi-node agent, agents/node.py)."""
+    """torch elastic's ChildFailedError as RankFailures."""
     from pytest_distperf.launch import jobfiles
 
     return [jobfiles.RankFailure(rank=rank, exitcode=f.exitcode, host=host, timestamp=f.timestamp,
@@ -144,10 +136,8 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
 
 
 def record_rank_exits(job_dir: str) -> None:
-    """Note how each rank's process ended (exit code or signal) when torch's process context reaps it. Elastic
-    reports only the rank it sees fail first, and to it a rank that leaves with exit code 0 and no value
-    (os._exit(0)) is no failure: its peers' broken connections would then read as the cause. The exit codes are
-    on the context's processes once its join() has reaped them; this wraps join() to write them down."""
+    """Note how each rank's process ended when torch's ProcessContext.join() reaps it: elastic reports only the
+    rank it sees fail first, and a rank that leaves by os._exit(0) not at all (its peers would read as the cause)."""
     from torch.multiprocessing.spawn import ProcessContext
 
     from pytest_distperf.launch import jobfiles
@@ -168,9 +158,8 @@ def record_rank_exits(job_dir: str) -> None:
 
 
 def plain_torch_log_format() -> None:
-    """torch's log formatter imports the compiler stack (seconds) the first time it formats a record with an
-    exception, which torch elastic logs when a rank fails. torch elastic's and the launcher's records go to a
-    plain handler of their own instead (same stream, same levels)."""
+    """torch's log formatter imports the compiler stack (seconds) the first time it formats an exception, which
+    torch elastic logs when a rank fails: its records go to a plain handler instead (same stream, same levels)."""
     import logging
 
     handler = logging.StreamHandler(sys.stderr)
@@ -182,8 +171,8 @@ def plain_torch_log_format() -> None:
 
 
 def _shutdown_grace(config_cls: type) -> dict[str, int]:
-    """After the first rank fails the others get SIGTERM; one that traps it (Lightning does) gets
-    SIGKILL after this grace instead of torch's default 30 s. Older torch has no such field."""
+    """A rank that traps SIGTERM after a peer failed (Lightning does) gets SIGKILL after SHUTDOWN_GRACE_SECONDS
+    instead of torch's 30 s; older torch has no such field."""
     names = {f.name for f in dataclasses.fields(config_cls)}
     return {"shutdown_timeout": SHUTDOWN_GRACE_SECONDS} if "shutdown_timeout" in names else {}
 

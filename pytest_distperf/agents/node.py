@@ -1,9 +1,6 @@
-"""One node's agent: `python -m pytest_distperf.agents.node JOB_DIR AGENT_INDEX`.
-
-Runs torchrun (`torch.distributed.run --nnodes N ... -m pytest_distperf.rank.entry JOB_DIR`) with the node
-plan the pytest process wrote into the shared job folder, in this process, so that what torchrun raises (which
-rank failed, how, with which traceback) lands in `result-agent{i}.pkl` with this host's name. The exact torchrun
-command is printed first, to reproduce one node by hand.
+"""One node's agent: `python -m pytest_distperf.agents.node JOB_DIR AGENT_INDEX`. Runs torchrun with the job
+folder's node plan in this process, so that what it raises (which rank failed, how) lands in this agent's result
+with the host's name. The torchrun command is printed first, to reproduce one node by hand.
 """
 
 from __future__ import annotations
@@ -16,10 +13,11 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.nodes import free_port
-from pytest_distperf.agents.elastic import SHUTDOWN_GRACE_SECONDS, rank_failures
+from pytest_distperf.agents.elastic import SHUTDOWN_GRACE_SECONDS, run_ranks
 
 RANK_ENTRY = "pytest_distperf.rank.entry"
 MONITOR_INTERVAL_SECONDS = 0.1
@@ -66,42 +64,32 @@ def rendezvous_endpoint(plan: jobfiles.NodePlan, job_dir: str, agent: int) -> st
 
 def main(job_dir: str, agent: int) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)  # SIGTERM: torch elastic's handler then stops the ranks
-    jobfiles.no_core_dumps()  # as the local agent: inherited by the ranks (a core delays every crash report)
+    jobfiles.no_core_dumps()
     host = socket.gethostname()
     jobfiles.key_from_stdin()  # started by a command template: the job-file key comes on stdin
-    try:
-        plan = jobfiles.read_node_plan(job_dir)
-        endpoint = rendezvous_endpoint(plan, job_dir, agent)
-        args = torchrun_args(plan, job_dir, agent, endpoint)
-        print(f"node agent {agent} on {host}: {shlex.join([sys.executable, '-m', 'torch.distributed.run', *args])}",
-              flush=True)
-        os.environ["DISTPERF_AGENT_INDEX"] = str(agent)  # the ranks write it into their place files
-        threading.Thread(target=_dump_stacks_on_request, args=(job_dir, agent), daemon=True).start()
-        os.environ.pop("TORCHELASTIC_ERROR_FILE", None)  # each rank gets its own from torchrun
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.run import parse_args, run
+    return run_ranks(lambda: _run_torchrun(job_dir, agent, host),
+                     lambda result: jobfiles.write_agent_result(job_dir, agent, result), host)
 
-        try:
-            run(parse_args(args))
-        except ChildFailedError as e:
-            failures = rank_failures(e, host)
-            jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(failures=failures, host=host))
-            return 1
-        mine = [p.rank for p in jobfiles.read_rank_places(job_dir).values() if p.agent == agent]
-        values = jobfiles.read_rank_values(job_dir, mine)
-        jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(values=values, host=host))
-        return 0
-    except BaseException as e:  # rendezvous failure, a lost store, SIGTERM from the launcher, ...
-        import traceback
 
-        jobfiles.write_agent_result(job_dir, agent, jobfiles.AgentResult(
-            agent_error="".join(traceback.format_exception(e)), host=host))
-        return 2
+def _run_torchrun(job_dir: str, agent: int, host: str) -> dict[int, Any]:
+    """torchrun in this process; the values of this agent's ranks."""
+    plan = jobfiles.read_node_plan(job_dir)
+    args = torchrun_args(plan, job_dir, agent, rendezvous_endpoint(plan, job_dir, agent))
+    print(f"node agent {agent} on {host}: {shlex.join([sys.executable, '-m', 'torch.distributed.run', *args])}",
+          flush=True)
+    os.environ["DISTPERF_AGENT_INDEX"] = str(agent)  # the ranks write it into their place files
+    threading.Thread(target=_dump_stacks_on_request, args=(job_dir, agent), daemon=True).start()
+    os.environ.pop("TORCHELASTIC_ERROR_FILE", None)  # each rank gets its own from torchrun
+    from torch.distributed.run import parse_args, run
+
+    run(parse_args(args))
+    mine = [p.rank for p in jobfiles.read_rank_places(job_dir).values() if p.agent == agent]
+    return jobfiles.read_rank_values(job_dir, mine)
 
 
 def _dump_stacks_on_request(job_dir: str, agent: int) -> None:
-    """On a timeout the launcher, maybe on another host, asks through the job folder: this agent's ranks
-    then get SIGUSR1 and write their Python stacks to their stderr logs (faulthandler, worker.py)."""
+    """On a timeout the launcher, maybe on another host, asks through the job folder: this agent's ranks then
+    get SIGUSR1 and write their Python stacks to their stderr logs."""
     while not jobfiles.stacks_requested(job_dir):
         time.sleep(STACKS_POLL_SECONDS)
     for place in jobfiles.read_rank_places(job_dir).values():

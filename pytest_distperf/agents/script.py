@@ -1,13 +1,9 @@
-"""The script agent: `python -m pytest_distperf.agents.script JOB_DIR`, for jobs launched as a
-framework's users launch them (launch profile "lightning") and for a user's own training script (launch profile
-"script", distperf.script_job: the script's own launcher, spec/profiles.py SCRIPT_LAUNCHERS, runs it unchanged; rank/script_steps.py).
+"""The script agent: `python -m pytest_distperf.agents.script JOB_DIR`, for jobs launched as Lightning's users
+launch them and for a user's own training script (distperf.script_job, under its own launcher).
 
-It stands where the user's shell stands: it starts rank 0 as `python -m pytest_distperf.rank.script
-JOB_DIR` (the user's `python script.py`) and waits. The framework inside rank 0 starts the other
-ranks by running that command again, and initialises the process group itself. Each rank leaves its
-value or its error in the job folder (file names below); when rank 0 has exited (its ranks die with
-it), this agent turns them into the same AgentResult the elastic agent writes, so the launcher reads
-both kinds of job alike.
+It stands where the user's shell stands: it starts rank 0 (`python -m pytest_distperf.rank.script JOB_DIR`, or
+the script) and waits; the framework in rank 0 starts the other ranks. When rank 0 has exited, the values and
+errors the ranks left become the same AgentResult the elastic agent writes.
 """
 
 from __future__ import annotations
@@ -24,8 +20,6 @@ from pytest_distperf.spec.profiles import SCRIPT_LAUNCHERS
 
 RANK_EXIT_GRACE_SECONDS = 5.0  # ranks started by rank 0 die with it (PR_SET_PDEATHSIG); wait that long at most
 FAIL_FAST_GRACE_SECONDS = 1.0  # after a rank's error, how long the others may take to write theirs
-
-
 SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "script_site")
 
 
@@ -34,7 +28,8 @@ def script_command(job: JobSpec, job_dir: str) -> tuple[list[str], dict[str, str
     with distperf's sitecustomize first on the path (it installs the step watch in the script's processes)."""
     script = job.script
     assert script is not None
-    command = [sys.executable, *SCRIPT_LAUNCHERS[script.launcher](job.world_size, job.device), script.path, *script.args]
+    launcher = SCRIPT_LAUNCHERS[script.launcher](job.world_size, job.device)
+    command = [sys.executable, *launcher, script.path, *script.args]
     path = [SITE_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**dict(script.env), "PYTHONPATH": os.pathsep.join(path), "DISTPERF_SCRIPT": os.path.realpath(script.path),
            "DISTPERF_SCRIPT_JOB": os.path.abspath(job_dir)}
@@ -75,7 +70,7 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
 
 def main(job_dir: str) -> int:
     jobfiles.die_with_parent(signal.SIGTERM)
-    jobfiles.no_core_dumps()  # inherited by the script and the ranks Lightning starts (a core delays every crash report)
+    jobfiles.no_core_dumps()  # a core file delays every crash report
     job = jobfiles.read_job(job_dir)
     # Inside a SLURM allocation Lightning would take SLURMEnvironment (ranks started by srun) and start no ranks
     # of its own: the script runs as on a workstation, where `python script.py` starts them.
@@ -93,9 +88,8 @@ def main(job_dir: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     failed_since = None
     while proc.poll() is None:
-        # Fail fast, as the elastic agent does: once a rank has left its error, end rank 0 (the ranks it
-        # started die with it) after a moment for the others' errors, instead of waiting on collectives
-        # that will never complete (Lightning's own watcher looks only every 5 s).
+        # Fail fast, as the elastic agent does: once a rank has left its error, end rank 0 after a moment
+        # instead of waiting on collectives that never complete (Lightning's own watcher looks every 5 s).
         if failed_since is None and jobfiles.rank_error_files(job_dir):
             failed_since = time.monotonic()
         if failed_since is not None and time.monotonic() - failed_since > FAIL_FAST_GRACE_SECONDS:

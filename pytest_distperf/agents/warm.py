@@ -1,17 +1,11 @@
-"""The warm launch agent: `python -m pytest_distperf.agents.warm`, one per session, device kind and agent
-environment (launch/warm_pool.py starts and keeps it).
+"""The warm launch agent: `python -m pytest_distperf.agents.warm DEVICE`, one per session, device kind and agent
+environment (launch/warm_pool.py). It imports torch, the rank code and the strategy libraries once, holds no CUDA
+context, stays single-threaded and runs no tensor op, and for each job forks a child that becomes the job's
+elastic agent as a fresh process would be (own session, log, environment, cwd, affinity): only imports are shared.
 
-It imports torch, the harness's rank code and the installed strategy libraries once, holds no CUDA context, and
-for each job forks a child that becomes that job's elastic agent (agents/elastic.py) as a fresh
-`python -m pytest_distperf.agents.elastic JOB_DIR` would be: own session, log, environment, working directory and
-CPU affinity. That child forks the job's ranks (CUDA ones too), so every run is still a new process; only the
-imports are shared. This process stays single-threaded on the Python side and runs no tensor op, so a fork
-inherits no held lock and no OpenMP pool; each rank sets the job's threads itself (agent.forked_rank_setup).
-
-Protocol, one JSON object a line: on its stdin the launcher sends {"job_dir", "env", "cwd", "affinity",
-"log"}; on its stdout this agent answers once {"ready": true, ...} (or {"ready": false, "reason"}) after the
-imports, then per job {"started": pid} and {"exited": pid, "status": code (negative: the signal)}. EOF on stdin
-ends it; it also dies with the pytest process (PR_SET_PDEATHSIG).
+Protocol, one JSON object a line: the launcher sends {"job_dir", "env", "cwd", "affinity", "log"}; this agent
+answers once {"ready": true, ...} (or {"ready": false, "reason"}), then per job {"started": pid} and
+{"exited": pid, "status": code}. EOF on stdin ends it.
 """
 
 from __future__ import annotations
@@ -28,8 +22,6 @@ from typing import Any
 
 from pytest_distperf.launch.warm_pool import Channel
 
-# What a job agent and its ranks would import for themselves: the harness's rank side, then the strategy
-# libraries where installed.
 HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing",
                    "torch.distributed.launcher.api", "pytest_distperf.agents.elastic",
                    "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
@@ -37,16 +29,14 @@ HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.mult
 # Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop.
 # Lightning's jobs import it in their ranks, as with a fresh agent.
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
-# What the libraries import on first use, each only where its library is installed: DeepSpeed's engine and ZeRO
-# optimizers (their Muon module calls torch.compile at import: seconds of every DeepSpeed build).
+# What the libraries import on first use (DeepSpeed's Muon module calls torch.compile at import: seconds).
 LAZY_IMPORTS = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
                 "deepspeed.runtime.zero.muon.muon_optimizer")
 
 
 def cuda_forks_cleanly() -> str | None:
-    """Can a process forked from here use CUDA? CUDA does not survive fork once the driver is initialised (a library
-    may call cuInit at import, past torch's own lazy-init flag), so a forked child tries it: None, or why not.
-    (Torch's CUDA build maps libcuda at import without initialising it: being mapped is not the test.)"""
+    """None when a process forked from here can use CUDA, else why not: a library may call cuInit at import,
+    past torch's own lazy-init flag, so a forked child tries it."""
     import torch
 
     if torch.cuda.is_initialized():
@@ -93,7 +83,7 @@ def preload(device: str = "cpu") -> tuple[list[str], str | None]:
 
 
 def run_job(request: dict[str, Any], channel: Channel) -> None:
-    """In the forked child: become the job's elastic agent, as a fresh `python -m pytest_distperf.agents.elastic` would be."""
+    """In the forked child: become the job's elastic agent, as a fresh process would be."""
     os.setsid()  # own session and process group: the launcher ends the job's tree by it
     os.close(channel.read_fd)
     os.close(channel.write_fd)

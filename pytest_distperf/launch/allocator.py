@@ -1,11 +1,9 @@
 """Jobs own their devices, also across pytest-xdist workers: a file-lock allocator.
 
-GPU jobs take `world_size` free GPUs (one lock file each, all or none) and run with CUDA_VISIBLE_DEVICES set to
-them; a job that needs more GPUs than the machine has is skipped at collection. CPU measurement jobs run one
-at a time per machine (one lock), each rank given cores // world_size threads, so concurrent jobs never skew
-each other's step times; CPU jobs that measure nothing (`run_function`) don't lock. Every grant goes to
-`allocations.log`. The lock folder is 0700 and checked on every use (fs/safefs.py). A wait gives up after
-LOCK_WAIT_SECONDS ($DISTPERF_LOCK_TIMEOUT) naming the holder, which each holder writes to `<lock>.holder`.
+A GPU job takes `world_size` free GPUs (a lock file each, all or none) as its CUDA_VISIBLE_DEVICES; CPU measurement
+jobs run one at a time per machine, so concurrent jobs never skew each other's step times. Every grant goes to
+`allocations.log`; the lock folder is 0700 and checked on every use. A wait gives up after LOCK_WAIT_SECONDS
+($DISTPERF_LOCK_TIMEOUT) naming the holder, which each holder writes to `<lock>.holder`.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ LOCK_TIMEOUT_ENV = "DISTPERF_LOCK_TIMEOUT"
 
 def lock_dir() -> str:
     """The lock and state folder, created 0700 and checked (ours, no group/other write, not a symlink)."""
-    path = os.environ.get("DISTPERF_LOCK_DIR") or os.path.join(tempfile.gettempdir(), f"pytest-distperf-locks-{os.getuid()}")
-    return make_private_folder(path)
+    default = os.path.join(tempfile.gettempdir(), f"pytest-distperf-locks-{os.getuid()}")
+    return make_private_folder(os.environ.get("DISTPERF_LOCK_DIR") or default)
 
 
 def wait_limit() -> float:

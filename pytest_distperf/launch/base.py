@@ -1,12 +1,7 @@
-"""The launcher interface, and the one place that picks a launcher from the settings.
-
-    local     one host: launcher.py (torch elastic in an agent process; the default)
-    torchrun  N node agents (torchrun, c10d rendezvous) started here, by srun or the user's engine
-    slurm     a SLURM job per distperf job, submitted with submitit, one task per node agent
-
-Every launcher takes a JobSpec and returns {rank: value}, or raises the launcher's JobError family
-(JobTimeout, RankFailed) or RankOutcome, which outcomes.py turns into the test's outcome.
-"""
+"""The launcher interface, and the one place that picks a launcher from the settings: `local` (one host,
+launcher.py), `torchrun` (N node agents meeting through c10d, torchrun.py) or `slurm` (a SLURM job per distperf
+job, slurm.py). Every launcher returns {rank: value} or raises JobError, RankFailed, JobTimeout or RankOutcome,
+which outcomes.py turns into the test's outcome."""
 
 from __future__ import annotations
 
@@ -22,24 +17,18 @@ class Launcher(Protocol):
 
     def launch(self, job: JobSpec, *, timeout: float, base_dir: str | None = None,
                on_progress: Callable[[str, float], None] | None = None, keep: bool = False,
-               env: dict[str, str] | None = None) -> dict[int, Any]:
-        """Run the job's ranks; {rank: value} or raise JobError / RankOutcome."""
-        ...
+               env: dict[str, str] | None = None) -> dict[int, Any]: ...
 
     def local_ranks(self, job: JobSpec) -> int:
         """Ranks of the job that run on this host (the GPUs it takes here)."""
-        ...
 
     def inter_node(self) -> str:
-        """What connects the job's nodes: "none" (one node), "loopback" (several agents on this host),
-        or this host's network fabric (fingerprint.network_fabric) -- part of the machine class."""
-        ...
+        """What connects the job's nodes (fingerprint.inter_node), part of the machine class."""
 
 
 @dataclass(frozen=True)
 class LocalLauncher:
-    """The single-host path: launcher.launch, each job's agent forked from the session's warm agent unless
-    `fresh_agent` (launch/warm_pool.py)."""
+    """launcher.launch; each job's agent forked from the session's warm agent unless `fresh_agent`."""
 
     name: str = "local"
     fresh_agent: bool = False

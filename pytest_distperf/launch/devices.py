@@ -31,11 +31,8 @@ def usable_cores() -> int:
 
 
 def visible_gpu_ids(total: int | None = None) -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), in order.
-
-    `total`: the machine's GPU count (default: read it, physical_gpu_count()). Like CUDA, the list
-    ends at the first entry that cannot name a device (empty, or -1 and the like). No CUDA context.
-    """
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), in order; like CUDA,
+    the list ends at the first entry that cannot name a device. `total`: the machine's GPU count (default: read)."""
     total = physical_gpu_count() if total is None else total
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:

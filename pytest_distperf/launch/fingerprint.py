@@ -1,15 +1,8 @@
-"""Which machine a measurement belongs to: a hard fingerprint (the baseline key) and soft metadata.
+"""Which machine a measurement belongs to, read without initialising CUDA (NVML only).
 
-Hard: what makes step times incomparable between two machines -- device kind and model, how many
-devices, nodes, world size, (on GPUs) the interconnect, NVLink or PCIe, read with pynvml, and on
-several nodes what connects them (loopback, InfiniBand, RoCE, TCP). It names the folder a baseline
-lives in (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`, `cuda-nvidia-h200-8gpu-nvlink-2node-ib-ws16`).
-
-Soft: what may explain a change but does not make numbers incomparable (driver, CUDA, torch,
-DeepSpeed and NCCL versions, host, git commit). It is recorded with each baseline and only warned
-about when it differs.
-
-Read in the pytest process without initialising CUDA (NVML only).
+Hard: what makes step times incomparable (device kind and model, device count, nodes, world size, the GPUs'
+interconnect and what connects the nodes); it names a baseline's folder (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`).
+Soft: what may explain a change (versions, host, git commit), recorded with each baseline and only warned about.
 """
 
 from __future__ import annotations
@@ -26,7 +19,6 @@ from importlib import metadata
 from typing import Any
 
 from pytest_distperf.launch import devices
-from pytest_distperf.launch.devices import usable_cores
 
 # Soft fields whose change can move the numbers (warned about); host and commit are only context.
 VERSION_FIELDS = ("driver", "cuda", "nccl", "torch", "deepspeed", "lightning", "accelerate", "python")
@@ -72,21 +64,20 @@ def machine_class(device: str, world_size: int, nodes: int = 1, inter_node: str 
         gpus = _gpu_facts()
         return MachineClass(device="cuda", model=gpus["model"], count=gpus["count"], nodes=nodes,
                             world_size=world_size, interconnect=gpus["interconnect"], inter_node=inter_node)
-    return MachineClass(device="cpu", model=cpu_model(), count=usable_cores(), nodes=nodes, world_size=world_size,
-                        interconnect="none", inter_node=inter_node)
+    return MachineClass(device="cpu", model=cpu_model(), count=devices.usable_cores(), nodes=nodes,
+                        world_size=world_size, interconnect="none", inter_node=inter_node)
 
 
 def inter_node(nodes: int, one_host: bool) -> str:
-    """What connects a job's nodes: "none" (one node), "loopback" (every node agent on one host), else
-    network_fabric()."""
+    """What connects a job's nodes: "none" (one node), "loopback" (every agent on one host), else network_fabric()."""
     if nodes == 1:
         return "none"
     return "loopback" if one_host else network_fabric()
 
 
 def network_fabric(sysfs: str = "/sys/class/infiniband") -> str:
-    """What this host's nodes talk over: "ib" (an active InfiniBand port), "roce" (an active RDMA port on
-    Ethernet), else "tcp". Read from sysfs, as NCCL picks its transport."""
+    """"ib" (an active InfiniBand port), "roce" (an active RDMA port on Ethernet), else "tcp", from sysfs as NCCL
+    picks its transport."""
     kinds = set()
     for state_path in glob.glob(os.path.join(sysfs, "*", "ports", "*", "state")):
         try:
@@ -136,7 +127,6 @@ def _interconnect(pynvml: Any, handle: Any) -> str:
     return "pcie"
 
 
-# -- soft metadata -----------------------------------------------------------------------------------------------
 def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | None]:
     """Versions and context recorded with a baseline; a difference is only warned about."""
     meta: dict[str, str | None] = {
@@ -161,22 +151,20 @@ def _dist_version(name: str) -> str | None:
 
 
 def _torch_cuda_version() -> str | None:
-    try:
+    with contextlib.suppress(Exception):
         import torch
 
         return torch.version.cuda
-    except Exception:
-        return None
+    return None
 
 
 def _nccl_version() -> str | None:
-    try:
+    with contextlib.suppress(Exception):
         import torch
 
         v = torch.cuda.nccl.version()  # a library query; does not create a CUDA context
         return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    except Exception:
-        return None
+    return None
 
 
 def _driver_version() -> str | None:

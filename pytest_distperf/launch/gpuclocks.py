@@ -1,15 +1,11 @@
 """Locked GPU clocks for a session (`--distperf-lock-gpu-clocks[=MHZ|external]`), always given back.
 
-A GPU left to boost moves step times between runs; NVIDIA recommends locked clocks for benchmarking. The pytest
-process (the xdist controller) locks the graphics clock of every GPU the session may use through NVML only (no
-CUDA context), at the default applications clock or the MHz given, and unlocks it when the session ends
-(pytest_unconfigure, atexit, and a SIGTERM/SIGHUP handler that then dies of the signal). What was locked is
-written first to a state file in the lock folder (allocator.lock_dir()); a session killed outright leaves it
-behind and the next session unlocks those GPUs, unless another live session holds them. `external`: clocks are
-locked outside pytest; distperf neither locks nor unlocks them. Where locking is refused (no root, pre-Volta,
-MIG, a virtual GPU) nothing stays locked and CUDA tests are skipped with the reason; without the option each
-CUDA test is warned once (rank/clocks.py). xdist workers read the controller's state file, named in
-DISTPERF_GPU_CLOCKS_STATE.
+A GPU left to boost moves step times between runs. The pytest process (the xdist controller) locks the graphics
+clock of every GPU the session may use through NVML (no CUDA context) and unlocks it when the session ends
+(pytest_unconfigure, atexit, SIGTERM/SIGHUP). What was locked is written first to a state file in the lock folder,
+so the next session gives back what a killed one left locked, unless another live session holds it. Where locking
+is refused nothing stays locked and CUDA tests are skipped with the reason. xdist workers read the controller's
+state file, named in DISTPERF_GPU_CLOCKS_STATE.
 """
 
 from __future__ import annotations
@@ -31,8 +27,9 @@ from pytest_distperf.spec.settings import CLOCKS_DEFAULT as DEFAULT, CLOCKS_EXTE
 STATE_PREFIX = "gpu-clocks-"
 STATE_ENV = "DISTPERF_GPU_CLOCKS_STATE"
 SIGNALS = ("SIGTERM", "SIGHUP")
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
+# What NVML_ERROR_NOT_SUPPORTED (3) and NVML_ERROR_NO_PERMISSION (4) mean here.
+NVML_PROBLEMS = {3: "locked clocks are not supported on this GPU (Volta or newer, not MIG or a virtual GPU)",
+                 4: "no permission to lock GPU clocks (it needs root)"}
 
 
 @dataclass
@@ -87,8 +84,7 @@ def is_alive(state: ClockState) -> bool:
 
 
 def read_states(folder: str) -> dict[str, ClockState]:
-    """Every session's state file in `folder`; an unreadable one is skipped (it is rewritten or removed by
-    its session)."""
+    """Every session's state file in `folder`; an unreadable one is skipped (its session rewrites or removes it)."""
     from pytest_distperf.fs.safefs import check_private_folder, open_nofollow
 
     check_private_folder(folder)  # another user's folder: refused (UnsafeFolderError), never read
@@ -111,40 +107,26 @@ def stale_to_reset(states: dict[str, ClockState]) -> tuple[list[str], list[Locke
     """(state files of dead sessions, their GPUs that no live session holds locked)."""
     live = _live_locks(states)
     dead = [p for p, s in states.items() if not is_alive(s)]
-    reset: dict[str, LockedGpu] = {}
-    for p in dead:
-        for g in states[p].locked:
-            if g.uuid not in live:
-                reset[g.uuid] = g
+    reset = {g.uuid: g for p in dead for g in states[p].locked if g.uuid not in live}
     return dead, list(reset.values())
 
 
 def locked_uuids(folder: str) -> set[str]:
-    """GPUs that a live distperf session holds locked now."""
     return _live_locks(read_states(folder))
 
 
 def match_visible(ids: list[str], uuids: list[str]) -> list[int | None]:
-    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES names (`ids`: indices or UUIDs, full or a unique prefix);
-    None where an entry names no single GPU (a MIG instance among them: its clocks are its parent's). Indices
-    are taken as NVML's (PCI order), which is CUDA's on a machine of one GPU model."""
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES names (indices, or UUIDs full or a unique prefix); None where
+    an entry names no single GPU (a MIG instance: its clocks are its parent's). Indices are taken as NVML's."""
     out: list[int | None] = []
     for v in ids:
-        if v.isdigit():
-            out.append(int(v) if int(v) < len(uuids) else None)
-            continue
-        hits = [i for i, u in enumerate(uuids) if u.startswith(v)]
-        out.append(hits[0] if len(hits) == 1 else None)
+        hits = [int(v)] if v.isdigit() else [i for i, u in enumerate(uuids) if u.startswith(v)]
+        out.append(hits[0] if len(hits) == 1 and hits[0] < len(uuids) else None)
     return out
 
 
 def nvml_problem(e: Exception) -> str:
-    code = getattr(e, "value", None)
-    if code == NVML_ERROR_NO_PERMISSION:
-        return "NVML: no permission to lock GPU clocks (it needs root)"
-    if code == NVML_ERROR_NOT_SUPPORTED:
-        return "NVML: locked clocks are not supported on this GPU (Volta or newer, not MIG or a virtual GPU)"
-    return f"NVML: {e}"
+    return f"NVML: {NVML_PROBLEMS.get(getattr(e, 'value', None), e)}"
 
 
 def _default_mhz(nvml: Any, h: Any) -> int:
@@ -176,7 +158,6 @@ class SessionClocks:
         self._guard = threading.Lock()
         self._previous: dict[int, Any] = {}
 
-    # -- what the session shows and decides ------------------------------------------------------------------
     @property
     def requested(self) -> bool:
         return self.setting not in (None, EXTERNAL)
@@ -218,7 +199,6 @@ class SessionClocks:
                 "locked": [asdict(g) for g in self.state.locked] if self.state else [],
                 "problem": self.problem, "notes": list(self.notes)}
 
-    # -- the controller: lock, and always unlock ---------------------------------------------------------------
     def start(self, gpu_ids: list[str], nvml_module: Callable[[], Any] | None = None) -> None:
         """Give back what dead sessions left locked, then lock `gpu_ids` (CUDA_VISIBLE_DEVICES names) when asked."""
         self.gpus_visible = len(gpu_ids)
@@ -307,8 +287,8 @@ class SessionClocks:
             self._write(state)
 
     def restore(self) -> None:
-        """Unlock what this session locked, unless another live session holds it locked; then drop the state
-        file. Idempotent; safe from a signal handler (a second call while one runs does nothing)."""
+        """Unlock what this session locked, unless another live session holds it; then drop the state file.
+        Idempotent, and safe from a signal handler (a second call while one runs does nothing)."""
         if not self.controller or self._restored or not self._guard.acquire(blocking=False):
             return
         try:
@@ -359,8 +339,7 @@ class SessionClocks:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def _uninstall_restorers(self) -> None:
-        """Put back the handlers found, where ours are still in place (a later session in this process, such as
-        an in-process pytester run, starts clean)."""
+        """Put back the handlers found, where ours are still in place (a later in-process session starts clean)."""
         atexit.unregister(self.restore)
         if threading.current_thread() is not threading.main_thread():
             return

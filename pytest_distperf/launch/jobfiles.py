@@ -21,12 +21,10 @@ Jobs on several nodes (launch/torchrun.py, launch/slurm.py) add, in a folder eve
     logs/agent{i}/<run>/attempt_0/{local rank}/   each rank's output
     dump-stacks.request on a timeout: each node agent has its ranks dump their stacks
 
-Every .pkl file is an authenticated pickle: "distperf-hmac-v1", then HMAC-SHA256 over the file's name and the
-pickle, with a per-session key that never touches a folder: the pytest process makes it and puts it in
-$DISTPERF_JOB_KEY, which every agent and rank inherits (an agent started by a command template reads it from
-its stdin). A file whose MAC does not match is refused before it is unpickled: whoever can write into a shared
-job folder could otherwise run code in pytest and in every rank. (Function jobs carry arbitrary Python
-objects, so the format stays pickle.)
+Every .pkl file is an authenticated pickle ("distperf-hmac-v1", HMAC-SHA256 over the file's name and the pickle)
+with a per-session key that never touches a folder ($DISTPERF_JOB_KEY, inherited by every agent and rank, or on
+the stdin of an agent started by a command template). A file whose MAC does not match is refused before it is
+unpickled: whoever can write into a shared job folder could otherwise run code in pytest and in every rank.
 """
 
 from __future__ import annotations
@@ -40,12 +38,13 @@ import json
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from pytest_distperf.errors import FileError
 from pytest_distperf.fs.jsonio import write_bytes_atomic
@@ -130,15 +129,19 @@ def _dump(path: str, obj: Any, create_key: bool = False) -> None:
 
 
 def write_file(path: str, data: bytes) -> None:
-    """A job-folder file, whole or not at all (fs/jsonio.write_bytes_atomic, 0600). Not fsynced: it lives as long
-    as its job, and a reader on another node sees it by the rename."""
+    """A job-folder file, whole or not at all (0600). Not fsynced: it lives as long as its job."""
     write_bytes_atomic(path, data, durable=False)
 
 
-def _load(path: str) -> Any:
+def _load(path: str, missing_ok: bool = False) -> Any:
     """Unpickle `path` only when its MAC matches this session's key (JobFileError naming the file otherwise)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
     head = len(_MAGIC) + hashlib.sha256().digest_size
     if not data.startswith(_MAGIC) or len(data) < head:
         raise JobFileError(f"refusing to unpickle {path}: it carries no distperf authentication (not written by "
@@ -147,13 +150,6 @@ def _load(path: str) -> Any:
         raise JobFileError(f"refusing to unpickle {path}: its HMAC does not match this session's key "
                            f"(${KEY_ENV}): the file was written or changed by someone else, or by another session")
     return pickle.loads(data[head:])
-
-
-def _load_if_there(path: str) -> Any:
-    try:
-        return _load(path)
-    except FileNotFoundError:
-        return None
 
 
 def write_job(job_dir: str, job: JobSpec) -> None:
@@ -169,7 +165,7 @@ def write_result(job_dir: str, result: AgentResult) -> None:
 
 
 def read_result(job_dir: str) -> AgentResult | None:
-    return _load_if_there(os.path.join(job_dir, RESULT))
+    return _load(os.path.join(job_dir, RESULT), missing_ok=True)
 
 
 def write_outcome(job_dir: str, rank: int, outcome: str, reason: str) -> None:
@@ -186,8 +182,8 @@ def read_outcomes(job_dir: str) -> list[dict[str, Any]]:
 
 
 def write_failure_time(job_dir: str, rank: int) -> None:
-    """When this rank's exception happened, precisely: torch elastic's timestamps are whole seconds,
-    too coarse to tell the rank that failed from the peers that failed because of it."""
+    """When this rank's exception happened: torch elastic's whole seconds cannot tell the rank that failed from
+    the peers that failed because of it."""
     write_file(os.path.join(job_dir, f"failed-rank{rank}.time"), repr(time.time()).encode())
 
 
@@ -218,14 +214,10 @@ def _line(path: str) -> str | None:
         return None
 
 
-def mark_started(job_dir: str, rank: int) -> None:
-    write_file(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
-
-
 def start_rank(job_dir: str, rank: int) -> JobSpec:
     """A rank's first steps: read its job, mark it started, put the job's import path first on sys.path."""
     job = read_job(job_dir)
-    mark_started(job_dir, rank)
+    write_file(os.path.join(job_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
     for p in reversed(job.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -259,8 +251,7 @@ def read_progress(job_dir: str) -> str | None:
 
 def forward_progress(job_dir: str, on_progress: Any, elapsed: float, last: str | None,
                      fallback: str | None = None) -> str | None:
-    """Pass rank 0's phase (else `fallback`) to on_progress(text, elapsed) when it changed; returns the text
-    last passed on."""
+    """Pass rank 0's phase (else `fallback`) to on_progress(text, elapsed) when it changed; the text passed."""
     text = (read_progress(job_dir) or fallback) if on_progress else None
     if not text or text == last:
         return last
@@ -289,11 +280,9 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def no_core_dumps() -> None:
-    """No core file for this process and its children: a crash is reported when the process is gone, and
-    the kernel writes the whole core first (seconds per GiB of the rank's memory to a disk; longer through
-    a crash handler such as apport or systemd-coredump). A core-file limit of 0 stops file dumps only;
-    the kernel skips piped dumps when the limit is exactly 1 (fs/coredump.c), and a 1-byte limit is
-    below any core's size. DISTPERF_CORE_DUMPS=1 keeps the limit as it is (to debug a native crash)."""
+    """No core file for this process and its children: a crash is reported only once the kernel has written the
+    whole core (seconds per GiB). A limit of 0 stops file dumps only; the kernel skips piped dumps at exactly 1
+    (fs/coredump.c). DISTPERF_CORE_DUMPS=1 keeps the limit as it is (to debug a native crash)."""
     if os.environ.get("DISTPERF_CORE_DUMPS") == "1":
         return
     with contextlib.suppress(ImportError, ValueError, OSError):
@@ -338,7 +327,7 @@ def signal_name(number: int) -> str:
 
 
 def read_rank_error(job_dir: str, rank: int) -> str | None:
-    """The traceback torch elastic's error file holds for a rank that raised (None without one)."""
+    """The traceback torch elastic's error file holds for a rank that raised."""
     hits = glob.glob(os.path.join(job_dir, LOGS, "*", "attempt_*", str(rank), "error.json"))
     try:
         with open(hits[0]) as f:
@@ -357,7 +346,7 @@ def error_text(message: object) -> str:
 
 
 def fatal_report_file(job_dir: str, rank: int) -> Any:
-    """Where this rank's faulthandler writes its stacks on a fatal signal (SIGSEGV, SIGABRT, ...); open for it."""
+    """Where this rank's faulthandler writes its stacks on a fatal signal, open for it."""
     return open(os.path.join(job_dir, f"fatal-rank{rank}.log"), "w")
 
 
@@ -374,7 +363,7 @@ def read_fatal_reports(job_dir: str) -> dict[int, str]:
     return out
 
 
-# faulthandler's first line names the signal ("Fatal Python error: Aborted").
+# faulthandler's first line names the signal ("Fatal Python error: Aborted")
 _FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
                   "Illegal instruction": "SIGILL", "Floating-point exception": "SIGFPE",
                   "Floating point exception": "SIGFPE"}
@@ -417,13 +406,8 @@ class RankPlace:
     log_dir: str | None  # the folder of its stdout.log / stderr.log / error.json
 
 
-def write_node_plan(job_dir: str, plan: NodePlan) -> None:
-    _dump(os.path.join(job_dir, NODE_PLAN), plan, create_key=True)
-
-
 def new_node_job_dir(job: JobSpec, plan: NodePlan, base_dir: str, shared_dir: str | None) -> str:
-    """A multi-node job's folder with its spec and node plan: in `shared_dir` (checked: the nodes read it) when
-    given, else in `base_dir`."""
+    """A multi-node job's folder with its spec and node plan, in `shared_dir` (checked) or `base_dir`."""
     from pytest_distperf.fs.safefs import check_shared_folder
 
     if shared_dir:
@@ -431,7 +415,7 @@ def new_node_job_dir(job: JobSpec, plan: NodePlan, base_dir: str, shared_dir: st
         check_shared_folder(shared_dir)  # job folders in it are 0700 (mkdtemp), and must stay ours
     job_dir = tempfile.mkdtemp(prefix="job-", dir=shared_dir or base_dir)
     write_job(job_dir, job)
-    write_node_plan(job_dir, plan)
+    _dump(os.path.join(job_dir, NODE_PLAN), plan, create_key=True)
     return job_dir
 
 
@@ -452,8 +436,7 @@ def write_rank_place(job_dir: str, place: RankPlace) -> None:
 
 
 def read_rank_places(job_dir: str) -> dict[int, RankPlace]:
-    places = [_load(path) for path in rank_files(job_dir, "place-rank", ".pkl").values()]
-    return {place.rank: place for place in places}
+    return {p.rank: p for p in map(_load, rank_files(job_dir, "place-rank", ".pkl").values())}
 
 
 def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
@@ -461,7 +444,6 @@ def write_rank_value(job_dir: str, rank: int, value: Any) -> None:
 
 
 def write_rank_error(job_dir: str, rank: int, text: str) -> None:
-    """A script job's rank that failed: its error, for the script agent (agents/script.py)."""
     write_file(os.path.join(job_dir, f"error-rank{rank}.txt"), text.encode())
 
 
@@ -488,11 +470,10 @@ def write_agent_result(job_dir: str, agent: int, result: AgentResult) -> None:
 
 
 def read_agent_result(job_dir: str, agent: int) -> AgentResult | None:
-    return _load_if_there(os.path.join(job_dir, f"result-agent{agent}.pkl"))
+    return _load(os.path.join(job_dir, f"result-agent{agent}.pkl"), missing_ok=True)
 
 
 def request_stacks(job_dir: str) -> None:
-    """Ask every node agent to have its ranks dump their Python stacks (on a timeout)."""
     write_file(os.path.join(job_dir, STACKS_REQUEST), repr(time.time()).encode())
 
 
@@ -500,11 +481,16 @@ def stacks_requested(job_dir: str) -> bool:
     return os.path.exists(os.path.join(job_dir, STACKS_REQUEST))
 
 
-def drop_scratch(values: dict[int, Any]) -> None:
-    """A probe job's folder is kept for its Chrome traces, not for the GBs of NVMe-offload swap files
-    in its scratch folder (worker.py: <job folder>/scratch)."""
-    import shutil
+@contextlib.contextmanager
+def dropped_on_success(job_dir: str, keep: bool) -> Iterator[None]:
+    """The job folder is removed when the block ends without an error, unless `keep`."""
+    yield
+    if not keep:
+        shutil.rmtree(job_dir, ignore_errors=True)
 
+
+def drop_scratch(values: dict[int, Any]) -> None:
+    """A probe job's folder is kept for its Chrome traces, not for the NVMe-offload swap files in its scratch."""
     for v in values.values():
         trace = getattr(getattr(v, "probes", None), "trace_path", None)
         if trace:

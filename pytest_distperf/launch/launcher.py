@@ -1,11 +1,9 @@
 """Start a job's ranks on this host and get their return values back.
 
-pytest ──Popen (own session)──► agent (torch elastic_launch, c10d on 127.0.0.1, no restarts) ──► N ranks.
-By default the agent is forked from the session's warm agent for the job's device kind and environment, which
-has imported torch and the strategy libraries once (warm_pool.py); `fresh_agent=True`, script jobs and a warm
-agent that cannot serve start a new agent process per job. On the timeout every rank dumps its Python stacks
-(SIGUSR1), then the whole process tree gets SIGTERM and, after a grace, SIGKILL; nothing is left behind on any
-exit path, Ctrl-C included.
+pytest ──► agent (torch elastic_launch, own session, c10d on 127.0.0.1, no restarts) ──► N ranks. The agent is
+forked from the session's warm agent (warm_pool.py) unless `fresh_agent`, a script job or a warm agent that cannot
+serve. On the timeout every rank dumps its Python stacks (SIGUSR1), then the whole tree gets SIGTERM and, after a
+grace, SIGKILL; nothing is left behind on any exit path, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,20 +24,19 @@ import psutil
 
 from pytest_distperf.errors import JobError, JobTimeout, ProfilerAbortWarning
 from pytest_distperf.launch import jobfiles
+from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, usable_cores
 from pytest_distperf.spec import profiles
 from pytest_distperf.spec.job import JobSpec
 
 POLL_SECONDS = 0.05
 TERM_GRACE_SECONDS = 3.0
 STACK_DUMP_SECONDS = 1.0
-# A rank gone without a value and without an error (torch elastic would wait for it for ever): after this grace,
-# which lets the agent report a crash first, the job fails.
+# A rank gone without a value or an error (torch elastic would wait for ever) fails the job after this grace,
+# which lets the agent report a crash first.
 VANISHED_GRACE_SECONDS = 8.0
-# A rank with a fatal-signal report whose death the agent has not reported after this long (the kernel is still
-# writing its core dump): the job fails now.
+# A fatal-signal report whose death the agent has not reported after this long (a core dump being written).
 FATAL_REPORT_GRACE_SECONDS = 10.0
-# Every socket of a job on one machine binds loopback (rendezvous.py binds the stores); without these gloo,
-# TensorPipe and NCCL's bootstrap listen on the address the hostname resolves to.
+# Without these gloo, TensorPipe and NCCL's bootstrap listen on the address the hostname resolves to.
 LOOPBACK_ENVIRONMENT = {"GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
@@ -59,29 +55,20 @@ class RankOutcome(Exception):
 
 
 def threads_per_rank(local_ranks: int) -> int:
-    """Intra-op threads per rank: the usable cores split between the ranks of this machine, as Lightning's
-    launcher does (torch's default, one thread per core in every rank, oversubscribes the host; see
-    perf_tests/test_lightning.py). A user's OMP_NUM_THREADS wins."""
-    from pytest_distperf.launch.devices import usable_cores
-
+    """Intra-op threads per rank: the usable cores split between this machine's ranks, as Lightning's launcher
+    does (torch's default, a thread per core in every rank, oversubscribes the host)."""
     return max(1, usable_cores() // max(1, local_ranks))
 
 
 def launch_threads(job: JobSpec, env: dict[str, str]) -> dict[str, str]:
-    """OMP_NUM_THREADS as the job's launch sets it: usable cores // ranks under the controlled launch
-    (threads_per_rank), else as the strategy's users' launcher does (spec/profiles.py)."""
-    from pytest_distperf.launch.devices import usable_cores
-
+    """OMP_NUM_THREADS as the job's launch profile sets it (spec/profiles.py)."""
     return profiles.thread_environment(profiles.PROFILES[job.launch_profile], env, job.world_size, job.device,
                                        usable_cores(), psutil.cpu_count(logical=False) or usable_cores())
 
 
 def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
                       loopback: bool = True) -> dict[str, str]:
-    """The environment of the agent and so of every rank. `loopback`: all ranks on this machine (a launcher
-    whose ranks span hosts passes False). A CPU job's ranks see no GPU (devices.CPU_ONLY_ENVIRONMENT)."""
-    from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT
-
+    """The environment of the agent and so of every rank. `loopback`: all ranks on this machine."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
     env.update(overrides or {})
     path = [p for p in job.sys_path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -95,15 +82,14 @@ def agent_environment(job: JobSpec, overrides: dict[str, str] | None = None, *,
     return env
 
 
-# A rank may abort inside torch.profiler's stop during distperf's own profiled phases (a heap corruption whose
-# cause is not found: docs/design/known-defects.md): that run is measured once more, with a ProfilerAbortWarning.
+# A rank may abort inside torch.profiler's stop during distperf's own profiled phases (a heap corruption of unknown
+# cause: docs/design/known-defects.md): that run is measured once more, with a ProfilerAbortWarning.
 _PROFILER_STOP = re.compile(r'torch/profiler/profiler\.py", line \d+ in (stop|__exit__)')
 _OWN_PROFILED_PHASE = re.compile(r'pytest_distperf/rank/(work|probes/\w+)\.py", line \d+')
 
 
 def is_profiler_abort(error: "RankFailed") -> bool:
-    """A rank died of SIGABRT or SIGSEGV in torch.profiler's stop, inside distperf's work or probe phase (its
-    fault report is in the failure's text)."""
+    """A rank died of SIGABRT or SIGSEGV in torch.profiler's stop, inside distperf's work or probe phase."""
     text = str(error)
     return (any(f.signal in ("SIGABRT", "SIGSEGV") for f in error.failures)
             and bool(_PROFILER_STOP.search(text)) and bool(_OWN_PROFILED_PHASE.search(text)))
@@ -113,8 +99,7 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
            on_progress: Callable[[str, float], None] | None = None, keep: bool = False,
            env: dict[str, str] | None = None, fresh_agent: bool = False) -> dict[int, Any]:
     """Run the job on `job.world_size` ranks; return {rank: value} or raise a JobError/RankOutcome.
-    `fresh_agent`: a new agent process for this job instead of one forked from the warm agent. A run whose rank
-    aborts in torch.profiler's stop during distperf's own profiled phase is launched once more (is_profiler_abort)."""
+    `fresh_agent`: a new agent process instead of one forked from the warm agent."""
     once = functools.partial(_launch_once, job, timeout=timeout, base_dir=base_dir, on_progress=on_progress,
                              keep=keep, env=env, fresh_agent=fresh_agent)
     try:
@@ -136,32 +121,30 @@ def _launch_once(job: JobSpec, *, timeout: float, base_dir: str | None, on_progr
     jobfiles.write_job(job_dir, job)
     start = time.monotonic()
     agent_env = agent_environment(job, env)
-    ok = outcome_only = False
-    with open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
+    agent_ok = False
+    with jobfiles.dropped_on_success(job_dir, keep), open(os.path.join(job_dir, jobfiles.AGENT_LOG), "wb") as log:
         proc, warm = _start_agent(job, job_dir, agent_env, log, base_dir, timeout, fresh_agent)
         try:
             _watch(job, job_dir, proc, start, timeout, on_progress)
             try:
                 values = _collect(job, job_dir)
             except RankOutcome:
-                outcome_only = True  # a skip or xfail: the agent did nothing wrong
+                agent_ok = True  # a skip or xfail: the agent did nothing wrong
                 raise
-            ok = True
+            agent_ok = True
             return values
         finally:
             end_tree(proc)  # no-op after a clean exit; Ctrl-C and errors land here too
             if warm is not None:  # a failed or timed-out job ends its warm agent: the next job gets a new one
                 from pytest_distperf.launch import warm_pool
 
-                warm_pool.release(warm, ok=ok or outcome_only)
-            if ok and not keep:
-                shutil.rmtree(job_dir, ignore_errors=True)
+                warm_pool.release(warm, ok=agent_ok)
 
 
 def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base_dir: str | None, timeout: float,
                  fresh_agent: bool) -> tuple[Any, Any]:
-    """(the job's agent process, the warm agent it was forked from or None). torch elastic's agent, or for a job
-    launched as Lightning's users launch it the script agent, the user's `python script.py` (spec/profiles.py)."""
+    """(the job's agent process, the warm agent it was forked from or None): torch elastic's agent, or the
+    script agent for a job launched as a script (spec/profiles.py)."""
     if profiles.PROFILES[job.launch_profile].starter == "script":
         agent = "pytest_distperf.agents.script"
     else:
@@ -182,8 +165,8 @@ def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base
 
 def _watch(job: JobSpec, job_dir: str, proc: Any, start: float, timeout: float,
            on_progress: Callable[[str, float], None] | None) -> None:
-    """Until the agent exits: end the job on its timeout, on a rank gone without a word, and on a fatal signal
-    the agent does not report."""
+    """Until the agent exits: end the job on its timeout, a rank gone without a word, or an unreported fatal
+    signal."""
     last = None
     vanished_since: float | None = None
     fatal_since: float | None = None
@@ -214,8 +197,9 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         raise RankOutcome(outcome["outcome"], outcome["reason"], outcome["rank"])
     result = jobfiles.read_result(job_dir)
     if result is None:
-        raise JobError(f"distperf agent for {job.describe()} exited without a result\n"
-                       f"{jobfiles.tail(os.path.join(job_dir, jobfiles.AGENT_LOG), 40)}\njob folder: {job_dir}", job_dir)
+        log = jobfiles.tail(os.path.join(job_dir, jobfiles.AGENT_LOG), 40)
+        raise JobError(f"distperf agent for {job.describe()} exited without a result\n{log}\njob folder: {job_dir}",
+                       job_dir)
     if result.agent_error:
         raise JobError(f"distperf could not launch {job.describe()}:\n{result.agent_error}\njob folder: {job_dir}",
                        job_dir)
@@ -232,12 +216,9 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
 
 
 def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]) -> jobfiles.RankFailure:
-    """The rank that failed first on its own, not a peer that failed because of it.
-
-    A rank killed by a signal other than the agent's SIGTERM (SIGKILL, SIGABRT, SIGSEGV, the OOM
-    killer) is the cause: its peers then fail on the broken connection. Otherwise the earliest
-    exception wins, by the precise times the ranks wrote (raised_at).
-    """
+    """The rank that failed first on its own, not a peer that failed because of it: one killed by a signal other
+    than the agent's SIGTERM (its peers then fail on the broken connection), else the earliest exception by the
+    precise times the ranks wrote (raised_at)."""
     killed = [f for f in failures if f.signal and f.signal != "SIGTERM"]
     if killed:
         return min(killed, key=lambda f: (f.timestamp, f.rank))
@@ -246,9 +227,8 @@ def root_cause(failures: list[jobfiles.RankFailure], raised_at: dict[int, float]
 
 
 def _with_unreported_failures(job_dir: str, failures: list[jobfiles.RankFailure]) -> list[jobfiles.RankFailure]:
-    """The failures torch elastic reported, plus those it did not: it reports the first failed process it sees,
-    which can be a peer that failed a moment after the rank that raised first, or after the rank that a signal
-    killed (its peer, failing on the broken connection, may end in the same monitoring interval)."""
+    """The failures torch elastic reported plus those it did not: it reports the first failed process it sees,
+    which can be a peer that failed a moment after the rank that raised first or was killed."""
     known = {f.rank for f in failures}
     exits = jobfiles.read_exits(job_dir)
     raised = jobfiles.read_failure_times(job_dir)
@@ -271,8 +251,8 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
     if late:
-        lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump being "
-                     f"written? -- so every rank was ended)")
+        lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump "
+                     f"being written? -- so every rank was ended)")
     stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None
     lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]
@@ -284,7 +264,6 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
 
 
 def _fatal_failures(reports: dict[int, str]) -> list[jobfiles.RankFailure]:
-    """RankFailures from the ranks' fatal-signal reports (faulthandler), for a death the agent did not report."""
     now = int(time.time())
     failures = []
     for rank, text in sorted(reports.items()):
@@ -305,11 +284,9 @@ def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:
 
 
 def _stderr_tails(job: JobSpec, job_dir: str, lines: int = 15) -> str:
-    parts = []
-    for rank in range(job.world_size):
-        text = jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip()
-        parts.append(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}")
-    return "\n".join(parts)
+    tails = {rank: jobfiles.tail(jobfiles.rank_log(job_dir, rank), lines).rstrip() for rank in range(job.world_size)}
+    return "\n".join(f"--- rank {rank} stderr (last {lines} lines) ---\n{text or '(empty)'}"
+                     for rank, text in tails.items())
 
 
 def pid_alive(pid: int) -> bool:
@@ -325,7 +302,7 @@ def _vanished_ranks(job_dir: str) -> dict[int, int]:
 
 
 def _quiet_exits(job_dir: str) -> dict[int, int]:
-    """{rank: pid} of the ranks whose process ended with exit code 0 without returning a value (agent's records)."""
+    """{rank: pid} of the ranks that ended with exit code 0 without returning a value."""
     started = jobfiles.started_ranks(job_dir)
     return {rank: started.get(rank, 0) for rank, how in jobfiles.read_exits(job_dir).items()
             if how == ("exit", 0) and not jobfiles.has_returned(job_dir, rank)}
@@ -353,8 +330,8 @@ def _dump_stacks(agent_pid: int) -> None:
 
 
 def end_tree(proc: Any) -> None:
-    """SIGTERM the agent's whole tree, then SIGKILL what is left after a grace period. `proc`: a
-    subprocess.Popen, or a warm_pool.WarmJob (a job agent forked by the warm agent), which acts like one."""
+    """SIGTERM the agent's whole tree, then SIGKILL what is left after a grace. `proc`: a Popen or a
+    warm_pool.WarmJob."""
     try:
         tree = [psutil.Process(proc.pid)]
         tree += tree[0].children(recursive=True)
@@ -372,9 +349,8 @@ def end_tree(proc: Any) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    # Whatever is left in the agent's process group (it leads its own session): multiprocessing's resource
-    # tracker, or a rank whose parent is gone. A group outlives its leader, so this reaches them after the
-    # agent has exited and is no longer anyone's parent.
+    # What is left in the agent's process group (multiprocessing's resource tracker, an orphaned rank): a group
+    # outlives its leader.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 

@@ -1,10 +1,6 @@
-"""A job's node agents, seen from the pytest process: plan them, then gather every rank's value or
-say which host and rank failed. Shared by the torchrun and SLURM launchers.
-
-All of it goes through the job folder, which every node must see under the same path (a shared
-file system): the node plan, each rank's place (host, node, log folder), each rank's value, each
-agent's result. An agent that left no result died (killed, OOM, its node lost): it is the root cause,
-its ranks died with it and their peers failed because of it.
+"""A job's node agents, seen from the pytest process (the torchrun and SLURM launchers): plan them, then gather
+every rank's value or say which host and rank failed, all through the job folder every node sees under the same
+path. An agent that left no result died (killed, OOM, its node lost): it is the root cause.
 """
 
 from __future__ import annotations
@@ -44,6 +40,12 @@ def plan_nodes(job: JobSpec, nodes: int, endpoint: str | None, local_addr: str |
                              rdzv_endpoint=endpoint, local_addr=local_addr, join_timeout=join_timeout)
 
 
+def any_failed(job_dir: str, agents: int) -> bool:
+    """Some agent's result reports failed ranks or its own error."""
+    results = (jobfiles.read_agent_result(job_dir, a) for a in range(agents))
+    return any(r is not None and (r.failures or r.agent_error) for r in results)
+
+
 def is_loopback(endpoint: str) -> bool:
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     return host in LOOPBACK_HOSTS
@@ -51,11 +53,8 @@ def is_loopback(endpoint: str) -> bool:
 
 def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
             results: dict[int, jobfiles.AgentResult | None] | None = None) -> dict[int, Any]:
-    """Every rank's value, or the failure: RankOutcome (skip/xfail), RankFailed or JobError.
-
-    where: how the agents ran, for messages (e.g. "2 torchrun agents", "SLURM job 12").
-    results: each agent's result as it came back (SLURM: through submitit); default: the job folder's.
-    """
+    """Every rank's value, or the failure: RankOutcome (skip/xfail), RankFailed or JobError. `where`: how the agents
+    ran, for messages; `results`: each agent's result as it came back (default: the job folder's)."""
     for outcome in jobfiles.read_outcomes(job_dir):
         raise RankOutcome(outcome["outcome"], outcome["reason"], outcome["rank"])
     places = jobfiles.read_rank_places(job_dir)
@@ -74,10 +73,10 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
             raise JobError(f"ranks {missing} of {job.describe()} ({where}) returned nothing\n"
                            f"{_tails(job, job_dir, places, exits)}\njob folder: {job_dir}", job_dir)
         return values
+    head = f"distperf job {job.describe()} ({where}) failed: "
     headline_error = None  # the agent error already shown as the headline
     if dead:
-        lines = [f"distperf job {job.describe()} ({where}) failed: "
-                 + "; ".join(_dead_agent(a, exits[a], places) for a in dead) + " (root cause)"]
+        lines = [head + "; ".join(_dead_agent(a, exits[a], places) for a in dead) + " (root cause)"]
         rest = failures
         failures = [jobfiles.RankFailure(rank=p.rank, exitcode=-9, signal="SIGKILL", host=p.host,
                                          message=f"its node agent {p.agent} died")
@@ -85,18 +84,17 @@ def collect(job: JobSpec, job_dir: str, exits: dict[int, AgentExit], where: str,
     elif failures:
         root = root_cause(failures, jobfiles.read_failure_times(job_dir))
         stack = jobfiles.read_fatal_reports(job_dir).get(root.rank) if root.signal else None  # faulthandler's
-        lines = [f"distperf job {job.describe()} ({where}) failed: rank {root.rank} on host {root.host or '?'}"
-                 f"{_node(places.get(root.rank))} {root.how()} (root cause)", "", (stack or root.message).rstrip()]
+        lines = [f"{head}rank {root.rank} on host {root.host or '?'}{_node(places.get(root.rank))} {root.how()} "
+                 f"(root cause)", "", (stack or root.message).rstrip()]
         rest = [f for f in failures if f is not root]
         failures = [root] + rest
     elif errors:
         headline_error = min(errors, key=lambda a: (exits[a].ended_here, a))
-        lines = [f"distperf job {job.describe()} ({where}) failed: node agent {headline_error} on host "
-                 f"{results[headline_error].host or '?'} could not run its ranks:", "",
-                 errors[headline_error].rstrip()]
+        lines = [f"{head}node agent {headline_error} on host {results[headline_error].host or '?'} could not run "
+                 f"its ranks:", "", errors[headline_error].rstrip()]
         rest = []
     else:
-        lines = [f"distperf job {job.describe()} ({where}) failed: node agents {ended} were ended without a result"]
+        lines = [f"{head}node agents {ended} were ended without a result"]
         rest = []
     if rest:
         lines += ["", "other ranks: " + ", ".join(f"rank {f.rank} on {f.host or '?'} {f.brief()}" for f in rest)]

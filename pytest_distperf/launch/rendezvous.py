@@ -1,9 +1,5 @@
-"""A single-machine rendezvous for torch elastic whose stores listen on loopback only.
-
-torch's `c10d` rendezvous backend creates its TCPStore, and the store the ranks use for
-their process group, on every interface (TCPStore binds "::"). A test has no business
-listening on the network, so this backend binds both to 127.0.0.1 on an OS-chosen port
-(TCPStore takes a pre-bound socket through `master_listen_fd`). Everything else is torch's
+"""A single-machine rendezvous for torch elastic whose stores listen on loopback only: torch's `c10d` backend binds
+its TCPStores on every interface, and a test has no business listening on the network. Everything else is torch's
 own dynamic rendezvous.
 """
 

@@ -1,17 +1,13 @@
-"""The SLURM launcher: each job is a SLURM job submitted with submitit, one task per node agent.
-
-Each task runs `run_node_agent` (agents/node.py: torchrun with the plan in the job folder), whose result comes
-back through submitit; values and logs are in the job folder every node shares (--distperf-shared-dir). Agent 0
-picks the rendezvous endpoint on its host and writes it there for the others. The timeout counts from the moment
-SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or any error the job is cancelled
-(scancel) and waited for until it has left the queue.
+"""The SLURM launcher: each job is a SLURM job submitted with submitit, one task per node agent (agents/node.py),
+whose result comes back through submitit; values and logs are in the shared job folder. The timeout counts from
+the moment SLURM starts the job (the queue wait is bounded apart); on expiry, Ctrl-C or any error the job is
+cancelled and waited for until it has left the queue.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -84,29 +80,24 @@ class SlurmLauncher:
         job_dir = jobfiles.new_node_job_dir(job, plan, base_dir, self.shared_dir)
         executor = submitit.AutoExecutor(folder=os.path.join(job_dir, "slurm"), cluster="slurm")
         executor.update_parameters(**self._parameters(job, timeout))
-        # What the agents need on top of the environment sbatch exports: the job's import path. Not the
-        # one-host defaults (OMP threads for this host's cores, NCCL on loopback): run_node_agent sets threads
-        # from its own node.
+        # On top of what sbatch exports: the job's import path, not the one-host defaults (run_node_agent sets
+        # threads from its own node).
         agent_env = {k: v for k, v in agent_environment(job, env, loopback=False).items()
                      if k in ("PYTHONPATH", "PYTHONUNBUFFERED") or k in (env or {})
                      or (job.device == "cpu" and k in CPU_ONLY_ENVIRONMENT)}  # a CPU job's ranks see no GPU there too
         submitted = executor.submit(run_node_agent, job_dir, agent_env)
         slurm_id = str(submitted.job_id)
         where = f"SLURM job {slurm_id}, {self.nodes} node agents"
-        ok = False
-        try:
-            self._watch(job, job_dir, submitted, timeout, on_progress, where)
-            reports = {a: _report(submitted.task(a)) for a in range(self.nodes)}
-            exits = {a: nodes.AgentExit(agent=a, host=r.host if r else None, exitcode=r.exitcode if r else None,
-                                        log=_task_log(submitted, a, job_dir)) for a, r in reports.items()}
-            values = nodes.collect(job, job_dir, exits, where,
-                                   results={a: r.result if r else None for a, r in reports.items()})
-            ok = True
-            return values
-        finally:
-            cancel(slurm_id)  # no-op when it has ended; Ctrl-C and errors land here too
-            if ok and not keep:
-                shutil.rmtree(job_dir, ignore_errors=True)
+        with jobfiles.dropped_on_success(job_dir, keep):
+            try:
+                self._watch(job, job_dir, submitted, timeout, on_progress, where)
+                reports = {a: _report(submitted.task(a)) for a in range(self.nodes)}
+                exits = {a: nodes.AgentExit(agent=a, host=r.host if r else None, exitcode=r.exitcode if r else None,
+                                            log=_task_log(submitted, a, job_dir)) for a, r in reports.items()}
+                return nodes.collect(job, job_dir, exits, where,
+                                     results={a: r.result if r else None for a, r in reports.items()})
+            finally:
+                cancel(slurm_id)  # no-op when it has ended; Ctrl-C and errors land here too
 
     def local_ranks(self, job: JobSpec) -> int:
         return 0  # every rank runs where SLURM puts it
@@ -169,9 +160,8 @@ class SlurmLauncher:
 
 
 def queue_state(slurm_id: str) -> str | None:
-    """The job's state while SLURM still lists it; None once it has left the queue.
-
-    squeue, not sacct: sacct needs an accounting database, which a small cluster may not run."""
+    """The job's state while SLURM still lists it; None once it has left the queue (squeue: sacct needs an
+    accounting database, which a small cluster may not run)."""
     out = subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
     states = [s for s in out.stdout.split() if s]
     if out.returncode != 0 and "Invalid job id" not in out.stderr:
@@ -192,11 +182,8 @@ def cancel(slurm_id: str) -> None:
 
 def _failed_and_dead(submitted: Any, job_dir: str, agents: int) -> tuple[bool, bool]:
     """(some agent reported a failure, some agent died without a result)."""
-    failed = dead = False
+    failed, dead = nodes.any_failed(job_dir, agents), False
     for a in range(agents):
-        result = jobfiles.read_agent_result(job_dir, a)
-        if result is not None and (result.failures or result.agent_error):
-            failed = True
         task = submitted.task(a)
         if task.paths.result_pickle.exists():
             report = _report(task)

@@ -1,10 +1,6 @@
-"""The torchrun launcher: a job's ranks on N node agents (`python -m pytest_distperf.agents.node JOB_DIR I`,
-each running torchrun) that meet through torchrun's c10d rendezvous. Agent 0 runs here; agents 1..N-1 here too,
-by srun, or by the user's engine from a command template. The job folder is the meeting point (nodes.py), on a
-file system every node mounts under the same path (--distperf-shared-dir) when agents run elsewhere.
-
-On the timeout the ranks dump their stacks, every agent started here is ended (its ranks die with it), and the
-test fails with every rank's log. When one agent fails, the others get a short grace to report.
+"""The torchrun launcher: a job's ranks on N node agents (agents/node.py, each running torchrun) that meet through
+torchrun's c10d rendezvous. Agent 0 runs here; agents 1..N-1 here too, by srun, or from a command template. The
+job folder is the meeting point (nodes.py). When one agent fails, the others get a short grace to report.
 """
 
 from __future__ import annotations
@@ -13,7 +9,6 @@ import contextlib
 import os
 import shlex
 import socket
-import shutil
 import subprocess
 import sys
 import time
@@ -34,9 +29,8 @@ STACK_DUMP_SECONDS = 1.5  # the agents look for the request every 0.2 s
 
 @dataclass
 class TorchrunLauncher:
-    """nodes: node agents (torchrun instances); agents: how agents 1..N-1 start (agent 0 runs here):
-    "local" (all on this host: the loopback form), "srun" (on the other nodes of the current SLURM
-    allocation; pytest runs on its first node), or a template such as "ssh node{index} {command}"."""
+    """agents: how agents 1..N-1 start: "local" (all on this host), "srun" (on the other nodes of the current
+    SLURM allocation) or a template such as "ssh node{index} {command}"."""
 
     nodes: int
     rdzv_endpoint: str | None = None  # host:port; default 127.0.0.1:<free port> (every agent here)
@@ -54,17 +48,13 @@ class TorchrunLauncher:
                                 join_timeout=self.join_timeout)
         job_dir = jobfiles.new_node_job_dir(job, plan, base_dir, self.shared_dir)
         agents = _Agents(job, job_dir, plan, self.agents, self._environment(job, plan, env, loopback))
-        ok = False
-        try:
-            agents.start()
-            self._watch(job, job_dir, agents, timeout, on_progress)
-            values = nodes.collect(job, job_dir, agents.exits(), f"{self.nodes} torchrun agents, {self.agents}")
-            ok = True
-            return values
-        finally:
-            agents.end()  # no-op after clean exits; Ctrl-C and errors land here too
-            if ok and not keep:
-                shutil.rmtree(job_dir, ignore_errors=True)
+        with jobfiles.dropped_on_success(job_dir, keep):
+            try:
+                agents.start()
+                self._watch(job, job_dir, agents, timeout, on_progress)
+                return nodes.collect(job, job_dir, agents.exits(), f"{self.nodes} torchrun agents, {self.agents}")
+            finally:
+                agents.end()  # no-op after clean exits; Ctrl-C and errors land here too
 
     def local_ranks(self, job: JobSpec) -> int:
         return job.world_size if self.agents == "local" else job.world_size // self.nodes
@@ -160,13 +150,8 @@ class _Agents:
         return any(p.poll() is None for p in self.procs.values())
 
     def any_failed(self) -> bool:
-        if any(p.poll() not in (None, 0) for p in self.procs.values()):
-            return True
-        for a in range(self.plan.nodes):
-            result = jobfiles.read_agent_result(self.job_dir, a)
-            if result is not None and (result.failures or result.agent_error):
-                return True
-        return False
+        return (any(p.poll() not in (None, 0) for p in self.procs.values())
+                or nodes.any_failed(self.job_dir, self.plan.nodes))
 
     def any_dead(self) -> bool:
         """An agent process that ended without writing its result (killed, OOM-killed, crashed)."""
@@ -189,8 +174,9 @@ class _Agents:
             key = 1 if by_srun else a
             proc = None if by_srun else self.procs.get(a)  # the agent itself, or the engine's client for it
             result = jobfiles.read_agent_result(self.job_dir, a)
+            here = socket.gethostname() if self.how == "local" or a == 0 else None
             out[a] = nodes.AgentExit(
-                agent=a, host=result.host if result else (socket.gethostname() if self.how == "local" or a == 0 else None),
+                agent=a, host=result.host if result else here,
                 exitcode=proc.returncode if proc is not None and a not in self.ended_here else None,
                 log=jobfiles.tail(jobfiles.agent_log(self.job_dir, key), 10),
                 ended_here=key in self.ended_here and result is None)
@@ -202,6 +188,5 @@ def node_agent_command(job_dir: str, agent: int | str) -> list[str]:
 
 
 def request_stacks(job_dir: str) -> None:
-    """Every node agent has its ranks write their Python stacks to their stderr logs (agents/node.py)."""
     jobfiles.request_stacks(job_dir)
     time.sleep(STACK_DUMP_SECONDS)

@@ -1,10 +1,6 @@
-"""The pytest side of the warm launch agents (agents/warm.py): one per device kind and agent environment,
-started on the first job that needs it, ended when a job of it fails or times out (the next job gets a new one)
-and at the session's end.
-
-A job run through a warm agent is a `WarmJob`: the job agent's pid and its exit status, with the methods of the
-subprocess.Popen the launcher has for a fresh agent (pid, poll, wait, kill), so launcher.py watches, times out
-and ends both trees alike.
+"""The pytest side of the warm launch agents (agents/warm.py): one per device kind and agent environment, started
+on the first job that needs it, ended when a job of it fails or times out and at the session's end. A job it runs
+is a `WarmJob`, with Popen's pid, poll, wait and kill, so launcher.py watches and ends both kinds of agent alike.
 """
 
 from __future__ import annotations
@@ -23,13 +19,10 @@ from typing import Any
 
 from pytest_distperf.launch.devices import NVML_CHECK
 
-# Variables that may differ between the jobs one agent serves: set in each job agent's environment, read only
-# after the agent's preload (CUDA init, a forked rank's threads, an op build: DeepSpeed's CUDA jobs get their own
-# TORCH_CUDA_ARCH_LIST, strategies/ds_ops.py). Every other variable is read when torch and the strategy
-# libraries load, so it is part of the agent's key.
+# Variables read only after the agent's preload (CUDA init, a forked rank's threads, an op build), so they may
+# differ between the jobs one agent serves; every other variable is part of the agent's key.
 PER_JOB_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", "TORCH_CUDA_ARCH_LIST")
-# Not in the warm agent's own environment: the first job's values would be stale for the next (run_job in
-# agents/warm.py sets each job's own).
+# Not in the warm agent's own environment: the first job's values would be stale for the next.
 NOT_IN_AGENT_ENVIRONMENT = ("OMP_NUM_THREADS", "PYTEST_CURRENT_TEST")
 READY_TIMEOUT_SECONDS = 300.0  # imports of torch and the strategy libraries on a very busy host
 STOP_GRACE_SECONDS = 3.0
@@ -52,8 +45,7 @@ STATE = AgentState()
 
 
 class Channel:
-    """Line-delimited JSON over two file descriptors (unbuffered os.read/os.write: nothing waits in a buffer
-    that a forked child would inherit)."""
+    """Line-delimited JSON over two file descriptors, unbuffered: nothing waits in a buffer a forked child inherits."""
 
     def __init__(self, read_fd: int, write_fd: int):
         self.read_fd, self.write_fd = read_fd, write_fd
@@ -76,8 +68,8 @@ class Channel:
 
 
 def agent_key(device: str, env: dict[str, str]) -> tuple[Any, ...]:
-    """The warm agent a job's agent environment can use: same device kind, same variables but the per-job ones,
-    same working directory (`python -m` puts it first on sys.path, where the harness itself may be found)."""
+    """The warm agent a job's agent environment can use: same device kind, variables but the per-job ones, and
+    working directory (`python -m` puts it first on sys.path)."""
     return device, os.getcwd(), tuple(sorted((k, v) for k, v in env.items() if k not in PER_JOB_VARIABLES))
 
 
@@ -117,17 +109,13 @@ class WarmJob:
 
 
 class WarmAgent:
-    """A running warm agent and its pipes."""
-
     def __init__(self, device: str, env: dict[str, str], log_path: str):
-        # OMP_NUM_THREADS: libgomp's default, as a fresh agent's; PYTEST_CURRENT_TEST: the first job's test
         env = {k: v for k, v in env.items() if k not in NOT_IN_AGENT_ENVIRONMENT}
         env[NVML_CHECK] = "1"  # a library's torch.cuda.is_available() at import must not initialise CUDA
         self.device, self.log_path = device, log_path
         self.lock = threading.Lock()  # one job at a time; a concurrent job gets a fresh agent
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agents.warm", device],
-                                         env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_distperf.agents.warm", device], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, bufsize=0)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -136,15 +124,15 @@ class WarmAgent:
 
     def wait_ready(self, timeout: float) -> str | None:
         """None once the agent has imported everything; else why it cannot serve (it is then ended)."""
-        message = self.receive(timeout)
-        if message is None or message.get("eof") or not message.get("ready"):
-            why = (message or {}).get("reason") or ("it exited while importing" if message else
-                                                    f"not ready after {timeout:g} s")
+        message = self.receive(timeout) or {}
+        if not message.get("ready"):
+            why = message.get("reason") or ("it exited while importing" if message
+                                            else f"not ready after {timeout:g} s")
             self.stop()
             from pytest_distperf.launch import jobfiles
 
             tail = jobfiles.tail(self.log_path, 10).strip()
-            return why + (f" (its log: {tail.splitlines()[-1]})" if tail and "reason" not in (message or {}) else "")
+            return why + (f" (its log: {tail.splitlines()[-1]})" if tail and "reason" not in message else "")
         self.ready = message
         return None
 
@@ -237,7 +225,7 @@ def release(agent: WarmAgent, ok: bool) -> None:
 
 
 def stop_all() -> None:
-    """End every warm agent (session end; also at interpreter exit); the next session starts its own account."""
+    """End every warm agent (session end, interpreter exit); the next session starts its own account."""
     global STATE
     while _agents:
         _, agent = _agents.popitem()
@@ -246,7 +234,6 @@ def stop_all() -> None:
 
 
 def agent_pids() -> list[int]:
-    """The pids of the running warm agents."""
     return [a.proc.pid for a in _agents.values() if a.alive()]
 
 

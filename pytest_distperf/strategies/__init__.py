@@ -1,11 +1,6 @@
-"""Strategy adapters: one module each, one small protocol -- the built-in ones and a library's alike.
-
-An adapter module (imported only inside the ranks) has `build(model, ctx, **options) -> adapter` and
-optionally `model_init_context(ctx, **options)`; the adapter has `step(*batch) -> loss` and optionally
-`step_breakdown`, `torch_optimizer`, `close` and `run_loop` (docs/adapters.md describes each). A strategy is
-registered by a `registry.Strategy` record: the built-in ones in BUILTIN below, a library's through the
-entry-point group `pytest_distperf.strategies`, a test's through `register()`. The records are import-light,
-so the pytest process rejects an unknown strategy or option before any rank is started.
+"""Strategy adapters: one module each, one small protocol (docs/adapters.md), the built-in ones and a library's
+alike. A strategy is a `registry.Strategy` record (BUILTIN below, an entry point, or `register()`); the records
+are import-light, so the pytest process rejects an unknown strategy or option before any rank is started.
 """
 
 from __future__ import annotations
@@ -13,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pytest_distperf.strategies import frontend as _frontend  # import-light: option tables and checks
-from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp, wrap_targets
+from pytest_distperf.strategies import frontend as _frontend
+from pytest_distperf.strategies.frontend import check_deepspeed, check_fsdp, wrap_targets
 from pytest_distperf.strategies.registry import COMMON_OPTIONS, Registry, Strategy, StrategyError, validate_options
 
 __all__ = ["BUILTIN", "COMMON_OPTIONS", "RankContext", "REGISTRY", "Strategy", "StrategyError",
@@ -45,7 +40,7 @@ BUILTIN: dict[str, Strategy] = {s.name: s for s in (
              {"stage": 3, "offload_optimizer": None, "offload_param": None, "nvme_path": None, "ds_config": {},
               "zero_init": False},
              check=check_deepspeed, user_launch="deepspeed"),
-    # Front-ends over the same engines (engine = ddp | fsdp | deepspeed); see strategies/frontend.py.
+    # Front-ends over the same engines (engine = ddp | fsdp | deepspeed).
     _frontend_strategy("lightning_trainer", "lightning"),
     _frontend_strategy("lightning_fabric", "lightning"),
     _frontend_strategy("accelerate", "accelerate"),
@@ -111,17 +106,8 @@ def optimizer_state_bytes(optimizer: Any) -> int:
         local = t.to_local() if hasattr(t, "to_local") else t
         return local.numel() * local.element_size()
 
-    # DeepSpeed's ZeRO-3 empties param_groups between steps and keeps the fp32 partitions
-    # only as keys of `state`, so both places are read.
+    # DeepSpeed's ZeRO-3 empties param_groups between steps and keeps the fp32 partitions only as keys of `state`.
     params = [p for g in optimizer.param_groups for p in g["params"]] + list(optimizer.state.keys())
-    seen: set[int] = set()
-    total = 0
-    for p in params:
-        if hasattr(p, "numel") and id(p) not in seen:
-            seen.add(id(p))
-            total += nbytes(p)
-    for state in optimizer.state.values():
-        for v in state.values():
-            if hasattr(v, "numel") and v.dim() > 0:
-                total += nbytes(v)
-    return total
+    unique = {id(p): p for p in params if hasattr(p, "numel")}
+    states = [v for state in optimizer.state.values() for v in state.values() if hasattr(v, "numel") and v.dim() > 0]
+    return sum(nbytes(t) for t in [*unique.values(), *states])

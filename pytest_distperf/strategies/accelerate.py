@@ -1,13 +1,7 @@
-"""Hugging Face Accelerate running the workload under DDP, its FSDP plugin or its DeepSpeed plugin.
-
-Accelerate's loop: `accelerator.prepare(...)`, then per step `loss = model(...)`, `accelerator.backward(loss)`,
-`optimizer.step()`, `optimizer.zero_grad()`. Engines are configured as the raw adapters: DDP with
-`bucket_cap_mb` and bf16 autocast on CUDA; FSDP1 with fsdp.py's units, mixed precision, sharding and offload
-(`mixed_precision="no"`: no autocast on top), Accelerate's other FSDP defaults kept as a user gets them
-(`backward_prefetch=None`: a difference the parity check measures); DeepSpeed with the raw adapter's config
-and `DummyOptim`, so DeepSpeed builds the same optimizer. PartialState reuses the worker's process group
-(checked). On CPU Accelerate silently falls back to DDP for its FSDP and DeepSpeed plugins, so those are
-skipped there (frontend.unsupported_reason) and the adapter refuses any such fallback.
+"""Hugging Face Accelerate running the workload under DDP, its FSDP plugin or its DeepSpeed plugin, in Accelerate's
+own loop, each engine configured as its raw adapter. Accelerate's other FSDP defaults are kept as a user gets them
+(`backward_prefetch=None`: a difference the parity check measures). On CPU Accelerate silently falls back to DDP
+for its plugins, so the adapter refuses any engine other than the one asked for.
 """
 
 from __future__ import annotations
@@ -58,8 +52,7 @@ class AccelerateAdapter:
 
         lr, wd = o["lr"], o["weight_decay"]
         if self.engine == "deepspeed":
-            # DeepSpeed builds the optimizer from the config, as in the raw adapter; a workload's own optimizer
-            # is handed over instead (its "optimizer" section dropped, as deepspeed.py does).
+            # DeepSpeed builds the optimizer from the config (DummyOptim), unless the workload brings its own.
             opt = (ctx.optimizer(model.parameters()) if ctx.optimizer is not None
                    else DummyOptim(model.parameters(), lr=lr, weight_decay=wd))
             self.model, self.optimizer = self.accelerator.prepare(model, opt)
@@ -109,5 +102,4 @@ def _fsdp_plugin(model: torch.nn.Module, ctx: RankContext, o: dict[str, Any]) ->
         transformer_cls_names_to_wrap=[u.__name__ for u in ctx.wrap_units])
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> AccelerateAdapter:
-    return AccelerateAdapter(model, ctx, **options)
+build = AccelerateAdapter  # the adapter protocol's build(model, ctx, **options)

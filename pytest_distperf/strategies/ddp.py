@@ -28,5 +28,4 @@ class DDPTrainer(PhasedTrainer):
             return self.model(*batch)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options) -> DDPTrainer:
-    return DDPTrainer(model, ctx, **options)
+build = DDPTrainer  # the adapter protocol's build(model, ctx, **options)

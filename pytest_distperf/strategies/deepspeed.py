@@ -1,9 +1,4 @@
-"""DeepSpeed ZeRO stages 0-3, optimizer/parameter offload to CPU or NVMe passed through.
-
-`zero_init=True` (stage 3) builds the model inside `deepspeed.zero.Init` (model_init_context below):
-each rank holds only its partition of every parameter from the start, as ZeRO-3 users build a model
-too large for one device. The workload must then give its model as a constructor.
-"""
+"""DeepSpeed ZeRO stages 0-3, optimizer/parameter offload to CPU or NVMe passed through."""
 
 from __future__ import annotations
 
@@ -49,8 +44,8 @@ class DeepSpeedTrainer(PhasedTrainer):
 
 
 def model_init_context(ctx: RankContext, **options: Any) -> Any:
-    """zero_init=True: the harness builds the model inside deepspeed.zero.Init, so each rank holds only its
-    partition of every parameter from the start (how ZeRO-3 users build a model too large for one device)."""
+    """zero_init=True: the model is built inside deepspeed.zero.Init, each rank holding only its partition of
+    every parameter from the start (how ZeRO-3 users build a model too large for one device)."""
     if not options["zero_init"]:
         return None
     return deepspeed.zero.Init(config_dict_or_path=rank_config(ctx, **options))
@@ -70,12 +65,8 @@ def _require_async_io() -> None:
 
 
 def check_cuda_arch_list(builder: Any, arch_list: str) -> None:
-    """Ask DeepSpeed's own parser whether it can read TORCH_CUDA_ARCH_LIST before its JIT build does.
-
-    DeepSpeed 0.19.8 reads every entry as major.minor integers, so an arch-specific entry such as "9.0a"
-    fails deep inside the optimizer set-up (deepspeedai/DeepSpeed#7589). Asking the parser keeps this
-    check right once DeepSpeed reads such entries.
-    """
+    """Ask DeepSpeed's own parser whether it can read TORCH_CUDA_ARCH_LIST before its JIT build does: 0.19.8
+    fails on "9.0a" deep inside the optimizer set-up (deepspeedai/DeepSpeed#7589)."""
     arch_list = arch_list.strip()
     if not arch_list or not hasattr(builder, "compute_capability_args"):  # the CPU op builders compile no CUDA
         return
@@ -103,5 +94,4 @@ def _check_sections(config: dict) -> None:
         raise StrategyError(f"ds_config['zero_optimization'] is invalid: {e}") from None
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options) -> DeepSpeedTrainer:
-    return DeepSpeedTrainer(model, ctx, **options)
+build = DeepSpeedTrainer  # the adapter protocol's build(model, ctx, **options)

@@ -1,14 +1,13 @@
-"""DeepSpeed configuration: our defaults, the user's overrides merged over them, and checks.
-
-Top-level keys are checked here (DeepSpeed ignores unknown top-level keys silently);
-nested sections are checked by DeepSpeed's own pydantic models inside the rank.
-"""
+"""DeepSpeed configuration: our defaults, the user's overrides merged over them, and checks. Top-level keys are
+checked here (DeepSpeed ignores unknown ones silently); nested sections by DeepSpeed's own models in the rank."""
 
 from __future__ import annotations
 
 import copy
 import os
 from typing import Any
+
+from pytest_distperf.errors import StrategyError
 
 # Top-level keys DeepSpeed reads (deepspeed/runtime/config.py and its section parsers).
 KNOWN_TOP_LEVEL = frozenset({
@@ -27,8 +26,6 @@ KNOWN_TOP_LEVEL = frozenset({
 
 
 def check_user_config(cfg: Any) -> None:
-    from pytest_distperf.errors import StrategyError
-
     if not isinstance(cfg, dict):
         raise StrategyError(f"deepspeed option ds_config must be a dict, got {type(cfg).__name__}")
     unknown = sorted(set(cfg) - KNOWN_TOP_LEVEL)
@@ -46,21 +43,13 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 def build_config(*, stage: int, micro_batch: int, bf16: bool, lr: float, weight_decay: float,
                  offload_optimizer: str | None, offload_param: str | None, nvme_path: str,
                  user: dict[str, Any]) -> dict[str, Any]:
-    """The same optimizer, learning rate and precision policy as the torch strategies.
-
-    Without offload, DeepSpeed runs torch's AdamW (`torch_adam`), the optimizer the FSDP and
-    DDP adapters use, so a comparison measures the sharding engine, not two Adam kernels.
-    With offload, DeepSpeed requires its own DeepSpeedCPUAdam.
-    """
+    """The same optimizer, learning rate and precision policy as the torch strategies: without offload torch's
+    AdamW (`torch_adam`), so a comparison measures the sharding engine, not two Adam kernels; with offload
+    DeepSpeed requires its own DeepSpeedCPUAdam."""
     zero: dict[str, Any] = {"stage": stage}
-    if offload_optimizer:
-        zero["offload_optimizer"] = {"device": offload_optimizer, "pin_memory": True}
-        if offload_optimizer == "nvme":
-            zero["offload_optimizer"]["nvme_path"] = nvme_path
-    if offload_param:
-        zero["offload_param"] = {"device": offload_param, "pin_memory": True}
-        if offload_param == "nvme":
-            zero["offload_param"]["nvme_path"] = nvme_path
+    for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+        if device:
+            zero[key] = {"device": device, "pin_memory": True, **({"nvme_path": nvme_path} if device == "nvme" else {})}
     base = {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": 1,
@@ -81,9 +70,8 @@ def build_config(*, stage: int, micro_batch: int, bf16: bool, lr: float, weight_
 
 def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any],
                own_optimizer: bool = False) -> dict[str, str]:
-    """Where build_config departs from DeepSpeed's own defaults, for the reports (ctx.extra["departures"]):
-    setting -> what this harness uses, DeepSpeed's default and why. A setting the user's ds_config gives is
-    theirs, not a departure of the adapter; nor is the optimizer where the workload brings its own."""
+    """Where build_config departs from DeepSpeed's own defaults, for the reports: setting -> what this harness
+    uses, DeepSpeed's default and why. A setting the user's ds_config gives is theirs, not a departure."""
     out: dict[str, str] = {}
     if bf16 and "communication_data_type" not in user:
         out["communication_data_type"] = (
@@ -98,10 +86,10 @@ def departures(*, bf16: bool, offload_optimizer: str | None, user: dict[str, Any
 
 
 def rank_config(ctx: Any, *, lr: float, weight_decay: float, stage: int, offload_optimizer: str | None,
-                offload_param: str | None, nvme_path: str | None, ds_config: dict, **_not_config: Any) -> dict[str, Any]:
-    """A rank's DeepSpeed config, the one every DeepSpeed route uses (the raw adapter, Lightning, Accelerate):
-    NVMe offload in the rank's scratch folder, and where it departs from DeepSpeed's defaults in ctx.extra.
-    Takes a strategy's whole options; those that are not the config's (zero_init, engine, ...) are ignored."""
+                offload_param: str | None, nvme_path: str | None, ds_config: dict,
+                **_not_config: Any) -> dict[str, Any]:
+    """A rank's DeepSpeed config, the one every DeepSpeed route uses: NVMe offload in the rank's scratch folder,
+    the departures in ctx.extra. Options that are not the config's (zero_init, engine, ...) are ignored."""
     nvme_path = nvme_path or os.path.join(ctx.scratch_dir, f"nvme-rank{ctx.rank}")
     ctx.extra["departures"] = departures(bf16=ctx.bf16, offload_optimizer=offload_optimizer, user=ds_config,
                                          own_optimizer=getattr(ctx, "optimizer", None) is not None)

@@ -1,12 +1,7 @@
-"""DeepSpeed's JIT-built ops, built (or found in the cache) before the first timed job, never inside one.
-
-DeepSpeed compiles some C++ ops on first use into torch's extension cache (`$TORCH_EXTENSIONS_DIR`), a minute
-or more each: `deepspeed_shm_comm` (every DeepSpeed job on CPU), `cpu_adam` (optimizer offload) and
-`async_io` (NVMe offload; needs libaio -- where DeepSpeed says it cannot build, or the NVMe folder refuses
-O_DIRECT writes, the job is skipped with the reason). Before the first DeepSpeed job the pytest process checks
-the cache (no DeepSpeed import) and builds what is missing in a child process (`python -m pytest_distperf
-build-ops`, this module's command) while it holds the CPU measurement slot. `build-ops` alone pre-builds every
-op; `--list` says which are built.
+"""DeepSpeed's JIT-built ops, built (or found in torch's extension cache) before the first timed job, never inside
+one: each takes a minute or more. The pytest process checks the cache without importing DeepSpeed and builds what
+is missing in a child process (`python -m pytest_distperf build-ops`) while it holds the CPU measurement slot; an
+op DeepSpeed says cannot build skips its jobs with the reason.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ _checked: set[tuple[str, ...]] = set()  # op sets this process found built (or b
 
 
 def cache_dir() -> str:
-    """The folder torch builds this interpreter's extensions in (torch.utils.cpp_extension._get_build_directory):
-    $TORCH_EXTENSIONS_DIR itself where it is set, else ~/.cache/torch_extensions/py311_cpu (or _cu128 on CUDA)."""
+    """The folder torch builds this interpreter's extensions in (torch.utils.cpp_extension._get_build_directory)."""
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
         return os.environ["TORCH_EXTENSIONS_DIR"]
     try:
@@ -47,8 +41,7 @@ def is_built(builder: str, folder: str | None = None) -> bool:
 
 
 def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[str]:
-    """The op builders a job of this strategy will JIT-load: DeepSpeed (also as a front-end's engine) on CPU
-    needs the shared-memory collectives, optimizer offload needs DeepSpeed's CPU Adam."""
+    """The op builders a job of this strategy (or a front-end on the DeepSpeed engine) will JIT-load."""
     engine = options.get("engine")
     if strategy != "deepspeed" and engine != "deepspeed":
         return []
@@ -61,9 +54,8 @@ def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[s
 
 
 def deepspeed_arch_list(value: str) -> str:
-    """TORCH_CUDA_ARCH_LIST as DeepSpeed 0.19.8 can read it: arch-specific entries ("9.0a", valid for torch) lose
-    their letter suffix, which DeepSpeed's parser refuses (deepspeedai/DeepSpeed#7589) when it JIT-builds a CUDA
-    op such as async_io; its ops use no arch-specific instruction."""
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed 0.19.8 can read it: "9.0a" loses its letter suffix, which DeepSpeed's
+    parser refuses (deepspeedai/DeepSpeed#7589); its ops use no arch-specific instruction."""
     import re
 
     return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
@@ -77,8 +69,7 @@ def deepspeed_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def direct_io_problem(folder: str) -> str | None:
-    """DeepSpeed's async I/O writes the NVMe swap files with O_DIRECT: None where `folder` takes such a write,
-    else why not (e.g. tmpfs refuses O_DIRECT with EINVAL)."""
+    """None where `folder` takes an O_DIRECT write (DeepSpeed's NVMe swap files), else why not (e.g. tmpfs)."""
     import mmap
 
     os.makedirs(folder, exist_ok=True)
@@ -102,9 +93,8 @@ def direct_io_problem(folder: str) -> str | None:
 def ensure(builders: Iterable[str], device: str, progress: Callable[[str], None] | None = None,
            run: Callable[..., Any] = subprocess.run, slot: Any = None,
            may_start: Callable[[str], None] | None = None) -> list[str]:
-    """Build the ops that are not in the cache yet, in a child process, before a timed job; returns the ops
-    built. `slot`: a context manager held while building (the CPU measurement slot). `may_start(what)`: called
-    before a build starts, raises to refuse it (the session budget: session.check_budget)."""
+    """Build the ops not in the cache yet in a child process; returns the ops built. `slot`: held while building.
+    `may_start(what)`: raises to refuse a build (the session budget)."""
     import contextlib
 
     builders = tuple(sorted(set(builders)))
@@ -202,8 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build_each_in_a_child(builders: list[str], asked: bool) -> int:
-    """Several ops at once, one child process each: an op's build is mostly one long compiler run, so they
-    overlap rather than queue. Each child's lines are printed whole, in the builders' order."""
+    """One child process per op: an op's build is mostly one long compiler run, so they overlap."""
     children = [subprocess.Popen([sys.executable, "-m", "pytest_distperf", "build-ops", b], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True) for b in builders]
     codes = []

@@ -1,10 +1,9 @@
-"""What the framework front-ends (Lightning Trainer, Lightning Fabric, HF Accelerate) share.
+"""The engines (torch DDP, FSDP1, DeepSpeed ZeRO) as the raw adapters and the framework front-ends (Lightning
+Trainer, Lightning Fabric, HF Accelerate) share them.
 
-Each front-end drives one engine -- torch DDP, torch FSDP1, DeepSpeed ZeRO -- configured exactly as the raw
-adapter of that engine (ddp.py, fsdp.py, ds_config.build_config), so a comparison measures the front-end and
-nothing else. Also here: the front-ends' option table (import-light, read by the pytest process), why a
-combination cannot run on CPU, and the check that a front-end reused the ranks and process group torch
-elastic started instead of launching its own.
+A front-end drives its engine configured exactly as the raw adapter of that engine, so a comparison measures the
+front-end and nothing else. The option tables and checks at the top are import-light (read by the pytest
+process); torch is imported lazily below.
 """
 
 from __future__ import annotations
@@ -12,6 +11,9 @@ from __future__ import annotations
 import copy
 import os
 from typing import Any
+
+from pytest_distperf.errors import StrategyError
+from pytest_distperf.strategies.ds_config import check_user_config
 
 ENGINES = ("ddp", "fsdp", "deepspeed")
 
@@ -37,11 +39,51 @@ ENGINE_KEYS: dict[str, frozenset[str]] = {
 COMMON_KEYS = frozenset({"engine", "lr", "weight_decay"})
 
 
+def check_fsdp(o: dict[str, Any]) -> None:
+    allowed = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+    if o["sharding"] not in allowed:
+        raise StrategyError(f"fsdp option sharding={o['sharding']!r} is not one of {allowed}")
+
+
+def check_deepspeed(o: dict[str, Any]) -> None:
+    if o["stage"] not in (0, 1, 2, 3):
+        raise StrategyError(f"deepspeed option stage={o['stage']!r} must be 0, 1, 2 or 3")
+    for key in ("offload_optimizer", "offload_param"):
+        if o[key] not in (None, "cpu", "nvme"):
+            raise StrategyError(f"deepspeed option {key}={o[key]!r} must be None, 'cpu' or 'nvme'")
+    if o["offload_param"] and o["stage"] != 3:
+        raise StrategyError("deepspeed option offload_param needs stage=3")
+    if o.get("zero_init") not in (None, True, False):
+        raise StrategyError(f"deepspeed option zero_init={o['zero_init']!r} must be True or False")
+    if o.get("zero_init") and o["stage"] != 3:
+        raise StrategyError("deepspeed option zero_init (deepspeed.zero.Init) needs stage=3")
+    check_user_config(o["ds_config"])
+
+
+def wrap_targets(model: Any, ctx: Any, strategy: str) -> list[Any]:
+    """The model's modules that are instances of the workload's wrap units, deepest first (a unit nested in
+    another is wrapped before it); a clear error when the workload names none or none is in the model."""
+    units = tuple(ctx.wrap_units)
+    if not units:
+        raise StrategyError(
+            f"strategy {strategy!r} shards the model per module class (FSDP units / auto-wrap policy), and "
+            f"{ctx.workload_name} names no wrap_units: give Workload(..., wrap_units=(MyBlock, ...)) with the "
+            f"model's repeated blocks")
+    depth: dict[int, int] = {}
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, units) and module is not model:
+            depth[id(module)] = name.count(".")
+            found.append(module)
+    if not found:
+        names = " or ".join(u.__name__ for u in units)
+        raise StrategyError(f"strategy {strategy!r}: no module of the model is a {names} (the wrap_units of "
+                            f"{ctx.workload_name})")
+    return sorted(found, key=lambda m: -depth[id(m)])  # stable: siblings keep the model's order
+
+
 def check_options(name: str, o: dict[str, Any], defaults: dict[str, Any]) -> None:
     """Reject an unknown engine, an option of another engine, and bad engine options."""
-    from pytest_distperf.strategies.engines import check_deepspeed, check_fsdp
-    from pytest_distperf.errors import StrategyError
-
     engine = o["engine"]
     if engine not in ENGINES:
         raise StrategyError(f"{name} option engine={engine!r} is not one of {ENGINES}")
@@ -56,7 +98,7 @@ def check_options(name: str, o: dict[str, Any], defaults: dict[str, Any]) -> Non
 
 
 def unsupported_reason(name: str, o: dict[str, Any], device: str) -> str | None:
-    """Why this front-end + engine cannot run on this device, or None. Found by running them (see tests)."""
+    """Why this front-end + engine cannot run on this device, or None (found by running them)."""
     engine = o.get("engine", "ddp")
     if device != "cpu" or engine == "ddp":
         return None
@@ -83,8 +125,7 @@ def node_layout(world_size: int) -> tuple[int, int]:
 
 
 def fsdp_mixed_precision(ctx: Any) -> Any:
-    """The FSDP1 adapters' policy: bf16 compute and fp32 gradient reduction on CUDA, nothing on CPU
-    or for an fp32 workload (ctx.bf16)."""
+    """The FSDP1 adapters' policy: bf16 compute and fp32 gradient reduction where ctx.bf16."""
     import torch
     from torch.distributed.fsdp import MixedPrecision
 
@@ -94,13 +135,10 @@ def fsdp_mixed_precision(ctx: Any) -> Any:
 
 
 def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
-    """The FSDP1 adapters' wrapping: one FSDP unit per instance of the workload's wrap units (the GPT's
-    blocks); a clear error when the workload names none or the model has none (strategies.wrap_targets)."""
+    """The FSDP1 adapters' wrapping: one FSDP unit per instance of the workload's wrap units."""
     import functools
 
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
-    from pytest_distperf.strategies.engines import wrap_targets
 
     wrap_targets(model, ctx, strategy)
     return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=set(ctx.wrap_units))
@@ -109,10 +147,9 @@ def fsdp_wrap_policy(model: Any, ctx: Any, strategy: str) -> Any:
 def split_optimizer(config: dict[str, Any], ctx: Any = None) -> tuple[dict[str, Any], Any]:
     """(config without "optimizer", a factory params -> the optimizer DeepSpeed would build from it).
 
-    Lightning takes the optimizer from the user (Trainer: configure_optimizers, Fabric: setup),
-    so it is built here the way DeepSpeed builds it from the config in the raw adapter
-    (engine._configure_basic_optimizer): torch AdamW for `torch_adam`, else DeepSpeedCPUAdam
-    in AdamW mode with fp32 states (the only optimizer DeepSpeed accepts with offload).
+    Lightning takes the optimizer from the user, so it is built here as DeepSpeed builds it from the config
+    (engine._configure_basic_optimizer): torch AdamW for `torch_adam`, else DeepSpeedCPUAdam in AdamW mode with
+    fp32 states (the only optimizer DeepSpeed accepts with offload).
     """
     config = copy.deepcopy(config)
     spec = config.pop("optimizer")
@@ -139,7 +176,7 @@ def split_optimizer(config: dict[str, Any], ctx: Any = None) -> tuple[dict[str, 
 
 def default_process_group(ctx: Any = None) -> Any:
     """The process group the worker initialised; None when the front-end starts its own (launched as its
-    users launch it: pytest_distperf.spec.profiles "lightning")."""
+    users launch it)."""
     import torch.distributed as dist
 
     if ctx is not None and not ctx.controlled:
@@ -149,8 +186,8 @@ def default_process_group(ctx: Any = None) -> Any:
 
 def check_launch(frontend: str, ctx: Any, group_before: Any, *, cluster_environment: Any, world_size: int,
                  rank: int) -> None:
-    """Under the controlled launch, the front-end reused the ranks and the process group torch elastic
-    started (check_reused_ranks); launched as its users launch it, Lightning started them itself."""
+    """Under the controlled launch the front-end reused torch elastic's ranks and process group; launched as
+    its users launch it, Lightning started them itself."""
     ctx.extra["cluster_environment"] = type(cluster_environment).__name__
     if ctx.controlled:
         check_reused_ranks(frontend, group_before, cluster_environment=cluster_environment, world_size=world_size,
@@ -196,10 +233,8 @@ def adamw(ctx: Any, lr: float, weight_decay: float) -> Any:
 def lightning_engine(ctx: Any, model: Any, options: dict[str, Any], *, fabric: bool) -> tuple[Any, str, Any, Any]:
     """(Lightning strategy, precision, model, optimizer factory) for the Trainer or Fabric, as the raw adapters.
 
-    Precision: DDP `bf16-mixed` (autocast over fp32 weights, as ddp.py); FSDP `32-true` plus
-    fsdp.py's explicit MixedPrecision (Lightning's own `bf16-mixed` for FSDP would reduce
-    gradients in bf16 and add autocast: a different configuration); DeepSpeed `bf16-mixed`
-    with bf16 enabled in the config, as deepspeed.py. fp32 everywhere on CPU.
+    FSDP runs `32-true` plus fsdp.py's explicit MixedPrecision: Lightning's own `bf16-mixed` for FSDP would
+    reduce gradients in bf16 and add autocast, a different configuration.
     """
     if fabric:
         from lightning.fabric.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy

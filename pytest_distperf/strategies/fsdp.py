@@ -28,5 +28,4 @@ class FSDPTrainer(PhasedTrainer):
         self.optimizer = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDPTrainer:
-    return FSDPTrainer(model, ctx, **options)
+build = FSDPTrainer  # the adapter protocol's build(model, ctx, **options)

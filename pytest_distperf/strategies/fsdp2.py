@@ -15,7 +15,8 @@ class FSDP2Trainer(PhasedTrainer):
                  offload: bool, reshard_after_forward: bool):
         self.device = ctx.device
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else MixedPrecisionPolicy()
+        bf16 = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if ctx.bf16 else {}
+        mp = MixedPrecisionPolicy(**bf16)
         policy = CPUOffloadPolicy(pin_memory=ctx.device.type == "cuda") if offload else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=policy)
         for unit in wrap_targets(model, ctx, "fsdp2"):
@@ -24,5 +25,4 @@ class FSDP2Trainer(PhasedTrainer):
         self.optimizer = ctx.make_optimizer(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options) -> FSDP2Trainer:
-    return FSDP2Trainer(model, ctx, **options)
+build = FSDP2Trainer  # the adapter protocol's build(model, ctx, **options)

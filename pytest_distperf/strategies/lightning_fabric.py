@@ -1,9 +1,5 @@
-"""Lightning Fabric running the workload in a plain loop under DDP, FSDP or DeepSpeed.
-
-The loop the Fabric docs show (FSDP: `setup_module`, then `setup_optimizers` over the sharded parameters;
-else `setup(model, optimizer)`), with the Trainer adapter's engines, precision and optimizer
-(frontend.lightning_engine), so Trainer-vs-Fabric compares the two loops only. `fabric.launch()` reuses the
-ranks and process group torch elastic started (checked), or, launched as its users launch it, starts them.
+"""Lightning Fabric running the workload in the loop the Fabric docs show, under DDP, FSDP or DeepSpeed, with the
+Trainer adapter's engines, precision and optimizer, so Trainer-vs-Fabric compares the two loops only.
 """
 
 from __future__ import annotations
@@ -26,7 +22,8 @@ class LightningFabricAdapter(PhasedTrainer):
         self.fabric = Fabric(accelerator="cuda" if ctx.device.type == "cuda" else "cpu", devices=devices,
                              num_nodes=nodes, strategy=strategy, precision=precision)
         self.fabric.launch()
-        frontend.check_launch("Lightning Fabric", ctx, group, cluster_environment=self.fabric.strategy.cluster_environment,
+        frontend.check_launch("Lightning Fabric", ctx, group,
+                              cluster_environment=self.fabric.strategy.cluster_environment,
                               world_size=self.fabric.world_size, rank=self.fabric.global_rank)
         if options["engine"] == "fsdp":
             self.model = self.fabric.setup_module(model)
@@ -46,5 +43,4 @@ class LightningFabricAdapter(PhasedTrainer):
         return getattr(opt, "optimizer", opt)
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> LightningFabricAdapter:
-    return LightningFabricAdapter(model, ctx, **options)
+build = LightningFabricAdapter  # the adapter protocol's build(model, ctx, **options)

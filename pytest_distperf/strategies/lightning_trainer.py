@@ -1,11 +1,9 @@
 """Lightning's `Trainer` running the workload under DDP, FSDP or DeepSpeed.
 
-`Trainer.fit` owns the loop, so `run_loop` runs it on the rank's main thread (where its users run it; on a
-second thread CPU-offloaded optimizer steps ran much slower) and the worker's measurement on a second thread.
-A gate in `on_train_batch_start` waits for `step()` to hand in a batch and releases the loop for one
-iteration, so one timed step is one full iteration of the loop. Setup happens before the first gate (build
-time). `close()` makes the gate return -1, which ends the epoch, so `fit` returns through Lightning's own
-teardown while the process group is up; a loop that fails wakes the measurement, and the rank raises its error.
+`Trainer.fit` owns the loop, so `run_loop` runs it on the rank's main thread (where its users run it) and the
+measurement on a second thread. A gate in `on_train_batch_start` waits for `step()` to hand in a batch, so one
+timed step is one full iteration of the loop. `close()` makes the gate return -1, so `fit` returns through
+Lightning's own teardown while the process group is up.
 """
 
 from __future__ import annotations
@@ -162,5 +160,4 @@ class LightningTrainerAdapter:
         self._wait("done")
 
 
-def build(model: torch.nn.Module, ctx: RankContext, **options: Any) -> LightningTrainerAdapter:
-    return LightningTrainerAdapter(model, ctx, **options)
+build = LightningTrainerAdapter  # the adapter protocol's build(model, ctx, **options)

@@ -1,9 +1,5 @@
-"""One training step as three phases, shared by the adapters whose loop is theirs to write.
-
-`step()` runs forward, backward and optimizer back to back: that is what the worker times.
-`step_breakdown()` runs the same three methods with a device synchronisation after each, in a
-short phase after timing (pytest_distperf.rank.breakdown), so a failing ratio says where the time goes.
-"""
+"""One training step as three phases: `step()` runs them back to back (what the worker times), `step_breakdown()`
+with a device synchronisation after each, after timing, so a failing ratio says where the time goes."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from pytest_distperf.rank.timing import StepTimer
 
 
 class PhasedTrainer:
-    """Defaults are the plain torch loop; an adapter overrides the phases its library does differently."""
+    """The plain torch loop; an adapter overrides the phases its library does differently."""
 
     device: Any  # torch.device
     model: Any  # the wrapped module: model(*batch) -> loss
@@ -31,7 +27,7 @@ class PhasedTrainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def torch_optimizer(self) -> Any:
-        """The torch optimizer that holds the state (strategies/__init__.optimizer_state_bytes reads it)."""
+        """The torch optimizer that holds the state (optimizer_state_bytes)."""
         return self.optimizer
 
     def step(self, *batch: Any) -> Any:

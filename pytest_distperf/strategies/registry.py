@@ -1,10 +1,6 @@
-"""Which strategies exist: the built-in ones and those libraries register, all through one record.
-
-A library ships its strategy as an entry point in the group ``pytest_distperf.strategies`` whose name is the
-strategy's and whose object is an import-light `Strategy` (docs/adapters.md); a conftest, fixture or test can
-`register()` one for the session. An entry point that does not load, is not a Strategy, is named differently
-from its Strategy, takes a built-in name, or names an adapter module that cannot be found is a usage error
-when pytest starts with --distperf, naming the entry point and its distribution.
+"""Which strategies exist: the built-in ones, a library's entry point in the group ``pytest_distperf.strategies``
+(named as its import-light `Strategy`, docs/adapters.md) and `register()` calls, all through one record. A broken
+entry point is a usage error when pytest starts with --distperf, naming it and its distribution.
 """
 
 from __future__ import annotations
@@ -22,23 +18,12 @@ USER_LAUNCHES = ("torchrun", "deepspeed", "accelerate", "lightning")  # launch p
 
 @dataclass(frozen=True)
 class Strategy:
-    """A strategy as the pytest process knows it.
-
-    name: what tests pass to distperf.job().
-    adapter: the module the ranks import; it has build(model, ctx, **options) (see the protocol).
-    options: its options with their defaults; every strategy also takes lr and weight_decay.
-    check: check(options) raises StrategyError for a bad value (options are completed with defaults).
-    unsupported: unsupported(options, device) -> why it cannot run there (the test is skipped), or None.
-    user_launch: how its users start it ("torchrun", "deepspeed", "accelerate", "lightning"),
-        used by jobs with launch="as_user" (pytest_distperf.spec.profiles).
-    """
-
-    name: str
-    adapter: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    check: Callable[[dict[str, Any]], None] | None = None
-    unsupported: Callable[[dict[str, Any], str], str | None] | None = None
-    user_launch: str = "torchrun"
+    name: str  # what tests pass to distperf.job()
+    adapter: str  # the module the ranks import, with build(model, ctx, **options)
+    options: Mapping[str, Any] = field(default_factory=dict)  # defaults; every strategy also takes COMMON_OPTIONS
+    check: Callable[[dict[str, Any]], None] | None = None  # raises StrategyError for a bad value
+    unsupported: Callable[[dict[str, Any], str], str | None] | None = None  # (options, device) -> why it is skipped
+    user_launch: str = "torchrun"  # how its users start it: one of USER_LAUNCHES (launch="as_user")
 
     def defaults(self) -> dict[str, Any]:
         return {**COMMON_OPTIONS, **self.options}
@@ -73,18 +58,17 @@ class Registry:
 
     def __init__(self, builtin: dict[str, Strategy]):
         self.builtin = dict(builtin)
-        self._extra: dict[str, Strategy] = {}
-        self._origin: dict[str, str] = {}  # name -> where it was registered (for messages)
+        self._registered: dict[str, tuple[Strategy, str]] = {}  # name -> (strategy, where it was registered)
         self._entry_points_loaded = False
-        self._saved: list[tuple[dict[str, Strategy], dict[str, str], bool]] = []  # begin_session() .. end_session()
+        self._saved: list[tuple[dict[str, tuple[Strategy, str]], bool]] = []  # begin_session() .. end_session()
 
     def names(self) -> list[str]:
         self.load_entry_points()
-        return sorted({*self.builtin, *self._extra})
+        return sorted({*self.builtin, *self._registered})
 
     def get(self, name: str) -> Strategy:
         self.load_entry_points()
-        found = self.builtin.get(name) or self._extra.get(name)
+        found = self.builtin.get(name) or self._registered.get(name, (None, ""))[0]
         if found is None:
             raise StrategyError(f"unknown strategy {name!r}; known strategies: {', '.join(self.names())} "
                                 f"(a library registers more through the entry-point group {ENTRY_POINT_GROUP!r})")
@@ -96,34 +80,29 @@ class Registry:
         if strategy.name in self.builtin:
             raise StrategyError(f"strategy {strategy.name!r} registered by {origin} would replace the built-in "
                                 f"strategy of that name; choose another name")
-        if strategy.name in self._extra and self._extra[strategy.name] != strategy:
+        known, known_origin = self._registered.get(strategy.name, (strategy, origin))
+        if known != strategy:
             raise StrategyError(f"strategy {strategy.name!r} registered by {origin} is already registered by "
-                                f"{self._origin[strategy.name]}")
-        self._extra[strategy.name] = strategy
-        self._origin[strategy.name] = origin
+                                f"{known_origin}")
+        self._registered[strategy.name] = (strategy, origin)
 
     def unregister(self, name: str) -> None:
-        self._extra.pop(name, None)
-        self._origin.pop(name, None)
+        self._registered.pop(name, None)
 
     def reset(self) -> None:
         """Forget every registration and read the entry points again on next use."""
-        self._extra.clear()
-        self._origin.clear()
+        self._registered.clear()
         self._entry_points_loaded = False
 
     def begin_session(self) -> None:
-        """A pytest session starts, before its conftests are imported (plugin.pytest_load_initial_conftests):
-        what was registered before (an outer in-process session) is set aside, so this session sees only its own
-        conftests', tests' and entry points' strategies; end_session() brings it back."""
-        self._saved.append((dict(self._extra), dict(self._origin), self._entry_points_loaded))
+        """A pytest session starts, before its conftests are imported: what was registered before (an outer
+        in-process session) is set aside until end_session()."""
+        self._saved.append((dict(self._registered), self._entry_points_loaded))
         self.reset()
 
     def end_session(self) -> None:
-        """The session that begin_session() started ends: its registrations go, the earlier ones come back."""
         if self._saved:
-            extra, origin, loaded = self._saved.pop()
-            self._extra, self._origin, self._entry_points_loaded = extra, origin, loaded
+            self._registered, self._entry_points_loaded = self._saved.pop()
 
     def load_entry_points(self) -> None:
         """Load the group once; a broken entry point raises StrategyError naming it and its distribution."""
@@ -151,7 +130,6 @@ class Registry:
 
 
 def validate_options(strategy: Strategy, options: dict[str, Any]) -> dict[str, Any]:
-    """The options completed with defaults, or StrategyError naming the culprit."""
     defaults = strategy.defaults()
     unknown = sorted(set(options) - set(defaults))
     if unknown:
