@@ -12,7 +12,7 @@ ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__)
 LAYERS = ["errors", "fs", "strategy registry", "spec", "launch", "rank", "strategies", "figures", "store", "decide",
           "report", "session", "fixture", "plugin", "__main__", "__init__"]
 STRATEGY_REGISTRY = {"pytest_distperf.strategies", "pytest_distperf.strategies.registry",
-                     "pytest_distperf.strategies.engines", "pytest_distperf.strategies.frontend",
+                     "pytest_distperf.strategies.frontend",
                      "pytest_distperf.strategies.ds_config"}
 def layer(mod):
     if mod in STRATEGY_REGISTRY:
