@@ -136,14 +136,15 @@ def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | No
         "git_commit": git_commit(rootdir),
     }
     for dist in ("torch", "deepspeed", "lightning", "accelerate"):
-        meta[dist] = _dist_version(dist)
+        meta[dist] = dist_version(dist)
     cuda = device == "cuda"
     meta.update(cuda=_torch_cuda_version() if cuda else None, nccl=_nccl_version() if cuda else None,
                 driver=_driver_version() if cuda else None)
     return meta
 
 
-def _dist_version(name: str) -> str | None:
+def dist_version(name: str) -> str | None:
+    """An installed distribution's version; None where it is not installed."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -5,9 +5,9 @@ Read in the pytest process without torch or CUDA: versions from package metadata
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import TYPE_CHECKING, Sequence
 
+from pytest_distperf.launch.fingerprint import dist_version
 from pytest_distperf.spec.settings import Settings, TestPlan
 
 if TYPE_CHECKING:
@@ -15,13 +15,6 @@ if TYPE_CHECKING:
 
 STACK = ("torch", "deepspeed", "lightning", "accelerate")
 NCCL_PACKAGES = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _gpus(n: int) -> str:
@@ -104,8 +97,8 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
                                                       if settings.session_budget else "")
              + f"); job timeout {settings.timeout:g} s", looks_line(settings, plans)]
     lines += gpu_use_lines(settings, gpus, device)
-    stack = [f"{name} {v}" for name in STACK if (v := _version(name))]
-    nccl = next((v for p in NCCL_PACKAGES if (v := _version(p))), None)
+    stack = [f"{name} {v}" for name in STACK if (v := dist_version(name))]
+    nccl = next((v for p in NCCL_PACKAGES if (v := dist_version(p))), None)
     if device == "cuda" and nccl:
         stack.append(f"nccl {nccl}")
     cluster = settings.cluster
