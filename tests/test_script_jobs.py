@@ -9,6 +9,7 @@ its steps with `pytest_distperf.step()` each get what they should. Bad arguments
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -176,32 +177,69 @@ for _ in range(40):
     engine.step()
 """
 
+HF_TRAINER = """
+import argparse
+import tempfile
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=40)
+args = p.parse_args()
+
+
+class Tokens(torch.utils.data.Dataset):  # random token ids: no download, no tokenizer
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 512, (64,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+cuda = torch.cuda.is_available()
+training = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=args.steps, per_device_train_batch_size=8,
+                             learning_rate=1e-3, save_strategy="no", report_to=[], logging_strategy="no",
+                             use_cpu=not cuda, bf16=cuda, disable_tqdm=True)
+Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=Tokens()).train()
+"""
+
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+HF_MARKS = "" if HAS_TRANSFORMERS else ", marks=pytest.mark.skip(reason='needs transformers: the test extra has it')"
+HF_OUTCOME = dict(passed=1) if HAS_TRANSFORMERS else dict(skipped=1)
+
 
 @pytest.mark.slow
 def test_each_launcher_runs_its_script_unchanged(pytester: pytest.Pytester):
     """Lightning's Trainer started as `python script.py` (its launcher starts rank 1), a DeepSpeed ZeRO-3 engine
-    loop under torchrun, a DDP loop through `accelerate launch`: every rank's optimizer steps are found."""
-    pytester.makepyfile(train=_script(), light=LIGHTNING, ds_loop=DEEPSPEED)
+    loop under torchrun, a DDP loop through `accelerate launch`, a Hugging Face `Trainer` script under torchrun:
+    every rank's optimizer steps are found."""
+    pytester.makepyfile(train=_script(), light=LIGHTNING, ds_loop=DEEPSPEED, hf_train=HF_TRAINER)
     pytester.makepyfile(test_launchers="""
         import pytest
 
         @pytest.mark.parametrize("script, launcher", [("light.py", "python"), ("ds_loop.py", "torchrun"),
-                                                      ("train.py", "accelerate")])
+                                                      ("train.py", "accelerate"),
+                                                      pytest.param("hf_train.py", "torchrun"HF_MARKS)])
         def test_launcher(distperf, script, launcher):
             run = distperf.run(distperf.script_job(script, launcher=launcher, steps=4, warmup=2))
             assert [len(r.step_times) for r in run.ranks] == [4, 4]
             assert {r.extra["launch"]["steps_by"] for r in run.ranks} == {"torch's optimizer hook"}
-    """)
-    pytester.runpytest(*INNER).assert_outcomes(passed=3)
+    """.replace("HF_MARKS", HF_MARKS))
+    pytester.runpytest(*INNER).assert_outcomes(**{**HF_OUTCOME, "passed": 3 + HF_OUTCOME.get("passed", 0)})
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(visible_gpu_count() == 0, reason="needs a GPU: DeepSpeed's launcher counts GPUs, and the seed-004 "
                     "reporter's scripts run Lightning's FSDP strategy, which needs CUDA")
 def test_gpu_launchers_run_their_scripts_unchanged(pytester: pytest.Pytester):
-    """On one GPU: a DeepSpeed ZeRO-3 engine loop through `deepspeed`, and the seed-004 reporter's Trainer and
-    Fabric scripts (benchmarks/seed004_reporter.py, Lightning's demo Transformer, FSDP) as `python script.py`."""
-    pytester.makepyfile(ds_loop=DEEPSPEED)
+    """On one GPU: a DeepSpeed ZeRO-3 engine loop through `deepspeed`, the seed-004 reporter's Trainer and Fabric
+    scripts (benchmarks/seed004_reporter.py, Lightning's demo Transformer, FSDP) as `python script.py`, and a
+    Hugging Face `Trainer` script (bf16) under torchrun."""
+    pytester.makepyfile(ds_loop=DEEPSPEED, hf_train=HF_TRAINER)
     (pytester.path / "reporter.py").write_text((ROOT / "benchmarks" / "seed004_reporter.py").read_text())
     pytester.makepyfile(test_gpu="""
         import pytest
@@ -210,15 +248,16 @@ def test_gpu_launchers_run_their_scripts_unchanged(pytester: pytest.Pytester):
             ("ds_loop.py", "deepspeed", ()),
             ("reporter.py", "python", ("trainer", "--no-offload", "--steps", "30")),
             ("reporter.py", "python", ("fabric", "--no-offload", "--steps", "30")),
+            pytest.param("hf_train.py", "torchrun", ()HF_MARKS),
         ])
         def test_gpu(distperf, script, launcher, args):
             run = distperf.run(distperf.script_job(script, args=args, launcher=launcher, steps=5, warmup=2))
             assert [len(r.step_times) for r in run.ranks] == [5]
             times = sorted(run.step_times)
             print(f"{script} {args[:1]}: median step {times[len(times) // 2]:.4f} s; {run.ranks[0].extra['launch']}")
-    """)
+    """.replace("HF_MARKS", HF_MARKS))
     result = pytester.runpytest(*INNER, "--distperf-world-size=1", "-s")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(**{**HF_OUTCOME, "passed": 3 + HF_OUTCOME.get("passed", 0)})
 
 
 def test_bad_script_jobs_are_errors_naming_the_argument(pytester: pytest.Pytester):
