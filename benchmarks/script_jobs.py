@@ -13,8 +13,15 @@ process group, device and loop), and `usersteps.py`, the same model, optimizer a
 2. the stored gate: a baseline saved from the script, then the same script (should pass) and the script with one
    more operator in its step (`--slow-op`, a sort: should fail), each with its verdicts and wall time.
 
+`--script hf_trainer` does the same with a Hugging Face `Trainer` script (a small Llama built from its config, random
+token ids: no download) against the same model, AdamW, batch and gradient clipping as a step job under DDP; the
+slowed script adds the operator in a `TrainerCallback.on_step_begin`. The Trainer's own per-step work (its data
+loader, learning-rate schedule, DDP with `find_unused_parameters` on CPU) is in the script's step and not in the
+step job's: the ratio says how much that is.
+
     python benchmarks/script_jobs.py                               # 2 gloo ranks on CPU
     python benchmarks/script_jobs.py --device cuda --world-size 1  # 1 GPU, NCCL
+    python benchmarks/script_jobs.py --script hf_trainer           # needs transformers (the test extra)
 """
 
 from __future__ import annotations
@@ -85,6 +92,74 @@ def stepper(width):
     return step
 '''
 
+HF_SCRIPT = '''
+import argparse
+import os
+import tempfile
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--width", type=int, default=128)
+args = p.parse_args()
+cuda = torch.cuda.is_available()
+big = torch.randn(1 << 20, device=torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else "cpu")
+
+
+class Tokens(torch.utils.data.Dataset):  # random token ids: no download, no tokenizer
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 512, (64,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+class EachStep(TrainerCallback):
+    def on_step_begin(self, *_, **__):
+        SLOW
+
+
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=512, hidden_size=args.width, intermediate_size=2 * args.width, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+training = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=args.steps, per_device_train_batch_size=8,
+                             learning_rate=1e-3, save_strategy="no", report_to=[], logging_strategy="no",
+                             use_cpu=not cuda, bf16=cuda, disable_tqdm=True)
+Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=Tokens(), callbacks=[EachStep()]).train()
+'''
+
+HF_STEP = '''
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def stepper(width):
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    model = DDP(LlamaForCausalLM(config).to(device))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 512, (8, 64), device=device)
+
+    def step():
+        with torch.autocast(device.type, torch.bfloat16, enabled=cuda):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+'''
+
+SCRIPTS = {"ddp": (SCRIPT, STEP, 512), "hf_trainer": (HF_SCRIPT, HF_STEP, 128)}  # script, step job, default width
+
 TESTS = '''
 import json
 import os
@@ -126,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--world-size", type=int)
-    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--script", default="ddp", choices=sorted(SCRIPTS),
+                   help="a plain torchrun DDP loop, or a Hugging Face Trainer script")
+    p.add_argument("--width", type=int, help="the model's width (default: 512 for ddp, 128 for hf_trainer)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--pairs", type=int, default=6, help="interleaved pairs (a planned look falls at 3 and 6)")
     p.add_argument("--step-job-launch", default="as_user", choices=("as_user", "controlled"),
@@ -137,11 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     args = p.parse_args(argv)
     args.world_size = args.world_size or (2 if args.device == "cpu" else 1)
+    script, stepper, width = SCRIPTS[args.script]
+    args.width = args.width or width
     out: dict = {"args": vars(args)}
     with tempfile.TemporaryDirectory(prefix="distperf-scripts-") as folder:
         project = Path(folder)
-        (project / "train.py").write_text(SCRIPT.replace("SLOW", "pass"))
-        (project / "usersteps.py").write_text(STEP)
+        (project / "train.py").write_text(script.replace("SLOW", "pass"))
+        (project / "usersteps.py").write_text(stepper)
         (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs,
                                                               launch=args.step_job_launch))
 
@@ -151,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the comparison failed (exit {rc})")
         c = json.loads((project / "compare.json").read_text())
         out["compare"] = {**c, "seconds": seconds}
-        print(f"script vs step job ({seconds:.0f} s): steps found per rank {c['steps_found']} by {c['steps_by']}; "
+        print(f"{args.script} script vs step job ({seconds:.0f} s): steps found per rank {c['steps_found']} by {c['steps_by']}; "
               f"step time {c['script_step'] * 1e3:.2f} vs {c['step_job_step'] * 1e3:.2f} ms, ratio {c['ratio']:.3f} "
               f"[{c['lo'] or 0:.3f}, {c['hi'] or float('inf'):.3f}] ({c['level']:.0%}, {c['pairs']} pairs); "
               f"pair-to-pair {c['pair_cv'] or 0:.1%}, run-to-run {c['script_run_cv'] or 0:.1%} (script) / "
@@ -161,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline saved: exit {rc} in {seconds:.0f} s", flush=True)
         out["gate"] = {}
         for name, slow in (("unchanged", "pass"), ("slowed", args.slow_op)):
-            (project / "train.py").write_text(SCRIPT.replace("SLOW", slow))
+            (project / "train.py").write_text(script.replace("SLOW", slow))
             report = project / f"{name}.json"
             rc, text, seconds = session(project, args, "-k", "gate", f"--distperf-json={report}")
             v = verdicts(report)
