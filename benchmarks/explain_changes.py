@@ -4,6 +4,8 @@ A user step (written below into a scratch project) trains a small MLP; `DP_CHANG
 
 - `none`: the same code again (A/A): no row may stand out of its noise;
 - `extra_op`: one more operator in the step (a sort of a large tensor);
+- `block_op`: one more operator in one block's forward (a sort of its activations, in a module of its own): the
+  op row and the module row it ran under;
 - `dtype`: the MLP's forward and backward in float64 instead of float32;
 - `collective`: one more all-reduce per step (gloo on CPU, NCCL on CUDA);
 - `host_loop`: a Python loop on the host inside the step (no operator);
@@ -35,13 +37,18 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_distperf.figures.explain import Explanation  # noqa: E402
 
-CHANGES = ("none", "extra_op", "dtype", "collective", "host_loop", "extra_layer")
+CHANGES = ("none", "extra_op", "block_op", "dtype", "collective", "host_loop", "extra_layer")
 
 STEP = '''
 import os
 
 import torch
 import torch.distributed as dist
+
+
+class SortedToo(torch.nn.Module):  # block_op: one block sorts its activations too
+    def forward(self, x):
+        return x + torch.sort(x, dim=-1).values * 0
 
 
 def stepper(width):
@@ -51,6 +58,8 @@ def stepper(width):
     blocks = [torch.nn.Sequential(torch.nn.Linear(width, width)) for _ in range(4)]
     if change == "extra_layer":
         blocks[2].append(torch.nn.Linear(width, width))
+    if change == "block_op":
+        blocks[2].append(SortedToo())
     model = torch.nn.Sequential(*blocks).to(device=device, dtype=dtype)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(64, width, device=device, dtype=dtype)

@@ -138,6 +138,80 @@ def test_module_rows_hold_each_modules_own_flops_with_repeated_blocks_folded():
     assert "flops:head" in tt.trimmed({**_run(a=(1, 2.0)), "flops:head": [15.0, 0.0]}, top=1)
 
 
+def _seq(e: dict, seq: int, fwd_thread: int = 0) -> dict:
+    return {**e, "args": {"Sequence number": seq, "Fwd thread id": fwd_thread}}
+
+
+def test_module_time_rows_take_forward_ops_by_range_backward_ops_by_sequence_and_kernels_by_launch():
+    mark = tt.MODULE_MARK
+    events = [_e(STEP_MARK, 0, 1000, cat="user_annotation"),
+              _e(mark + "Net", 10, 300, cat="user_annotation"),
+              _e(mark + "Net.layers.0", 20, 100, cat="user_annotation"),
+              _seq(_e("aten::addmm", 30, 60), 1),  # layers.0's own forward op
+              _e(mark + "Net.layers.1", 130, 100, cat="user_annotation"),
+              _seq(_e("aten::addmm", 140, 40), 2),
+              _e(mark + "Net.layers.1.act", 190, 30, cat="user_annotation"),
+              _seq(_e("aten::gelu", 195, 20), 3),  # the child's, not layers.1's
+              _seq(_e("aten::mean", 320, 10), 4),  # the loss: under no module
+              # backward on the autograd thread: by the sequence number of the node it evaluates
+              _seq(_e(tt.BACKWARD_MARK + " AddmmBackward0", 400, 80, tid=9), 2, fwd_thread=1),
+              _e("aten::mm", 410, 50, tid=9),
+              _seq(_e(tt.BACKWARD_MARK + " MeanBackward0", 390, 5, tid=9), 4, fwd_thread=1)]
+    cpu = tt.module_time_rows(Trace(events), cuda=False)
+    assert cpu == {"module:layers.*": [2.0, pytest.approx((60 + 40 + 30 + 50) * 1e-6)],  # the node's own + its mm
+                   "module:layers.*.act": [1.0, pytest.approx(20e-6)]}
+    # on CUDA: the GPU time of the kernels each module's launches started, the backward's included
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1}
+    kernel = {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "tid": 7}
+    gpu = events + [{**launch, "ts": 40, "dur": 5, "args": {"correlation": 1}},
+                    {**kernel, "ts": 600, "dur": 70, "args": {"correlation": 1}},
+                    {**launch, "ts": 198, "dur": 5, "args": {"correlation": 2}},
+                    {**kernel, "ts": 700, "dur": 20, "args": {"correlation": 2}},
+                    {**launch, "ts": 420, "dur": 5, "tid": 9, "args": {"correlation": 3}},
+                    {**kernel, "ts": 800, "dur": 90, "args": {"correlation": 3}}]
+    assert tt.module_time_rows(Trace(gpu), cuda=True) == {"module:layers.*": [2.0, pytest.approx(160e-6)],
+                                                          "module:layers.*.act": [1.0, pytest.approx(20e-6)]}
+    # the module ranges are no parents in the op rows' self time: the step's host row keeps its time (the
+    # backward ran on another thread)
+    assert tt.cpu_rows(Trace(events))[tt.HOST_ROW] == [1.0, pytest.approx((1000 - 60 - 40 - 20 - 10) * 1e-6)]
+
+
+def test_an_operator_added_in_one_block_is_found_under_that_block_in_a_real_profile():
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from pytest_distperf.rank.probes.trace import export
+
+    class Block(torch.nn.Module):
+        def __init__(self, extra: bool):
+            super().__init__()
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+            self.extra = extra
+
+        def forward(self, x):
+            y = self.mlp(x)
+            return y + torch.sort(y, dim=-1).values * 0 if self.extra else y
+
+    def table(extra: bool) -> dict:
+        torch.manual_seed(0)
+        blocks = torch.nn.ModuleList([Block(extra and i == 2) for i in range(4)])
+        net = torch.nn.Sequential(*blocks)  # Sequential runs its blocks; the rows still fold their index
+        x = torch.randn(32, 64)
+        with profile(activities=[ProfilerActivity.CPU]) as prof, tt.module_ranges():
+            for _ in range(2):
+                with record_function(STEP_MARK):
+                    net(x).square().mean().backward()
+        return tt.rank_table(Trace([e for e in export(prof, complete_only=False) if e.get("ph") == "X"]), False)
+
+    base, cand = table(False), table(True)
+    assert {"module:*.mlp.0", "module:*.mlp.2"} <= set(base) and "module:*" not in base
+    assert cand["module:*"][0] == 4.0 and cand["module:*"][1] > 0  # the blocks' own ops: the sort and its add
+    e = ex.explain([base], [cand])
+    row = next(r for r in e.rows if r.name == "module:*")
+    assert row.status == "new" and row.share is not None
+    assert all(r.share is None or abs(r.share) < 100 for r in e.rows)
+
+
 def test_a_module_whose_flops_changed_explains_a_flops_verdict_first():
     base = [{**_run(mm=(4, 0.010), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0]}] * 3
     cand = [{**_run(mm=(5, 0.012), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0],

@@ -1,7 +1,8 @@
 """What changed: the diff of two sides' operator/kernel tables (rank/time_table.py defines the rows).
 
 Per row: the median over runs of its count and time per step on each side, the change in time and its share of
-the summed change (a share can pass 100 % when rows moved in opposite directions). A row's noise is the larger
+the summed change of its family (a share can pass 100 % when rows moved in opposite directions; the module: rows
+hold the op/kernel rows' time again, by module, so each family sums on its own). A row's noise is the larger
 side's max - min of its time over the runs (unknown with one run a side): a rough, deliberately wide band. A row
 stands out when |change| > noise and at least MATERIAL of the reference step's table, or when its per-step counts
 do not overlap between the sides (counts are the same every step of an unchanged run). Rows in no reference run
@@ -17,9 +18,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.rank.time_table import FLOPS, MODULES_OTHER, OTHER
+from pytest_distperf.rank.time_table import FLOPS, MODULE, OTHERS, family
 
-SHOWN_ROWS = 5  # rows a failure message shows
+SHOWN_ROWS = 5  # op/kernel/flops rows a failure message shows
+SHOWN_MODULES = 2  # module: rows it shows besides, those that stand out: where the rows above ran
 MATERIAL = 0.01  # a row whose time moved less than this share of the reference step's table never stands out
 
 
@@ -56,6 +58,12 @@ class Explanation:
     candidate_runs: int
     missing: str = ""
 
+    def shown(self, top: int, modules: int = SHOWN_MODULES) -> list[ExplainRow]:
+        """The top rows of what ran (ops, kernels, collectives, FLOPs), then the module: rows that stand out: a
+        module row sums its operators' time again, so it would outrank them in one list."""
+        return ([r for r in self.rows if family(r.name) != MODULE][:top]
+                + [r for r in self.rows if family(r.name) == MODULE and r.stands_out][:modules if top else 0])
+
     @property
     def any_beyond_noise(self) -> bool:
         return any(r.stands_out for r in self.rows)
@@ -81,12 +89,13 @@ class Explanation:
         if not self.any_beyond_noise:
             head += " no row changed beyond its noise"
         out = [head]
-        for r in self.rows[:top]:
+        for r in self.shown(top):
             mark = ("noise unknown (one run a side)" if r.noise is None else
                     f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
             if r.count_changed:
                 mark = f"count changed; time {mark}"
-            share = f", {r.share:.0%} of the change" if r.share is not None else ""
+            whose = "the modules' change" if family(r.name) == MODULE else "the change"
+            share = f", {r.share:.0%} of {whose}" if r.share is not None else ""
             if r.name.startswith(FLOPS):  # a module's own FLOPs a step (exact): no time, no noise
                 out.append(f"  {_label(r)}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
                            f"({_signed_flop(r.candidate_count - r.reference_count)}; "
@@ -124,7 +133,7 @@ class Explanation:
         return [(_label(r), r.change,
                  f"{r.name}: {_signed_ms(r.change)}" + ("" if r.share is None else f", {r.share:.0%} of the change")
                  + f"; {_count(r.reference_count)} -> {_count(r.candidate_count)} a step")
-                for r in self.rows[:top] if r.stands_out and not r.name.startswith(FLOPS)]
+                for r in self.shown(top) if r.stands_out and not r.name.startswith(FLOPS)]
 
     def short(self, top: int = 3) -> str:
         """The top rows in one line, as the PR comment lists them."""
@@ -133,7 +142,7 @@ class Explanation:
         return "; ".join(f"`{r.name}` " + (_signed_flop(r.candidate_count - r.reference_count)
                                            if r.name.startswith(FLOPS) else _signed_ms(r.change))
                          + (f" ({r.status})" if r.status else "")
-                         + ("" if r.stands_out else " within noise") for r in self.rows[:top])
+                         + ("" if r.stands_out else " within noise") for r in self.shown(top, modules=1))
 
 
 def _label(r: ExplainRow) -> str:
@@ -175,17 +184,16 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         return Explanation([], len(ref), len(cand),
                            missing=f"{which} holds no operator/kernel table (recorded before it existed, or no work "
                                    f"phase ran): nothing to explain")
-    # A trimmed table (one with OTHER, or MODULES_OTHER for the flops: rows) holds no row below its smallest kept one.
+    # A trimmed table (one with its family's summed rest, OTHERS) holds no row below that family's smallest kept one.
     def size(name: str, values: Sequence[float]) -> float:
         return float(values[0] if name.startswith(FLOPS) else values[1])
 
-    def smallest_kept(t: Mapping[str, Sequence[float]], flops: bool) -> float:
-        other = MODULES_OTHER if flops else OTHER
-        kept = [size(n, v) for n, v in t.items() if n != other and n.startswith(FLOPS) == flops]
-        return min(kept, default=0.0) if other in t else 0.0
+    def smallest_kept(t: Mapping[str, Sequence[float]], fam: str) -> float:
+        kept = [size(n, v) for n, v in t.items() if n != OTHERS[fam] and family(n) == fam]
+        return min(kept, default=0.0) if OTHERS[fam] in t else 0.0
 
-    cut = {(id(t), flops): smallest_kept(t, flops) for t in ref + cand for flops in (False, True)}
-    step = statistics.median(sum(v[1] for v in t.values()) for t in ref)
+    cut = {(id(t), fam): smallest_kept(t, fam) for t in ref + cand for fam in OTHERS}
+    step = statistics.median(sum(v[1] for n, v in t.items() if family(n) == "") for t in ref)
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
         rc, rt, cc, ct = ([float(t[name][i]) if name in t else 0.0 for t in side]
@@ -195,9 +203,9 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         change = statistics.median(ct) - statistics.median(rt)
         status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
         least = min(size(name, t[name]) for t in ref + cand if name in t)
-        if any(name not in t and least <= 2 * cut[(id(t), name.startswith(FLOPS))] for t in ref + cand):
+        if any(name not in t and least <= 2 * cut[(id(t), family(name))] for t in ref + cand):
             status = "cut"
-        count_changed = (status != "cut" and name not in (OTHER, MODULES_OTHER)
+        count_changed = (status != "cut" and name not in OTHERS.values()
                          and (max(rc) < min(cc) or max(cc) < min(rc)))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
@@ -205,12 +213,14 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
                                beyond_noise=(status != "cut" and noise is not None and abs(change) > noise
                                              and abs(change) >= MATERIAL * step),
                                share=None, status=status, count_changed=count_changed))
-    total = sum(r.change for r in rows)
-    for r in rows:
+    totals = {fam: sum(r.change for r in rows if family(r.name) == fam) for fam in OTHERS}
+    for r in rows:  # a share of its own family's change: the module: rows hold the op/kernel rows' time again
+        total = totals[family(r.name)]
         r.share = r.change / total if total else None
     if by == "count":
-        rows.sort(key=lambda r: (not r.stands_out, not r.count_changed,
-                                 -abs(r.candidate_count - r.reference_count), -abs(r.change), r.name))
+        rows.sort(key=lambda r: (not r.stands_out, not r.count_changed,  # a new row before more of an old one
+                                 -abs(r.candidate_count - r.reference_count) / max(r.reference_count, 1e-9),
+                                 -abs(r.change), r.name))
     else:
         rows.sort(key=lambda r: (not r.stands_out, -abs(r.change), r.name))
     return Explanation(rows, len(ref), len(cand))

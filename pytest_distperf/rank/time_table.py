@@ -23,6 +23,17 @@ timed steps.
 
 On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (host time): one clock per table.
 
+- ``module:<module path>``: which ``nn.Module`` that time ran under, forward and backward: the work phase's
+  profiler pass puts a range around every module's forward (`module_ranges`, global hooks, so a script's model is
+  reached too). A forward operator belongs to the innermost module range around it; a backward operator to the
+  module of the forward operator whose autograd node it evaluates (the profiler's sequence numbers link the two,
+  as PyTorch's profiler views link forward and backward); a kernel to the module its launch call ran under. The
+  time is the CPU rows' self time (CPU) or the GPU rows' time (CUDA) the module ran itself, what its children's
+  rows do not hold; the count is the module's forward calls a step. Names as the flops: rows (repeated blocks
+  folded); the TOP_MODULES rows with the most time kept, the rest in MODULE_TIME_OTHER. Time outside every module
+  (the loss, the optimizer step) is in no module row. The ranges' own host cost (a few microseconds a module call)
+  is in ``host:(outside operators)``, on both sides of a diff alike.
+
 - ``flops:<module path>``: which ``nn.Module`` the step's FLOPs ran under, forward and backward (the work phase's
   counting pass: FlopCounterMode attributes each operator's FLOPs to the modules active around it). A row holds
   the module's own FLOPs per step, what its children's rows do not (so the rows add up to the step's FLOPs), in
@@ -38,10 +49,13 @@ row, so a stored baseline stays small; a row that fell into ``(other)`` in some 
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any, Iterable, Mapping, Sequence
+import weakref
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from pytest_distperf.rank.probes.trace import KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, is_comm_kernel
+from pytest_distperf.rank.probes.trace import (KERNEL_CAT, LAUNCH_CATS, MEMCPY_CAT, MEMSET_CAT, STEP_MARK,
+                                               is_comm_kernel)
 
 TOP_ROWS = 30  # rows kept per run table, besides (other)
 TOP_MODULES = 20  # flops: rows kept, besides MODULES_OTHER
@@ -49,6 +63,11 @@ OTHER = "(other)"
 MODULES_OTHER = "flops:(other modules)"
 HOST_ROW = "host:(outside operators)"
 FLOPS = "flops:"
+MODULE = "module:"
+MODULE_TIME_OTHER = "module:(other modules)"
+MODULE_MARK = "distperf.module:"  # the profiler range around a module's forward (`module_ranges`)
+BACKWARD_MARK = "autograd::engine::evaluate_function:"
+OTHERS = {"": OTHER, FLOPS: MODULES_OTHER, MODULE: MODULE_TIME_OTHER}  # each family's summed rest
 
 # A table: row name -> [count per step, seconds per step]. Plain JSON: it crosses the process boundary and is
 # stored in a baseline as it is.
@@ -109,17 +128,28 @@ def self_times(events: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, A
     return out
 
 
-def _add(table: Table, row: str, seconds: float) -> None:
+def family(name: str) -> str:
+    """The family a row belongs to: "" (the op/kernel rows, one clock), FLOPS or MODULE. Each family is trimmed,
+    summed and diffed on its own (its rows partition the step's figure)."""
+    return FLOPS if name.startswith(FLOPS) else MODULE if name.startswith(MODULE) else ""
+
+
+def _add(table: Table, row: str, seconds: float, count: float = 1) -> None:
     entry = table.setdefault(row, [0.0, 0.0])
-    entry[0] += 1
+    entry[0] += count
     entry[1] += seconds
+
+
+def _nested(trace: Any) -> list[Mapping[str, Any]]:
+    """The operators and ranges that nest for self time: every one but the module ranges."""
+    return [e for e in trace.events if e.get("cat") == "cpu_op" or (
+        e.get("cat") == "user_annotation" and not str(e.get("name", "")).startswith(MODULE_MARK))]
 
 
 def cpu_rows(trace: Any) -> Table:
     """Op rows of a trace (rank/probes/trace.Trace), summed over its steps: [count, seconds]."""
     table: Table = {}
-    nested = [e for e in trace.events if e.get("cat") in ("cpu_op", "user_annotation")]
-    for e, self_us in self_times(nested):
+    for e, self_us in self_times(_nested(trace)):
         name = str(e.get("name", ""))
         if trace.step_index(float(e["ts"])) is None:
             continue
@@ -149,6 +179,116 @@ def gpu_rows(trace: Any) -> Table:
     return table
 
 
+@contextlib.contextmanager
+def module_ranges() -> Iterator[None]:
+    """A profiler range named MODULE_MARK + path around every nn.Module's forward while inside: the root by its
+    class name, the rest by their attribute path under it (as FlopCounterMode's ModuleTracker names them)."""
+    import torch
+    from torch.autograd.profiler import record_function
+
+    names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    open_ranges: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def enter(module: Any, _args: Any) -> None:
+        if module not in names:  # a root: its whole tree named at once (a ModuleList's blocks never enter it)
+            root = type(module).__name__
+            for path, sub in module.named_modules():
+                names.setdefault(sub, f"{root}.{path}" if path else root)
+        rf = record_function(MODULE_MARK + names[module])
+        rf.__enter__()
+        open_ranges.setdefault(module, []).append(rf)
+
+    def leave(module: Any, _args: Any, _out: Any) -> None:
+        ranges = open_ranges.get(module)
+        if ranges:
+            ranges.pop().__exit__(None, None, None)
+
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
+    post = torch.nn.modules.module.register_module_forward_hook(leave)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+
+
+def _sweep(events: Iterable[Mapping[str, Any]], visit: Any) -> None:
+    """Per thread, in start order, `visit(event, module)` with the innermost enclosing context's module; what
+    `visit` returns other than False becomes the context of the events inside this one (None: no module)."""
+    by_tid: dict[Any, list[Mapping[str, Any]]] = {}
+    for e in events:
+        by_tid.setdefault(e.get("tid"), []).append(e)
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
+        stack: list[tuple[float, str | None]] = []
+        for e in evs:
+            ts = float(e["ts"])
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            pushed = visit(e, stack[-1][1] if stack else None)
+            if pushed is not False:
+                stack.append((ts + float(e.get("dur", 0.0)), pushed))
+
+
+def module_time_rows(trace: Any, cuda: bool) -> Table:
+    """The module: rows of a trace, summed over its steps: [forward calls, seconds] (module docstring)."""
+    events = [e for e in trace.events if e.get("cat") in ("cpu_op", "user_annotation", *LAUNCH_CATS)]
+    table: Table = {}
+    forward: dict[Any, str] = {}  # sequence number -> the module its forward operator ran in
+
+    def seq(e: Mapping[str, Any]) -> Any:
+        return (e.get("args") or {}).get("Sequence number")
+
+    def first(e: Mapping[str, Any], module: str | None) -> str | None | bool:
+        name = str(e.get("name", ""))
+        if name.startswith(MODULE_MARK):
+            path = name[len(MODULE_MARK):]
+            if trace.step_index(float(e["ts"])) is not None:
+                _add(table, path, 0.0)
+            return path
+        if module is not None and seq(e) is not None and not (e.get("args") or {}).get("Fwd thread id"):
+            forward.setdefault(seq(e), module)
+        return False
+
+    _sweep(events, first)
+    own = {id(e): self_us for e, self_us in self_times(_nested(trace))}
+    launched: dict[Any, str] = {}  # correlation -> the module its launch ran in
+
+    def second(e: Mapping[str, Any], module: str | None) -> str | None | bool:
+        name = str(e.get("name", ""))
+        if name.startswith(MODULE_MARK):
+            return name[len(MODULE_MARK):]
+        if name.startswith(BACKWARD_MARK):
+            module = forward.get(seq(e))
+        if module is not None and trace.step_index(float(e["ts"])) is not None:
+            if e.get("cat") in LAUNCH_CATS:
+                launched[(e.get("args") or {}).get("correlation")] = module
+            elif not cuda and e.get("cat") == "cpu_op" and not is_collective_op(name):
+                _add(table, module, own.get(id(e), 0.0) * 1e-6, 0)
+        return module if name.startswith(BACKWARD_MARK) else False
+
+    _sweep(events, second)
+    if cuda:
+        for e in trace.of_cat(KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT):
+            module = launched.get((e.get("args") or {}).get("correlation"))
+            if module is not None and trace.gpu_step(e) is not None:
+                _add(table, module, float(e.get("dur", 0.0)) * 1e-6, 0)
+    out: Table = {}
+    for path, (calls, seconds) in table.items():
+        _add(out, MODULE + fold(path), seconds, calls)
+    return {n: v for n, v in out.items() if v[1] > 0}  # a container whose work is all in its children: no row
+
+
+def fold(name: str) -> str:
+    """A module's row name: its path under the root (the root by its class name), the outermost index of repeated
+    blocks as ``*`` (``layers.*.mlp``: every layer's MLP; an index inside a block, a Sequential's, stays)."""
+    parts = (name.partition(".")[2] or name).split(".")
+    first = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+    if first is not None:
+        parts[first] = "*"
+    return ".".join(parts)
+
+
 def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Table:
     """The flops: rows from FlopCounterMode.get_flop_counts() over `steps` steps: each module's own FLOPs a step,
     repeated blocks folded; the top TOP_MODULES kept, the rest summed into MODULES_OTHER."""
@@ -164,12 +304,7 @@ def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Tab
     own: dict[str, float] = {}
     for name, total in totals.items():
         children = sum(t for child, t in totals.items() if parent(child) == name)
-        path = name.partition(".")[2] or name  # the root by its class name, the rest by their path under it
-        parts = path.split(".")
-        first = next((i for i, part in enumerate(parts) if part.isdigit()), None)
-        if first is not None:  # the repeated blocks: the outermost index; an index inside a block stays
-            parts[first] = "*"
-        folded = f"{FLOPS}{'.'.join(parts)}"
+        folded = FLOPS + fold(name)
         own[folded] = own.get(folded, 0.0) + (total - children) / max(1, steps)
     ranked = sorted((n for n, v in own.items() if v > 0), key=lambda n: (-own[n], n))
     out = {n: [_round(own[n]), 0.0] for n in ranked[:TOP_MODULES]}
@@ -181,19 +316,23 @@ def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Tab
 def rank_table(trace: Any, cuda: bool) -> Table:
     """One rank's table: its rows per step (averaged over the trace's steps), the top TOP_ROWS kept."""
     steps = max(1, len(trace.steps))
-    rows = gpu_rows(trace) if cuda else cpu_rows(trace)
+    rows = {**(gpu_rows(trace) if cuda else cpu_rows(trace)), **module_time_rows(trace, cuda)}
     return trimmed({name: [c / steps, t / steps] for name, (c, t) in rows.items()})
 
 
 def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
-    """The `top` rows with the most time, the rest summed into OTHER; numbers rounded to 4 significant digits.
-    The flops: rows pass as they are (module_rows trims them by FLOPs)."""
-    ranked = sorted((n for n in table if n != OTHER and not n.startswith(FLOPS)), key=lambda n: (-table[n][1], n))
-    out = {n: [_round(table[n][0]), _round(table[n][1])] for n in ranked[:top]}
-    rest = ranked[top:] + ([OTHER] if OTHER in table else [])
-    if rest:
-        out[OTHER] = [_round(sum(table[n][0] for n in rest)), _round(sum(table[n][1] for n in rest))]
-    out.update({n: [_round(v[0]), 0.0] for n, v in table.items() if n.startswith(FLOPS)})
+    """The op/kernel rows: the `top` with the most time kept, the rest summed into OTHER; the module: rows
+    likewise (TOP_MODULES, MODULE_TIME_OTHER); numbers rounded to 4 significant digits. The flops: rows pass as
+    they are (module_rows trims them by FLOPs)."""
+    out: Table = {}
+    for fam, keep in (("", top), (MODULE, TOP_MODULES)):
+        other = OTHERS[fam]
+        ranked = sorted((n for n in table if n != other and family(n) == fam), key=lambda n: (-table[n][1], n))
+        out.update({n: [_round(table[n][0]), _round(table[n][1])] for n in ranked[:keep]})
+        rest = ranked[keep:] + ([other] if other in table else [])
+        if rest:
+            out[other] = [_round(sum(table[n][0] for n in rest)), _round(sum(table[n][1] for n in rest))]
+    out.update({n: [_round(v[0]), 0.0] for n, v in table.items() if family(n) == FLOPS})
     return out
 
 

@@ -12,8 +12,8 @@ not. Per profiled step, per rank:
   exposes a hardware PMU;
 - on CPU, ``state_bytes`` (parameters, gradients, optimizer state) and ``step_peak_bytes`` (the most tensor bytes
   a step allocates above its start): the training state, where host RSS counts whatever the rank imports;
-- ``explain``: where the step's time goes, by operator (CPU) or kernel (CUDA), from the profiler pass's events
-  (rank/time_table.py defines the rows).
+- ``explain``: where the step's time goes, by operator (CPU) or kernel (CUDA) and by module, from the profiler
+  pass's events (rank/time_table.py defines the rows).
 
 Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
 the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
@@ -32,7 +32,7 @@ from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CA
                                                is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
-from pytest_distperf.rank.time_table import module_rows, rank_table
+from pytest_distperf.rank.time_table import module_ranges, module_rows, rank_table
 
 T = TypeVar("T")
 
@@ -195,7 +195,8 @@ def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None,
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     # Every thread's launches on CUDA (autograd's device threads); on CPU that switch would drop the
     # allocation events, and a CPU step's allocations happen on the thread that runs it.
-    with profile(activities=activities, profile_memory=not cuda, **(profile_all_threads() if cuda else {})) as prof:
+    with profile(activities=activities, profile_memory=not cuda, **(profile_all_threads() if cuda else {})) as prof, \
+            module_ranges():
         for i in range(steps):
             sync()
             with record_function(STEP_MARK):
