@@ -176,6 +176,21 @@ def test_module_time_rows_take_forward_ops_by_range_backward_ops_by_sequence_and
     assert tt.cpu_rows(Trace(events))[tt.HOST_ROW] == [1.0, pytest.approx((1000 - 60 - 40 - 20 - 10) * 1e-6)]
 
 
+def test_a_cuda_table_has_the_steps_host_time_outside_operators_and_cuda_calls_as_a_family_of_its_own():
+    events = []
+    for step in range(2):
+        t0 = step * 1000
+        events += [_e(STEP_MARK, t0, 800, cat="user_annotation"), _e("aten::mm", t0 + 10, 100),
+                   _e("cudaLaunchKernel", t0 + 20, 30, cat="cuda_runtime"),  # inside the op: the op's
+                   _e("cudaDeviceSynchronize", t0 + 600, 200, cat="cuda_runtime")]  # the step's closing sync
+    table = tt.rank_table(Trace(events), cuda=True)
+    assert table[tt.CUDA_HOST_ROW] == [1.0, pytest.approx(500e-6)]  # 800 - 100 - 200 a step
+    assert tt.family(tt.CUDA_HOST_ROW) == tt.CPU and tt.family(tt.HOST_ROW) == ""
+    slower = [{**table, tt.CUDA_HOST_ROW: [1.0, 900e-6]}] * 3
+    row = next(r for r in ex.explain([table] * 3, slower).rows if r.name == tt.CUDA_HOST_ROW)
+    assert row.share == 1.0 and row.beyond_noise  # its own family's change; beyond a noise of 0
+
+
 def test_an_operator_added_in_one_block_is_found_under_that_block_in_a_real_profile():
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function

@@ -22,6 +22,9 @@ timed steps.
   self time is never below zero.
 
 On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (host time): one clock per table.
+A CUDA table adds one host row, ``cpu:(outside operators and CUDA calls)``: the step's own host time outside every
+operator, range and CUDA runtime call (Python, a host-side loop), the figure that decides a host-bound step; it is
+a family of its own (`family`), as its clock is not the GPU rows'.
 
 - ``module:<module path>``: which ``nn.Module`` that time ran under, forward and backward: the work phase's
   profiler pass puts a range around every module's forward (`module_ranges`, global hooks, so a script's model is
@@ -62,12 +65,14 @@ TOP_MODULES = 20  # flops: rows kept, besides MODULES_OTHER
 OTHER = "(other)"
 MODULES_OTHER = "flops:(other modules)"
 HOST_ROW = "host:(outside operators)"
+CPU = "cpu:"
+CUDA_HOST_ROW = "cpu:(outside operators and CUDA calls)"
 FLOPS = "flops:"
 MODULE = "module:"
 MODULE_TIME_OTHER = "module:(other modules)"
 MODULE_MARK = "distperf.module:"  # the profiler range around a module's forward (`module_ranges`)
 BACKWARD_MARK = "autograd::engine::evaluate_function:"
-OTHERS = {"": OTHER, FLOPS: MODULES_OTHER, MODULE: MODULE_TIME_OTHER}  # each family's summed rest
+OTHERS = {"": OTHER, FLOPS: MODULES_OTHER, MODULE: MODULE_TIME_OTHER, CPU: "cpu:(other)"}  # each family's rest
 
 # A table: row name -> [count per step, seconds per step]. Plain JSON: it crosses the process boundary and is
 # stored in a baseline as it is.
@@ -129,9 +134,9 @@ def self_times(events: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, A
 
 
 def family(name: str) -> str:
-    """The family a row belongs to: "" (the op/kernel rows, one clock), FLOPS or MODULE. Each family is trimmed,
-    summed and diffed on its own (its rows partition the step's figure)."""
-    return FLOPS if name.startswith(FLOPS) else MODULE if name.startswith(MODULE) else ""
+    """The family a row belongs to: "" (the op/kernel rows, one clock), FLOPS, MODULE or CPU (a CUDA table's host
+    row). Each family is trimmed, summed and diffed on its own (its rows partition the step's figure)."""
+    return next((f for f in (FLOPS, MODULE, CPU) if name.startswith(f)), "")
 
 
 def _add(table: Table, row: str, seconds: float, count: float = 1) -> None:
@@ -160,6 +165,13 @@ def cpu_rows(trace: Any) -> Table:
         elif e.get("cat") == "cpu_op":
             _add(table, f"op:{name}", self_us * 1e-6)
     return table
+
+
+def cuda_host_row(trace: Any) -> Table:
+    """A CUDA trace's host row: the step ranges' self time, CUDA runtime calls nested with the operators."""
+    nested = _nested(trace) + [e for e in trace.events if e.get("cat") in LAUNCH_CATS]
+    seconds = sum(self_us for e, self_us in self_times(nested) if e.get("name") == STEP_MARK) * 1e-6
+    return {CUDA_HOST_ROW: [float(len(trace.steps)), seconds]} if trace.steps else {}
 
 
 def gpu_rows(trace: Any) -> Table:
@@ -316,14 +328,15 @@ def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Tab
 def rank_table(trace: Any, cuda: bool) -> Table:
     """One rank's table: its rows per step (averaged over the trace's steps), the top TOP_ROWS kept."""
     steps = max(1, len(trace.steps))
-    rows = {**(gpu_rows(trace) if cuda else cpu_rows(trace)), **module_time_rows(trace, cuda)}
+    rows = {**({**gpu_rows(trace), **cuda_host_row(trace)} if cuda else cpu_rows(trace)),
+            **module_time_rows(trace, cuda)}
     return trimmed({name: [c / steps, t / steps] for name, (c, t) in rows.items()})
 
 
 def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
     """The op/kernel rows: the `top` with the most time kept, the rest summed into OTHER; the module: rows
-    likewise (TOP_MODULES, MODULE_TIME_OTHER); numbers rounded to 4 significant digits. The flops: rows pass as
-    they are (module_rows trims them by FLOPs)."""
+    likewise (TOP_MODULES, MODULE_TIME_OTHER); numbers rounded to 4 significant digits. The flops: and cpu: rows
+    pass as they are (module_rows trims the flops: rows by FLOPs; cpu: is one row)."""
     out: Table = {}
     for fam, keep in (("", top), (MODULE, TOP_MODULES)):
         other = OTHERS[fam]
@@ -333,6 +346,7 @@ def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
         if rest:
             out[other] = [_round(sum(table[n][0] for n in rest)), _round(sum(table[n][1] for n in rest))]
     out.update({n: [_round(v[0]), 0.0] for n, v in table.items() if family(n) == FLOPS})
+    out.update({n: [_round(v[0]), _round(v[1])] for n, v in table.items() if family(n) == CPU})
     return out
 
 
