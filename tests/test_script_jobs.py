@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import script_jobs
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.spec.job import JobSpec, ScriptRef
 
@@ -177,35 +178,8 @@ for _ in range(40):
     engine.step()
 """
 
-HF_TRAINER = """
-import argparse
-import tempfile
-
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
-
-p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=40)
-args = p.parse_args()
-
-
-class Tokens(torch.utils.data.Dataset):  # random token ids: no download, no tokenizer
-    def __len__(self):
-        return 100_000
-
-    def __getitem__(self, i):
-        ids = torch.randint(0, 512, (64,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
-
-
-config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
-cuda = torch.cuda.is_available()
-training = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=args.steps, per_device_train_batch_size=8,
-                             learning_rate=1e-3, save_strategy="no", report_to=[], logging_strategy="no",
-                             use_cpu=not cuda, bf16=cuda, disable_tqdm=True)
-Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=Tokens()).train()
-"""
+# the Hugging Face Trainer script of benchmarks/script_jobs.py (a small Llama from its config, no download), unslowed
+HF_TRAINER = script_jobs.HF_SCRIPT.replace("SLOW", "pass")
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 HF_MARKS = "" if HAS_TRANSFORMERS else ", marks=pytest.mark.skip(reason='needs transformers: the test extra has it')"

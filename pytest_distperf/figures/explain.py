@@ -94,8 +94,7 @@ class Explanation:
                     f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
             if r.count_changed:
                 mark = f"count changed; time {mark}"
-            whose = "the modules' change" if family(r.name) == MODULE else "the change"
-            share = f", {r.share:.0%} of {whose}" if r.share is not None else ""
+            share = _share(r)
             if r.name.startswith(FLOPS):  # a module's own FLOPs a step (exact): no time, no noise
                 out.append(f"  {_label(r)}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
                            f"({_signed_flop(r.candidate_count - r.reference_count)}; "
@@ -131,7 +130,7 @@ class Explanation:
     def contributions(self, top: int = SHOWN_ROWS) -> list[tuple[str, float, str]]:
         """The top rows that stand out as (name, change in seconds per step, one line): the HTML report's chart."""
         return [(_label(r), r.change,
-                 f"{r.name}: {_signed_ms(r.change)}" + ("" if r.share is None else f", {r.share:.0%} of the change")
+                 f"{r.name}: {_signed_ms(r.change)}" + _share(r)
                  + f"; {_count(r.reference_count)} -> {_count(r.candidate_count)} a step")
                 for r in self.shown(top) if r.stands_out and not r.name.startswith(FLOPS)]
 
@@ -143,6 +142,13 @@ class Explanation:
                                            if r.name.startswith(FLOPS) else _signed_ms(r.change))
                          + (f" ({r.status})" if r.status else "")
                          + ("" if r.stands_out else " within noise") for r in self.shown(top, modules=1))
+
+
+def _share(r: ExplainRow) -> str:
+    if r.share is None:
+        return ""
+    whose = "the modules' change" if family(r.name) == MODULE else "the change"
+    return f", {r.share:.0%} of {whose}"
 
 
 def _label(r: ExplainRow) -> str:

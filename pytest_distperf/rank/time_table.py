@@ -263,7 +263,7 @@ def module_time_rows(trace: Any, cuda: bool) -> Table:
         return False
 
     _sweep(events, first)
-    own = {id(e): self_us for e, self_us in self_times(_nested(trace))}
+    own = {} if cuda else {id(e): self_us for e, self_us in self_times(_nested(trace))}  # CPU: ops' self time
     launched: dict[Any, str] = {}  # correlation -> the module its launch ran in
 
     def second(e: Mapping[str, Any], module: str | None) -> str | None | bool:
