@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the step job launched as torchrun launches it (as the script is), or the harness's way "
                         "(CPU ranks pinned to their cores)")
     p.add_argument("--slow-op", default="torch.sort(big)", help="the operator the slowed script adds to its step")
+    p.add_argument("--parts", default="compare,unchanged,slowed",
+                   help="which parts to run: compare (script vs step job), unchanged and slowed (the stored gate; "
+                        "a baseline is saved before the first)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -224,31 +227,44 @@ def main(argv: list[str] | None = None) -> int:
         (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs,
                                                               launch=args.step_job_launch))
 
-        rc, text, seconds = session(project, args, "-k", "against_step_job")
-        if not (project / "compare.json").exists():
-            print(text[-4000:])
-            raise SystemExit(f"the comparison failed (exit {rc})")
-        c = json.loads((project / "compare.json").read_text())
-        out["compare"] = {**c, "seconds": seconds}
-        print(f"{args.script} script vs step job ({seconds:.0f} s): steps found per rank {c['steps_found']} by {c['steps_by']}; "
-              f"step time {c['script_step'] * 1e3:.2f} vs {c['step_job_step'] * 1e3:.2f} ms, ratio {c['ratio']:.3f} "
-              f"[{c['lo'] or 0:.3f}, {c['hi'] or float('inf'):.3f}] ({c['level']:.0%}, {c['pairs']} pairs); "
-              f"pair-to-pair {c['pair_cv'] or 0:.1%}, run-to-run {c['script_run_cv'] or 0:.1%} (script) / "
-              f"{c['step_job_run_cv'] or 0:.1%} (step job)", flush=True)
-
-        rc, text, seconds = session(project, args, "-k", "gate", "--distperf-save")
-        print(f"baseline saved: exit {rc} in {seconds:.0f} s", flush=True)
-        out["gate"] = {}
-        for name, slow in (("unchanged", "pass"), ("slowed", args.slow_op)):
+        parts = args.parts.split(",")
+        if "compare" in parts:
+            compare(project, args, out)
+            save(args, out)
+        gates = [(name, slow) for name, slow in (("unchanged", "pass"), ("slowed", args.slow_op)) if name in parts]
+        if gates:
+            rc, text, seconds = session(project, args, "-k", "gate", "--distperf-save")
+            print(f"baseline saved: exit {rc} in {seconds:.0f} s", flush=True)
+            out["gate"] = {}
+        for name, slow in gates:
             (project / "train.py").write_text(script.replace("SLOW", slow))
             report = project / f"{name}.json"
             rc, text, seconds = session(project, args, "-k", "gate", f"--distperf-json={report}")
             v = verdicts(report)
             out["gate"][name] = {"exit": rc, "seconds": seconds, "verdicts": v}
             print(f"gate, script {name}: exit {rc} in {seconds:.0f} s; {'; '.join(v)}", flush=True)
+            save(args, out)
+    return 0
+
+
+def save(args: argparse.Namespace, out: dict) -> None:
+    """Written after every part, so that a part cut off by a time limit leaves the ones before it."""
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
-    return 0
+
+
+def compare(project: Path, args: argparse.Namespace, out: dict) -> None:
+    rc, text, seconds = session(project, args, "-k", "against_step_job")
+    if not (project / "compare.json").exists():
+        print(text[-4000:])
+        raise SystemExit(f"the comparison failed (exit {rc})")
+    c = json.loads((project / "compare.json").read_text())
+    out["compare"] = {**c, "seconds": seconds}
+    print(f"{args.script} script vs step job ({seconds:.0f} s): steps found per rank {c['steps_found']} by {c['steps_by']}; "
+          f"step time {c['script_step'] * 1e3:.2f} vs {c['step_job_step'] * 1e3:.2f} ms, ratio {c['ratio']:.3f} "
+          f"[{c['lo'] or 0:.3f}, {c['hi'] or float('inf'):.3f}] ({c['level']:.0%}, {c['pairs']} pairs); "
+          f"pair-to-pair {c['pair_cv'] or 0:.1%}, run-to-run {c['script_run_cv'] or 0:.1%} (script) / "
+          f"{c['step_job_run_cv'] or 0:.1%} (step job)", flush=True)
 
 
 if __name__ == "__main__":
