@@ -17,11 +17,15 @@ process group, device and loop), and `usersteps.py`, the same model, optimizer a
 token ids: no download) against the same model, AdamW, batch and gradient clipping as a step job under DDP; the
 slowed script adds the operator in a `TrainerCallback.on_step_begin`. The Trainer's own per-step work (its data
 loader, learning-rate schedule, DDP with `find_unused_parameters` on CPU) is in the script's step and not in the
-step job's: the ratio says how much that is.
+step job's: the ratio says how much that is. `--script deepspeed` is a DeepSpeed ZeRO-3 engine loop (`deepspeed`
+on GPUs, torchrun on CPU, where DeepSpeed's launcher finds no GPU to count) against the same engine built in a step
+factory; `--script lightning` a Lightning `Trainer` script started as `python train.py` (Lightning's launcher starts
+the other ranks) against the same model and AdamW under DDP, so that its ratio is the Trainer's own per-step work.
 
     python benchmarks/script_jobs.py                               # 2 gloo ranks on CPU
     python benchmarks/script_jobs.py --device cuda --world-size 1  # 1 GPU, NCCL
     python benchmarks/script_jobs.py --script hf_trainer           # needs transformers (the test extra)
+    python benchmarks/script_jobs.py --script deepspeed            # or lightning
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +163,130 @@ def stepper(width):
     return step
 '''
 
-SCRIPTS = {"ddp": (SCRIPT, STEP, 512), "hf_trainer": (HF_SCRIPT, HF_STEP, 128)}  # script, step job, default width
+DS_SCRIPT = '''
+import argparse
+
+import deepspeed
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--width", type=int, default=256)
+p.add_argument("--local_rank", type=int, default=-1)  # deepspeed's launcher passes it
+args = p.parse_args()
+deepspeed.init_distributed()
+cuda = torch.cuda.is_available()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(args.width, 4 * args.width), torch.nn.GELU(),
+                            torch.nn.Linear(4 * args.width, args.width))
+config = {"train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 3}, "bf16": {"enabled": cuda},
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+x = torch.randn(32, args.width, device=engine.device, dtype=torch.bfloat16 if cuda else torch.float32)
+big = torch.randn(1 << 20, device=engine.device)
+for step in range(args.steps):
+    engine.backward(engine(x).float().square().mean())
+    SLOW
+    engine.step()
+'''
+
+DS_STEP = '''
+import deepspeed
+import torch
+
+
+def stepper(width):
+    cuda = torch.cuda.is_available()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+    config = {"train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 3}, "bf16": {"enabled": cuda},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    x = torch.randn(32, width, device=engine.device, dtype=torch.bfloat16 if cuda else torch.float32)
+
+    def step():
+        engine.backward(engine(x).float().square().mean())
+        engine.step()
+
+    return step
+'''
+
+LIGHTNING_SCRIPT = '''
+import argparse
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--width", type=int, default=256)
+p.add_argument("--devices", type=int, default=2)
+args = p.parse_args()
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(args.width, 4 * args.width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * args.width, args.width))
+        self.register_buffer("big", torch.randn(1 << 20), persistent=False)
+
+    def training_step(self, batch, i):
+        big = self.big
+        SLOW
+        return self.net(batch[0]).square().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+torch.manual_seed(0)
+trainer = L.Trainer(accelerator="gpu" if torch.cuda.is_available() else "cpu", devices=args.devices, strategy="ddp",
+                    max_steps=args.steps, enable_checkpointing=False, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4096, args.width)), batch_size=32))
+'''
+
+LIGHTNING_STEP = '''
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def stepper(width):
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                    torch.nn.Linear(4 * width, width)).to(device))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(32, width, device=device)
+
+    def step():
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+'''
+
+
+@dataclass(frozen=True)
+class Script:
+    text: str
+    step_job: str
+    width: int
+    launcher: dict[str, str]  # by device: the launcher the script's users start it with
+    devices_arg: bool = False  # the script starts its own ranks and is told how many
+
+
+SCRIPTS = {
+    "ddp": Script(SCRIPT, STEP, 512, {"cpu": "torchrun", "cuda": "torchrun"}),
+    "hf_trainer": Script(HF_SCRIPT, HF_STEP, 128, {"cpu": "torchrun", "cuda": "torchrun"}),
+    # DeepSpeed's launcher counts GPUs: on CPU its users start the engine loop with torchrun
+    "deepspeed": Script(DS_SCRIPT, DS_STEP, 256, {"cpu": "torchrun", "cuda": "deepspeed"}),
+    "lightning": Script(LIGHTNING_SCRIPT, LIGHTNING_STEP, 256, {"cpu": "python", "cuda": "python"}, devices_arg=True),
+}
 
 TESTS = '''
 import json
@@ -168,7 +296,7 @@ from usersteps import stepper
 
 
 def script(distperf):
-    return distperf.script_job("train.py", args=("--width", "{width}"), steps={steps}, warmup=3)
+    return distperf.script_job("train.py", args={script_args}, launcher="{launcher}", steps={steps}, warmup=3)
 
 
 def test_against_step_job(distperf):
@@ -202,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--world-size", type=int)
     p.add_argument("--script", default="ddp", choices=sorted(SCRIPTS),
-                   help="a plain torchrun DDP loop, or a Hugging Face Trainer script")
-    p.add_argument("--width", type=int, help="the model's width (default: 512 for ddp, 128 for hf_trainer)")
+                   help="a plain torchrun DDP loop, a Hugging Face Trainer script, a DeepSpeed ZeRO-3 engine loop "
+                        "or a Lightning Trainer script")
+    p.add_argument("--width", type=int, help="the model's width (default: the script's)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--pairs", type=int, default=6, help="interleaved pairs (a planned look falls at 3 and 6)")
     p.add_argument("--step-job-launch", default="as_user", choices=("as_user", "controlled"),
@@ -217,15 +346,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     args = p.parse_args(argv)
     args.world_size = args.world_size or (2 if args.device == "cpu" else 1)
-    script, stepper, width = SCRIPTS[args.script]
-    args.width = args.width or width
+    chosen = SCRIPTS[args.script]
+    script = chosen.text
+    args.width = args.width or chosen.width
+    script_args = ("--width", str(args.width)) + (("--devices", str(args.world_size)) if chosen.devices_arg else ())
     out: dict = {"args": vars(args)}
     with tempfile.TemporaryDirectory(prefix="distperf-scripts-") as folder:
         project = Path(folder)
         (project / "train.py").write_text(script.replace("SLOW", "pass"))
-        (project / "usersteps.py").write_text(stepper)
-        (project / "test_script.py").write_text(TESTS.format(width=args.width, steps=args.steps, pairs=args.pairs,
-                                                              launch=args.step_job_launch))
+        (project / "usersteps.py").write_text(chosen.step_job)
+        (project / "test_script.py").write_text(TESTS.format(
+            width=args.width, steps=args.steps, pairs=args.pairs, launch=args.step_job_launch,
+            script_args=repr(script_args), launcher=chosen.launcher[args.device]))
 
         parts = args.parts.split(",")
         if "compare" in parts:
