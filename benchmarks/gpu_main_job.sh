@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage (device machine, from the repository root, .whl carried): OUT=/path BUDGET=400 LIMIT=590 bash benchmarks/gpu_main_job.sh
+# Usage (device machine, from the repository root, .whl carried): OUT=/path LIMIT=590 bash benchmarks/gpu_main_job.sh
 # Writes console.txt (set-up and outcomes), main.txt (the whole pytest output) and main.json (the JSON report) to $OUT.
 # README's GPU main job on a fresh machine: the set-up (env, op builds), then the main job; everything to $OUT
 exec > >(tee "$OUT/console.txt") 2>&1
@@ -13,7 +13,7 @@ save_ninja() { head -n 400 "$ext"/*/build.ninja "$ext"/*/.ninja_log > "$OUT/ninj
   ls -la --time-style=+%T "$ext"/*/*.so >> "$OUT/ninja-$1.txt" 2>&1; }
 save_ninja set-up
 t=$SECONDS
-timeout $((${LIMIT:-590} - SECONDS)) python -m pytest --distperf -m zero3 --distperf-world-size 1 --distperf-session-budget ${BUDGET:-420} \
+timeout $((${LIMIT:-590} - SECONDS)) python -m pytest --distperf -m zero3 --distperf-world-size 1 --distperf-session-budget ${BUDGET:-360} \
   -p no:cacheprovider -rfEsxX -v --durations=0 --distperf-json $OUT/main.json > $OUT/main.txt 2>&1
 echo "== main job rc $? in $((SECONDS - t)) s; whole $((SECONDS - start)) s"
 save_ninja main-job
