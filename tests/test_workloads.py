@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
 import pytest
 
 from pytest_distperf.errors import WorkloadError
@@ -224,7 +226,9 @@ def test_reporter_model_at_a_tiny_size_on_cpu(pytester: pytest.Pytester):
 
 def test_seed_case_skips_on_cpu_with_the_reason(pytester: pytest.Pytester):
     pytester.syspathinsert(PERF_TESTS)
-    pytester.copy_example(os.path.join(PERF_TESTS, "test_lightning_18336.py"))
+    # a basename of its own: another test of this process may have imported perf_tests' module by its name
+    source = Path(PERF_TESTS, "test_lightning_18336.py").read_text()
+    (pytester.path / "test_seed_004_copy.py").write_text(source)
     result = pytester.runpytest(*INNER, "--distperf-device", "cpu")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines(["*SKIPPED*Lightning's FSDPStrategy needs CUDA*"])
