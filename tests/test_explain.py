@@ -176,19 +176,41 @@ def test_module_time_rows_take_forward_ops_by_range_backward_ops_by_sequence_and
     assert tt.cpu_rows(Trace(events))[tt.HOST_ROW] == [1.0, pytest.approx((1000 - 60 - 40 - 20 - 10) * 1e-6)]
 
 
-def test_a_cuda_table_has_the_steps_host_time_outside_operators_and_cuda_calls_as_a_family_of_its_own():
+def _cuda_step_events(collective: bool = False) -> list[dict]:
     events = []
     for step in range(2):
         t0 = step * 1000
         events += [_e(STEP_MARK, t0, 800, cat="user_annotation"), _e("aten::mm", t0 + 10, 100),
                    _e("cudaLaunchKernel", t0 + 20, 30, cat="cuda_runtime"),  # inside the op: the op's
                    _e("cudaDeviceSynchronize", t0 + 600, 200, cat="cuda_runtime")]  # the step's closing sync
-    table = tt.rank_table(Trace(events), cuda=True)
+        if collective:  # one rank: NCCL launches no kernel for it
+            events.append(_e("c10d::allreduce_", t0 + 300, 40))
+    return events
+
+
+def test_a_cuda_table_has_the_host_side_as_a_family_of_its_own():
+    table = tt.rank_table(Trace(_cuda_step_events()), cuda=True)
     assert table[tt.CUDA_HOST_ROW] == [1.0, pytest.approx(500e-6)]  # 800 - 100 - 200 a step
-    assert tt.family(tt.CUDA_HOST_ROW) == tt.CPU and tt.family(tt.HOST_ROW) == ""
+    assert table["cpu:aten::mm"] == [1.0, pytest.approx(100e-6)]  # an op's host time holds its CUDA calls
+    assert tt.HOST_ROW not in table and tt.family(tt.CUDA_HOST_ROW) == tt.family("cpu:aten::mm") == tt.CPU
     slower = [{**table, tt.CUDA_HOST_ROW: [1.0, 900e-6]}] * 3
     row = next(r for r in ex.explain([table] * 3, slower).rows if r.name == tt.CUDA_HOST_ROW)
     assert row.share == 1.0 and row.beyond_noise  # its own family's change; beyond a noise of 0
+
+
+def test_a_collective_that_launches_no_kernel_explains_a_cuda_count_verdict():
+    before = tt.rank_table(Trace(_cuda_step_events()), cuda=True)
+    after = tt.rank_table(Trace(_cuda_step_events(collective=True)), cuda=True)
+    top = ex.explain([before] * 3, [after] * 3, by="count").rows[0]
+    assert (top.name, top.status, top.candidate_count, top.count_changed) == \
+        ("cpu:collective:c10d::allreduce_", "new", 1.0, True)
+
+
+def test_a_cuda_tables_host_rows_are_trimmed_and_keep_the_host_row():
+    rows = {f"cpu:op{i}": [1.0, float(i)] for i in range(40)}
+    table = tt.trimmed({**rows, tt.CUDA_HOST_ROW: [1.0, 0.5]}, top=30)
+    assert tt.CUDA_HOST_ROW in table and len([n for n in table if tt.family(n) == tt.CPU]) == 31
+    assert table["cpu:(other)"][0] == 11.0  # the host row kept first, then 29 op rows: 11 summed
 
 
 def test_an_operator_added_in_one_block_is_found_under_that_block_in_a_real_profile():

@@ -21,10 +21,12 @@ timed steps.
   Nesting trusts the profiler's timestamps: a child that sticks out of its parent by rounding is clamped, so a
   self time is never below zero.
 
-On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (host time): one clock per table.
-A CUDA table adds one host row, ``cpu:(outside operators and CUDA calls)``: the step's own host time outside every
-operator, range and CUDA runtime call (Python, a host-side loop), the figure that decides a host-bound step; it is
-a family of its own (`family`), as its clock is not the GPU rows'.
+On CUDA the table holds the GPU rows (what gpu_time sums), on CPU the op rows (host time): one clock per family.
+A CUDA table adds the host side as a family of its own (`family`), as its clock is not the GPU rows': the op and
+collective rows as on CPU, named ``cpu:<op name>`` (an operator's count a step is what aten_ops_per_step counts;
+one that launches no kernel, as a collective on one rank, is seen only here), and ``cpu:(outside operators and CUDA
+calls)``, the step's own host time outside every operator, range and CUDA runtime call (Python, a host-side loop),
+the figure that decides a host-bound step.
 
 - ``module:<module path>``: which ``nn.Module`` that time ran under, forward and backward: the work phase's
   profiler pass puts a range around every module's forward (`module_ranges`, global hooks, so a script's model is
@@ -167,11 +169,13 @@ def cpu_rows(trace: Any) -> Table:
     return table
 
 
-def cuda_host_row(trace: Any) -> Table:
-    """A CUDA trace's host row: the step ranges' self time, CUDA runtime calls nested with the operators."""
+def cuda_host_rows(trace: Any) -> Table:
+    """A CUDA trace's host rows: the op and collective rows as on CPU, as ``cpu:`` rows, and the step ranges' self
+    time with CUDA runtime calls nested among the operators (CUDA_HOST_ROW)."""
+    table = {CPU + name.removeprefix("op:"): v for name, v in cpu_rows(trace).items() if name != HOST_ROW}
     nested = _nested(trace) + [e for e in trace.events if e.get("cat") in LAUNCH_CATS]
     seconds = sum(self_us for e, self_us in self_times(nested) if e.get("name") == STEP_MARK) * 1e-6
-    return {CUDA_HOST_ROW: [float(len(trace.steps)), seconds]} if trace.steps else {}
+    return {**table, CUDA_HOST_ROW: [float(len(trace.steps)), seconds]} if trace.steps else table
 
 
 def gpu_rows(trace: Any) -> Table:
@@ -328,25 +332,25 @@ def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Tab
 def rank_table(trace: Any, cuda: bool) -> Table:
     """One rank's table: its rows per step (averaged over the trace's steps), the top TOP_ROWS kept."""
     steps = max(1, len(trace.steps))
-    rows = {**({**gpu_rows(trace), **cuda_host_row(trace)} if cuda else cpu_rows(trace)),
+    rows = {**({**gpu_rows(trace), **cuda_host_rows(trace)} if cuda else cpu_rows(trace)),
             **module_time_rows(trace, cuda)}
     return trimmed({name: [c / steps, t / steps] for name, (c, t) in rows.items()})
 
 
 def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
     """The op/kernel rows: the `top` with the most time kept, the rest summed into OTHER; the module: rows
-    likewise (TOP_MODULES, MODULE_TIME_OTHER); numbers rounded to 4 significant digits. The flops: and cpu: rows
-    pass as they are (module_rows trims the flops: rows by FLOPs; cpu: is one row)."""
+    likewise (TOP_MODULES, MODULE_TIME_OTHER), and a CUDA table's cpu: rows (`top`, the host row always kept);
+    numbers rounded to 4 significant digits. The flops: rows pass as they are (module_rows trims them by FLOPs)."""
     out: Table = {}
-    for fam, keep in (("", top), (MODULE, TOP_MODULES)):
+    for fam, keep in (("", top), (MODULE, TOP_MODULES), (CPU, top)):
         other = OTHERS[fam]
-        ranked = sorted((n for n in table if n != other and family(n) == fam), key=lambda n: (-table[n][1], n))
+        ranked = sorted((n for n in table if n != other and family(n) == fam),
+                        key=lambda n: (n != CUDA_HOST_ROW, -table[n][1], n))
         out.update({n: [_round(table[n][0]), _round(table[n][1])] for n in ranked[:keep]})
         rest = ranked[keep:] + ([other] if other in table else [])
         if rest:
             out[other] = [_round(sum(table[n][0] for n in rest)), _round(sum(table[n][1] for n in rest))]
     out.update({n: [_round(v[0]), 0.0] for n, v in table.items() if family(n) == FLOPS})
-    out.update({n: [_round(v[0]), _round(v[1])] for n, v in table.items() if family(n) == CPU})
     return out
 
 
