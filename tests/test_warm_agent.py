@@ -246,22 +246,24 @@ def test_the_warm_agent_key_leaves_out_only_the_per_job_variables():
     assert warm_pool.agent_key("cuda", {**cuda, "TORCH_CUDA_ARCH_LIST": "9.0"}) == warm_pool.agent_key("cuda", cuda)
 
 
-def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_and_the_rest():
+def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_after_timing_and_the_rest():
     from pytest_distperf.figures.quantities import job_time_split, run_time_split, time_split_text
     from pytest_distperf.rank.results import RankResult, RunResult
 
     def rank(r: int, started: float, build: float) -> RankResult:
         return RankResult(rank=r, step_times=[0.5, 0.5], losses=[], cuda_peak_allocated=None, cuda_peak_reserved=None,
                           host_peak_rss=0, host_rss_before_build=0, optimizer_state_bytes=0, num_params=1,
-                          tokens_per_step=1, build_seconds=build, warmup_seconds=1.0, build_started_at=started)
+                          tokens_per_step=1, build_seconds=build, warmup_seconds=1.0, build_started_at=started,
+                          after_seconds=0.5 + r)
 
     spec = JobSpec(world_size=2, device="cpu", strategy="ddp")
     # 12 s of which 2 s waited for the slot: its own 10 s; the latest rank began building 3 s after the launch, and
     # the build ends with the last rank's (at 104.5: rank 1 began at 103 and built 1.5 s; rank 0 ended at 104)
     run = RunResult(spec=spec, ranks=[rank(0, 102.0, 2.0), rank(1, 103.0, 1.5)], wall_seconds=12.0,
                     slot_wait_seconds=2.0, launched_at=100.0)
+    # after timing: the slowest rank's work figures, probes and breakdown (1.5 s); other: the rest
     assert run_time_split(run) == {"wall": 10.0, "startup": 3.0, "build": 1.5, "warmup": 1.0, "timed": 1.0,
-                                   "other": 3.5}
+                                   "after": 1.5, "other": 2.0}
     split = job_time_split([run, run])
     assert split["wall"] == 20.0 and split["startup_share"] == 0.3 and split["timed_share"] == 0.1
     assert time_split_text(split).startswith("20.0 s of runs: start-up (launch to the build) 6.0 s (30%)")

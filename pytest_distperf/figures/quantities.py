@@ -248,12 +248,13 @@ def secondary_words(metric: str, device: str) -> str:
             "allocations)")
 
 
-TIME_PARTS = ("startup", "build", "warmup", "timed", "other")
+TIME_PARTS = ("startup", "build", "warmup", "timed", "after", "other")
 
 
 def run_time_split(run: "RunResult") -> dict[str, float] | None:
     """A run's own wall time (slot waits and the session's agent start left out) in TIME_PARTS, seconds: start-up
-    (launch to the build's start on the latest rank), the build, warm-up, the timed steps and the rest. None when a
+    (launch to the build's start on the latest rank), the build, warm-up, the timed steps, the steps measured after
+    them (work figures, probes, step breakdown) and the rest (the ranks' ending, the launcher's own). None when a
     part was not recorded."""
     started = [getattr(r, "build_started_at", None) for r in run.ranks]
     launched = getattr(run, "launched_at", None)
@@ -264,7 +265,8 @@ def run_time_split(run: "RunResult") -> dict[str, float] | None:
     # Ranks a framework starts one after another overlap: the build ends when the last rank's does.
     built = max(s + r.build_seconds for s, r in zip(started, run.ranks))
     split = {"startup": max(0.0, max(started) - launched - agent), "build": max(0.0, built - max(started)),
-             "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times)}
+             "warmup": max(r.warmup_seconds for r in run.ranks), "timed": math.fsum(run.step_times),
+             "after": max(getattr(r, "after_seconds", 0.0) for r in run.ranks)}
     split["other"] = max(0.0, wall - math.fsum(split.values()))
     return {"wall": wall, **split}
 
@@ -285,9 +287,9 @@ def time_split_text(split: dict[str, float]) -> str:
     if wall <= 0:
         return ""
     names = {"startup": "start-up (launch to the build)", "build": "build", "warmup": "warm-up",
-             "timed": "timed steps", "other": "other"}
+             "timed": "timed steps", "after": "after timing (work figures, probes, breakdown)", "other": "other"}
     return f"{wall:.1f} s of runs: " + ", ".join(f"{names[p]} {split[p]:.1f} s ({split[p] / wall:.0%})"
-                                                 for p in TIME_PARTS)
+                                                 for p in TIME_PARTS if p in split)
 
 
 def _side_breakdown(runs: Iterable[Any]) -> dict[str, float]:

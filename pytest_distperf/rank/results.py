@@ -76,6 +76,7 @@ class RankResult:
     host: str | None = None
     node_rank: int = 0
     build_started_at: float | None = None  # time.time() when the build began (after imports and rendezvous)
+    after_seconds: float = 0.0  # the work phase, probes and step breakdown: the steps measured after the timed ones
 
     @property
     def host_training_bytes(self) -> int:

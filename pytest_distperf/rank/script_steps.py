@@ -85,6 +85,7 @@ class StepWatch:
         self.window: Any = None  # timing.MeteredWindow while the timed steps run
         self.readings: Any = None  # timing.WindowReadings once they have
         self.after: Generator[int, None, tuple[Any, Any]] | None = None  # the phases after timing
+        self.after_started = 0.0  # perf_counter() at the timed steps' end
 
     @property
     def needed(self) -> int:
@@ -139,6 +140,7 @@ class StepWatch:
             self.window.lap()
             if n == warmup + steps:
                 self.readings = self.window.finish()
+                self.after_started = time.perf_counter()
                 self.after = self._after_timing()
                 self._advance(first=True)
         elif self.after is not None:
@@ -188,6 +190,7 @@ class StepWatch:
             num_params=sum(p.numel() for p in params), tokens_per_step=0,
             build_seconds=self.first_step_at - self.started, build_started_at=self.started_at,
             warmup_seconds=self.warmup_seconds, work=work, probes=probes,
+            after_seconds=time.perf_counter() - self.after_started,
             extra={"launch": {"profile": "script", "started_by": self.job.script.launcher,
                               "steps_by": "pytest_distperf.step()" if self.by_marker else "torch's optimizer hook",
                               "optimizer": type(optimizer).__name__ if optimizer is not None else None,

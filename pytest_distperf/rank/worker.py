@@ -177,6 +177,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
     for i in range(job.steps):
         losses.append(window.time(lambda b=timed[i]: trainer.step(*b)))
     readings = window.finish()
+    after_started = time.perf_counter()
 
     # After timing and the memory reads, so that what follows never changes what they report.
     optimizer = getattr(trainer, "torch_optimizer", lambda: None)()  # optional in the adapter protocol
@@ -200,6 +201,7 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
     if job.measure_once:
         say("step breakdown")
         step_breakdown = breakdown.collect(trainer, timed)
+    after_seconds = time.perf_counter() - after_started  # each phase ends device-synchronised
 
     result = RankResult(
         rank=rank, **readings.result_fields(),
@@ -208,7 +210,8 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
         optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
         num_params=prepared.num_params, tokens_per_step=prepared.tokens_per_step, build_seconds=build_seconds,
         build_started_at=build_started_at, warmup_seconds=warmup_seconds, probes=probe_result,
-        step_breakdown=step_breakdown, work=work, extra={"launch": prepare.launch_facts(job, ctx, trainer)})
+        step_breakdown=step_breakdown, work=work, after_seconds=after_seconds,
+        extra={"launch": prepare.launch_facts(job, ctx, trainer)})
     close = getattr(trainer, "close", None)
     if close:  # a front-end running its own loop (Lightning Trainer) ends it while the process group is up
         close()

@@ -257,11 +257,13 @@ def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:
 
     def cells(split: dict[str, float]) -> list[str]:
         wall = split["wall"]
-        return [f"{wall:.1f} s"] + [f"{split[p]:.1f} s ({split[p] / wall:.0%})" if wall > 0 else "-" for p in parts]
+        return [f"{wall:.1f} s"] + [f"{split[p]:.1f} s ({split[p] / wall:.0%})" if wall > 0 and p in split else "-"
+                                    for p in parts]
 
     rows = [[label] + cells(split) for label, split in splits]
-    total = {k: sum(s[k] for _, s in splits) for k in ("wall", *parts)}
-    lines = _table(["job: where the runs' time went", "wall", "start-up", "build", "warm-up", "timed", "other"], rows)
+    total = {k: sum(s.get(k, 0.0) for _, s in splits) for k in ("wall", *parts)}
+    lines = _table(["job: where the runs' time went", "wall", "start-up", "build", "warm-up", "timed",
+                    "after timing", "other"], rows)
     if total["wall"] > 0:
         lines.append(f"  {len(splits)} job(s), {time_split_text(total)}")
     return lines

@@ -26,7 +26,7 @@ def run_to_dict(run: "RunResult") -> dict[str, Any]:
         "losses": list(k.losses), "cuda_peak_allocated": k.cuda_peak_allocated,
         "cuda_peak_reserved": k.cuda_peak_reserved, "host_peak_rss": k.host_peak_rss,
         "host_training_bytes": k.host_training_bytes, "optimizer_state_bytes": k.optimizer_state_bytes,
-        "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds,
+        "build_seconds": k.build_seconds, "warmup_seconds": k.warmup_seconds, "after_seconds": k.after_seconds,
         "step_breakdown": dict(k.step_breakdown),  # forward/backward/optimizer/other, also when nothing failed
         "extra": json.loads(json.dumps(k.extra, default=repr)),
         "probes": rank_probe_metrics(k),
