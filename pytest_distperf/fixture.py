@@ -107,8 +107,9 @@ class DistPerf:
                              share_deadline=pairs_share[0] if pairs_share else None,
                              share_text=pairs_share[1] if pairs_share else "")
         self.clock = Clock(started=ledger.budget_now(), now=ledger.budget_now)
-        self._slot_wait = 0.0  # the last launch's wait for its measurement slot (RunResult.slot_wait_seconds)
+        self._slot_wait = 0.0  # the last launch's waits for its measurement slot (RunResult.slot_wait_seconds)
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
+        self._op_build = 0.0  # the last launch's DeepSpeed op builds, seconds (RunResult.op_build_seconds)
         if gate is not None:
             gate.budget = self.budget
         self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
@@ -120,7 +121,7 @@ class DistPerf:
         started = time.monotonic()
         with slot as env:
             waited = time.monotonic() - started
-            self._slot_wait = waited
+            self._slot_wait += waited  # a run may wait twice: for its op build's slot and for its own
             self.ledger.slot_wait_seconds += waited
             if self.verbose and self.say and waited >= 0.5:
                 self.say(f"{owner}: got {what} after waiting {waited:.1f} s (not counted against the test's "
@@ -286,9 +287,13 @@ class DistPerf:
         from pytest_distperf.launch import allocator
 
         owner = f"{self.nodeid} [DeepSpeed op build]"  # said also without -v: a build takes minutes
+        started, waited = time.monotonic(), self._slot_wait
         with userjobs.naming(self.nodeid):
-            ds_ops.ensure(ops, job.device, self.say, may_start=self._check_budget,
-                          slot=self._timed_slot(allocator.cpu(owner, self.say), "the CPU measurement slot", owner))
+            built = ds_ops.ensure(ops, job.device, self.say, may_start=self._check_budget,
+                                  slot=self._timed_slot(allocator.cpu(owner, self.say), "the CPU measurement slot",
+                                                        owner))
+        if built:  # the session's set-up, not the run's: off its time split (the slot's wait is counted apart)
+            self._op_build = time.monotonic() - started - (self._slot_wait - waited)
 
     def _devices(self, job: JobSpec, local_ranks: int):
         """The devices this job owns on this host while it runs (see allocator.py for the policy)."""
@@ -337,13 +342,14 @@ class DistPerf:
         once = (side, job.config_hash())
         job = dataclasses.replace(job, measure_once=once not in self.ledger.measured_once)
         start = time.monotonic()
-        self._slot_wait, self._launched_at = 0.0, None
+        self._slot_wait, self._launched_at, self._op_build = 0.0, None, 0.0
         agents_before = len(warm_pool.STATE.start_seconds)
         values = self._launch(job, remember_failure=side == "head")
         self.ledger.measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
-                           agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]))
+                           agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]),
+                           op_build_seconds=self._op_build)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
             warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)

@@ -369,6 +369,27 @@ def test_missing_ops_are_built_once_in_a_child_with_a_progress_line(tmp_path: Pa
     assert len(calls) == 1  # once a session
 
 
+def test_an_op_built_from_another_environments_deepspeed_is_built_again(tmp_path: Path, monkeypatch):
+    """A cache shared by virtualenvs (a runner's ~/.cache): torch rebuilds an op whose build.ninja names another
+    DeepSpeed's sources, so the session builds it before its first job instead of a rank in its build."""
+    import importlib.util
+
+    from pytest_distperf.strategies import ds_ops
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    op = tmp_path / "cpu_adam"
+    op.mkdir()
+    (op / "cpu_adam.so").write_bytes(b"")
+    assert ds_ops.is_built("CPUAdamBuilder")  # no build.ninja: nothing to tell by
+    (op / "build.ninja").write_text("cflags = -I/elsewhere/.venv/lib/python3.11/site-packages/deepspeed/ops/csrc\n")
+    spec = importlib.util.find_spec("deepspeed")
+    assert ds_ops.is_built("CPUAdamBuilder") is (spec is None)
+    if spec is not None:
+        here = Path(spec.origin).parent
+        (op / "build.ninja").write_text(f"cflags = -I{here}/ops/csrc/includes\n")
+        assert ds_ops.is_built("CPUAdamBuilder")
+
+
 def test_the_setup_command_prebuilds_the_ops():
     listed = subprocess.run([sys.executable, "-m", "pytest_distperf", "build-ops", "--list"], capture_output=True,
                             text=True, cwd=ROOT)

@@ -271,5 +271,9 @@ def test_a_runs_wall_time_splits_into_start_up_build_warm_up_timed_after_timing_
     first = RunResult(spec=spec, ranks=run.ranks, wall_seconds=16.0, slot_wait_seconds=2.0, launched_at=96.0,
                       agent_start_seconds=4.0)
     assert run_time_split(first) == run_time_split(run)
+    # the run before which the session built DeepSpeed's ops: the build is the session's, not the run's
+    built = RunResult(spec=spec, ranks=run.ranks, wall_seconds=92.0, slot_wait_seconds=2.0, launched_at=100.0,
+                      op_build_seconds=80.0)
+    assert run_time_split(built) == run_time_split(run)
     unrecorded = RunResult(spec=spec, ranks=run.ranks, wall_seconds=12.0)  # no launch time: no split, not a guess
     assert run_time_split(unrecorded) is None and job_time_split([run, unrecorded]) == {}

@@ -252,7 +252,7 @@ TIME_PARTS = ("startup", "build", "warmup", "timed", "after", "other")
 
 
 def run_time_split(run: "RunResult") -> dict[str, float] | None:
-    """A run's own wall time (slot waits and the session's agent start left out) in TIME_PARTS, seconds: start-up
+    """A run's own wall time (slot waits, the session's agent start and op builds left out) in TIME_PARTS: start-up
     (launch to the build's start on the latest rank), the build, warm-up, the timed steps, the steps measured after
     them (work figures, probes, step breakdown) and the rest (the ranks' ending, the launcher's own). None when a
     part was not recorded."""
@@ -261,7 +261,7 @@ def run_time_split(run: "RunResult") -> dict[str, float] | None:
     if launched is None or not started or any(t is None for t in started):
         return None
     agent = getattr(run, "agent_start_seconds", 0.0)
-    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds - agent)
+    wall = max(0.0, run.wall_seconds - run.slot_wait_seconds - agent - getattr(run, "op_build_seconds", 0.0))
     # Ranks a framework starts one after another overlap: the build ends when the last rank's does.
     built = max(s + r.build_seconds for s, r in zip(started, run.ranks))
     split = {"startup": max(0.0, max(started) - launched - agent), "build": max(0.0, built - max(started)),

@@ -94,6 +94,7 @@ class RunResult:
     launched_at: float | None = None  # time.time() when the launcher was called (the slot held)
     # of wall_seconds: the session's warm agent starting (its imports, once a session) when this run needed it first
     agent_start_seconds: float = 0.0
+    op_build_seconds: float = 0.0  # of wall_seconds: DeepSpeed's op builds before its launch (once a session)
     # Stable across processes (it pickles with the run): tests that share this run name it by this id.
     id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:12]}", compare=False)
 

@@ -36,8 +36,24 @@ def cache_dir() -> str:
 
 
 def is_built(builder: str, folder: str | None = None) -> bool:
+    """The op is in the cache, built from this environment's DeepSpeed: torch's JIT load rebuilds an op whose
+    build.ninja names another DeepSpeed's sources (another virtualenv's), and would do so inside a job's build."""
     name = OPS[builder]
-    return os.path.exists(os.path.join(folder or cache_dir(), name, f"{name}.so"))
+    op = os.path.join(folder or cache_dir(), name)
+    return os.path.exists(os.path.join(op, f"{name}.so")) and _built_from_this_deepspeed(op)
+
+
+def _built_from_this_deepspeed(op: str) -> bool:
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")  # a top-level package: found, not imported
+    ninja = os.path.join(op, "build.ninja")
+    if spec is None or not spec.origin or not os.path.exists(ninja):
+        return True  # nothing to tell by
+    here = os.path.dirname(spec.origin)
+    with open(ninja, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return here in text or os.path.realpath(here) in text
 
 
 def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[str]:
