@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Usage (device machine, repository root, .whl carried; one call each, LIMIT under the call's 10 minutes):
+#   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh explain     # every change, CUDA
+#   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh scripts     # ddp, then HF slowed
+#   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
+# The GPU checks not yet run end to end (see benchmarks/results/explain.md and script-jobs.md); each part writes
+# its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs transformers in the
+# image's Python (`pip install transformers`, or wheels carried in .whl/hf).
+start=$SECONDS
+. "${ENV_SH:-../shared/gpu/env.sh}"
+left() { echo $((${LIMIT:-580} - (SECONDS - start))); }
+part() {  # name, then the command; skipped when under a minute is left
+  local name=$1; shift
+  [ "$(left)" -lt 60 ] && { echo "== $name: no time left"; return; }
+  local t=$SECONDS; timeout "$(left)" "$@" > "$OUT/$name.txt" 2>&1
+  echo "== $name rc $? in $((SECONDS - t)) s"; grep -v "^$" "$OUT/$name.txt" | tail -8 | cut -c1-300
+}
+case "${1:-explain}" in
+  explain) part explain python benchmarks/explain_changes.py --device cuda --world-size 1 --width 1024 \
+             --json "$OUT/explain-changes-cuda.json" ;;
+  scripts) part ddp python benchmarks/script_jobs.py --script ddp --device cuda --world-size 1 --pairs 3 \
+             --json "$OUT/script-jobs-ddp-cuda.json"
+           [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
+           part hf_slowed python benchmarks/script_jobs.py --script hf_trainer --device cuda --world-size 1 \
+             --parts slowed --json "$OUT/script-jobs-hf-slowed-cuda.json" ;;
+  frameworks) for s in deepspeed lightning; do
+             part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 --pairs 3 \
+               --json "$OUT/script-jobs-$s-cuda.json"; done ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|frameworks" >&2; exit 2 ;;
+esac
+echo "== whole $((SECONDS - start)) s"
