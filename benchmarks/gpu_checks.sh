@@ -6,6 +6,8 @@
 # The GPU checks not yet run end to end (see benchmarks/results/explain.md and script-jobs.md); each part writes
 # its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs transformers in the
 # image's Python (`pip install transformers`, or wheels carried in .whl/hf).
+case "${1:-explain}" in explain|scripts|frameworks) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|frameworks" >&2; exit 2 ;; esac
 start=$SECONDS
 . "${ENV_SH:-../shared/gpu/env.sh}"
 left() { echo $((${LIMIT:-580} - (SECONDS - start))); }
@@ -26,6 +28,5 @@ case "${1:-explain}" in
   frameworks) for s in deepspeed lightning; do
              part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 --pairs 3 \
                --json "$OUT/script-jobs-$s-cuda.json"; done ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|frameworks" >&2; exit 2 ;;
 esac
 echo "== whole $((SECONDS - start)) s"
