@@ -103,12 +103,35 @@ def test_a_row_whose_count_changed_stands_out_even_when_its_time_is_within_its_n
     base = [_run(mm=(2, 0.010), host=(1, 0.001)), _run(mm=(2, 0.010), host=(1, 0.006))]
     cand = [_run(mm=(2, 0.010), host=(1, 0.003), allreduce=(1, 0.0005)),
             _run(mm=(2, 0.010), host=(1, 0.008), allreduce=(1, 0.003))]
-    e = ex.explain(base, cand, by=ex.explain_by(["count"]))  # only aten_ops_per_step failed
+    e = ex.explain(base, cand, *ex.explain_by([("aten_ops_per_step", "count")]))  # only aten_ops_per_step failed
     top = e.rows[0]
     assert top.name == "op:allreduce" and top.count_changed and not top.beyond_noise and top.stands_out
     assert not e.rows[1].stands_out and abs(e.rows[1].change) >= abs(top.change)
     assert "count changed; time within its noise" in e.lines()[1]
     assert "no row changed beyond its noise" not in e.lines()[0]
+
+
+def test_rows_of_the_clock_a_failed_figure_reads_come_first_and_a_summed_rest_after_named_rows():
+    # a CUDA table: an added sort shows as a new kernel (GPU clock) and as host ops that moved more microseconds
+    # (the host's clock); under a failed gpu_time the kernel heads the explanation, and the host family's summed
+    # rest, which names nothing, comes after the host rows that do
+    def run(sort: bool, jitter: float) -> dict[str, list[float]]:
+        t = {"kernel:gemm": [4.0, 0.001], "cpu:aten::mm": [4.0, 0.0003 + jitter], "cpu:(other)": [10.0, 0.00002]}
+        if sort:
+            t.update({"kernel:radixSort": [1.0, 0.00002], "cpu:aten::sort": [1.0, 0.0008],
+                      "cpu:(other)": [40.0, 0.0002]})
+        return t
+
+    base, cand = [run(False, 0.0), run(False, 0.00001)], [run(True, 0.0), run(True, 0.00001)]
+    failed = [("aten_ops_per_step", "count"), ("gpu_time", "time"), ("kernels_per_step", "count")]
+    assert ex.explain_by(failed) == ("time", ("",))
+    names = [r.name for r in ex.explain(base, cand, *ex.explain_by(failed)).rows]
+    assert names[:3] == ["kernel:radixSort", "cpu:aten::sort", "cpu:(other)"]
+    # step_time reads every clock: all families alike, by |change|; the summed rest still after the named rows
+    assert ex.explain_by([("step_time", "time")]) == ("time", ())
+    names = [r.name for r in ex.explain(base, cand, *ex.explain_by([("step_time", "time")])).rows]
+    assert names[:3] == ["cpu:aten::sort", "kernel:radixSort", "cpu:(other)"]
+    assert ex.explain_by([]) == ("time", ()) and ex.explain_by([("aten_ops_per_step", "count")]) == ("count", ())
 
 
 def test_a_small_row_missing_from_a_trimmed_table_is_cut_not_gone():

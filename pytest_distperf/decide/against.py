@@ -257,8 +257,8 @@ class AgainstGate:
         base twins' tables."""
         shown = [v for v in verdicts if v.status == "fail" or (self.policy.explain and v.baseline is not None)]
         if shown and job.base_runs:
-            by = explain_by([v.metric_kind for v in verdicts if v.status == "fail"])
-            diff = explain(explain_tables(job.base_runs) or [None], explain_tables(job.runs) or [None], by).to_json()
+            by = explain_by([(v.metric, v.metric_kind) for v in verdicts if v.status == "fail"])
+            diff = explain(explain_tables(job.base_runs) or [None], explain_tables(job.runs) or [None], *by).to_json()
             for v in shown:
                 v.explanation = diff
 

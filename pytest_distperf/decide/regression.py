@@ -304,8 +304,8 @@ class BaselineGate:
             if v.job not in by_job:
                 entry, runs = self._entry(v.job), self.jobs[v.job].runs
                 stored = entry.explain if entry is not None and entry.explain is not None else [None]
-                failed = [u.metric_kind for u in self.verdicts if u.job == v.job and u.status == "fail"]
-                by_job[v.job] = explain(stored, explain_tables(runs) or [None], explain_by(failed)).to_json()
+                failed = [(u.metric, u.metric_kind) for u in self.verdicts if u.job == v.job and u.status == "fail"]
+                by_job[v.job] = explain(stored, explain_tables(runs) or [None], *explain_by(failed)).to_json()
             v.explanation = by_job[v.job]
 
     def _detectable_changes(self, path: str, jobs: dict[str, JobEntry]) -> list[DetectableChange]:

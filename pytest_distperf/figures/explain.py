@@ -9,7 +9,9 @@ do not overlap between the sides (counts are the same every step of an unchanged
 are "new", in no candidate run "gone"; a row a trimmed table may have summed into ``(other)`` is "cut" (absent
 there, and nowhere twice that table's smallest kept row): its absence says nothing and it never stands out. Rows
 rank by |change| in time, or, where only counts failed, count changes first (a flops: row's count is its module's
-FLOPs a step, exact).
+FLOPs a step, exact). The rows of the clock a failed figure reads come first (`explain_by`): under a failed
+gpu_time, a CUDA table's kernel rows before its host rows, whose microseconds are another clock's; a family's
+summed rest, ``(other)``, comes after the rows that name something.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from pytest_distperf.rank.time_table import FLOPS, MODULE, OTHERS, family
 SHOWN_ROWS = 5  # op/kernel/flops rows a failure message shows
 SHOWN_MODULES = 2  # module: rows it shows besides, those that stand out: where the rows above ran
 MATERIAL = 0.01  # a row whose time moved less than this share of the reference step's table never stands out
+# The families a figure reads, where fewer than all (rank/time_table.family): gpu_time and kernels_per_step are the
+# GPU rows (kernel:, collective:, copy:, the "" family of a CUDA table). step_time reads every clock, and
+# aten_ops_per_step's operators are "" rows on CPU and cpu: rows on CUDA: every family.
+FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {"gpu_time": ("",), "kernels_per_step": ("",)}
 
 
 @dataclass
@@ -180,9 +186,10 @@ def _spread(values: Sequence[float]) -> float | None:
 
 
 def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
-            candidate_runs: Sequence[Mapping[str, Sequence[float]] | None], by: str = "time") -> Explanation:
+            candidate_runs: Sequence[Mapping[str, Sequence[float]] | None], by: str = "time",
+            first: Sequence[str] = ()) -> Explanation:
     """The diff of two sides' run tables (module docstring); runs without a table are left out. `by`: "time" or
-    "count" (`explain_by`)."""
+    "count"; `first`: the families whose rows rank first, none for all alike (both from `explain_by`)."""
     ref = [t for t in reference_runs if t is not None]
     cand = [t for t in candidate_runs if t is not None]
     if not ref or not cand:
@@ -223,15 +230,23 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     for r in rows:  # a share of its own family's change: the module: rows hold the op/kernel rows' time again
         total = totals[family(r.name)]
         r.share = r.change / total if total else None
+    def tier(r: ExplainRow) -> tuple[bool, bool, bool]:
+        return not r.stands_out, bool(first) and family(r.name) not in first, r.name in OTHERS.values()
+
     if by == "count":
-        rows.sort(key=lambda r: (not r.stands_out, not r.count_changed,  # a new row before more of an old one
+        rows.sort(key=lambda r: (*tier(r), not r.count_changed,  # a new row before more of an old one
                                  -abs(r.candidate_count - r.reference_count) / max(r.reference_count, 1e-9),
                                  -abs(r.change), r.name))
     else:
-        rows.sort(key=lambda r: (not r.stands_out, -abs(r.change), r.name))
+        rows.sort(key=lambda r: (*tier(r), -abs(r.change), r.name))
     return Explanation(rows, len(ref), len(cand))
 
 
-def explain_by(kinds: Sequence[str]) -> str:
-    """How to rank an explanation under verdicts of these kinds: by count where only counts failed, else by time."""
-    return "count" if kinds and all(k == "count" for k in kinds) else "time"
+def explain_by(failed: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
+    """How to rank an explanation under these failed (figure, kind) verdicts: by count where only counts failed,
+    else by time; first, the families the failed figures of that kind read (FIGURE_FAMILIES; none: every family
+    alike, as when step_time or nothing failed)."""
+    by = "count" if failed and all(kind == "count" for _, kind in failed) else "time"
+    read = [FIGURE_FAMILIES.get(name) for name, kind in failed if kind == by]
+    first = () if not read or any(f is None for f in read) else tuple(sorted({x for f in read for x in f or ()}))
+    return by, first
