@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_distperf import strategies
 from pytest_distperf.strategies import ds_ops
@@ -323,6 +323,7 @@ class DistPerf:
 
     def _measured(self, strategy: str | JobSpec, repeats: int, kwargs: dict, adaptive: bool) -> list[RunResult]:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **_job_keywords(strategy, kwargs))
+        self._first_look_fits((job,), repeats)
         label, runs = _label(job), [self._run(job) for _ in range(repeats)]
         self._record_run(label, runs)
 
@@ -335,7 +336,25 @@ class DistPerf:
 
     def _run(self, job: JobSpec) -> RunResult:
         """One run of the job; the gate may pair it with its twin on the base's code (Gate.run)."""
-        return self.gate.run(job, self._run_once) if self.gate is not None else self._run_once(job)
+        started = self.clock.now()
+        result = self.gate.run(job, self._run_once) if self.gate is not None else self._run_once(job)
+        self.ledger.run_seconds[job.describe()] = self.clock.now() - started - result.op_build_seconds
+        return result
+
+    def _first_look_fits(self, jobs: Sequence[JobSpec], runs: int) -> None:
+        """A first look starts only where it would end within the session's deadline at what this session's runs
+        of the same jobs took (a job not run yet counts nothing), as each later look does (stopping.stop_reason):
+        a test skipped out of budget, not one stopped halfway through its look."""
+        if self.budget.deadline is None:
+            return
+        expected = runs * math.fsum(self.ledger.run_seconds.get(j.describe(), 0.0) for j in jobs)
+        left = self.budget.deadline - self.clock.now()
+        if 0 < left < expected:  # past the deadline, the first job's check_budget says so
+            names = " and ".join(j.describe() for j in jobs)
+            raise SessionBudgetSpent(
+                f"session budget {self.settings.session_budget:g} s: {left:.0f} s left, and the first look "
+                f"({runs} run{'s' if runs != 1 else ''} of {names}) would take about {expected:.0f} s at this "
+                f"session's runs of the same jobs: not started")
 
     def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
         """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
@@ -394,6 +413,8 @@ class DistPerf:
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
+        if not runs_a:
+            self._first_look_fits((a, b), repeats or self.plan.repeats)
         while len(runs_a) < (repeats or self.plan.repeats):
             one_more_pair()
         side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
@@ -413,6 +434,7 @@ class DistPerf:
                              f"{job.describe()} has none")
         key, runs = job.config_hash(), self.ledger.probe_runs if shared else {}
         if key not in runs:
+            self._first_look_fits((job,), 1)
             try:
                 runs[key] = self._run(job)
             except BaseException as e:

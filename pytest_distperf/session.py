@@ -41,6 +41,9 @@ class SessionLedger:
     # (JobSpec.measure_once); head and base count apart (their code differs)
     measured_once: set[tuple[str, str]] = field(default_factory=set)
     slot_wait_seconds: float = 0.0  # waits for a measurement slot another process's job held: not our time
+    # a job's label -> its latest run's seconds on the budget clock, op builds left out: what a first look of the
+    # job is expected to take (fixture._first_look_fits)
+    run_seconds: dict[str, float] = field(default_factory=dict)
 
     def budget_now(self) -> float:
         """The test's and the session's budget clock: monotonic time less the slot waits."""

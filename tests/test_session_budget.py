@@ -123,6 +123,45 @@ def test_a_first_look_the_budget_cuts_skips_the_test_and_leaves_whole_pairs(stri
     assert len(runs_a) == len(runs_b) == 1  # pair 2's B run was dropped: a later test sharing them stays paired
 
 
+def test_a_first_look_that_would_end_past_the_deadline_is_not_started():
+    # as a later look is not (stopping.stop_reason): the look's runs at what this session's runs of the same jobs
+    # took; a job not run yet counts nothing, and a look that fits starts
+    from _pytest.outcomes import Skipped
+
+    from pytest_distperf.fixture import DistPerf
+
+    settings = build_settings(True, {"session_budget": 100}, {})
+    ledger, now = SessionLedger(), [0.0]
+    ledger.budget_now = lambda: now[0]  # type: ignore[method-assign]
+    a, b = JobSpec(world_size=2, device="cpu", strategy="ddp"), JobSpec(world_size=2, device="cpu", strategy="fsdp")
+    launches = []
+
+    def fixture() -> DistPerf:
+        dp = DistPerf(settings, Plan(device="cpu", world_size=2, timeout=60.0, repeats=3), ledger, "t.py::test_x",
+                      "/tmp", deadline=100.0)
+
+        def run_once(job: JobSpec, side: str = "head") -> RunResult:
+            launches.append(job.strategy)
+            now[0] += 10.0  # every run takes 10 s
+            return _result(0.1)
+
+        dp._run_once = run_once  # type: ignore[method-assign]
+        return dp
+
+    fixture().run(a)  # a's first run: 10 s, at 10 s
+    assert ledger.run_seconds == {a.describe(): 10.0}
+    now[0] = 75.0  # 25 s left: three runs of a would take 30
+    with pytest.raises(Skipped, match=r"session budget 100 s: 25 s left, and the first look \(3 runs of ddp .*\) "
+                                      r"would take about 30 s at this session's runs of the same jobs: not started"):
+        fixture().measure(a)
+    with pytest.raises(Skipped, match=r"first look \(3 runs of ddp .* and fsdp .*\) would take about 30 s"):
+        fixture().compare(a, b)  # b not run yet: it counts nothing
+    assert launches == ["ddp"]  # no job of either look started
+    now[0] = 65.0  # 35 s left: the look fits
+    fixture().measure(a)
+    assert launches == ["ddp"] * 4
+
+
 # -- xdist: each worker reserves for its own share of the later tests --------------------------------------------
 def test_the_reserve_counts_a_workers_share_of_the_later_tests():
     from pytest_distperf.plugin import _tests_left, plan_key
@@ -198,8 +237,9 @@ def test_a_session_ends_at_its_budget_and_every_report_names_the_tests_left_out(
     not_started = (f"session budget {budget} s spent (* s run, waits for the measurement slot left out): job "
                    f"step:steps:make_step x2 cpu not started")
     result.stdout.fnmatch_lines([
-        f"*no job starts past it (waits for the measurement slot not counted, each xdist worker its own): a test "
-        f"whose first look cannot start is skipped, out of budget",  # the header
+        f"*no job starts past it (waits for the measurement slot not counted, each xdist worker its own), nor a "
+        f"first look that would end past it at this session's runs of the same jobs: a test whose first look "
+        f"cannot start is skipped, out of budget",  # the header
         "distperf: 3 out of budget: not measured: the session budget ran out before their first look "
         "(--distperf-session-budget); skipped, no verdict",
         f"  test_late: {not_started}",

@@ -47,8 +47,9 @@ def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
         line += (f"; the {settings.session_budget:g} s session budget is shared: every test gets its first two looks "
                  f"within it, a third or later look only within the time left less a reserve for each later test "
                  f"(the median of what the tests' looks have taken so far{f'; {tests} tests collected' if tests else ''})"
-                 f"; no job starts past it (waits for the measurement slot not counted, each xdist worker its own): "
-                 f"a test whose first look cannot start is skipped, out of budget")
+                 f"; no job starts past it (waits for the measurement slot not counted, each xdist worker its own), "
+                 f"nor a first look that would end past it at this session's runs of the same jobs: a test whose "
+                 f"first look cannot start is skipped, out of budget")
     return line
 
 

@@ -205,7 +205,8 @@ class Settings:
                                  "starts", option=False)
     session_budget: float | None = setting(
         None, "wall-clock seconds per pytest process (each xdist worker) after which no job starts (waits for the "
-        "measurement slot not counted): bounds a CI gate's time; a test whose first look cannot start is skipped, "
+        "measurement slot not counted), nor a first look that would end past it at this session's runs of its jobs: "
+        "bounds a CI gate's time; a test whose first look cannot start is skipped, "
         "out of budget (fails with --distperf-strict), undecided verdicts stay inconclusive")
     strict: bool = setting(False, "an inconclusive verdict (its interval holds the limit after the repeats allowed) "
                            "fails the test instead of warning")
