@@ -2,12 +2,14 @@
 # Usage (device machine, repository root, .whl carried; one call each, LIMIT under the call's 10 minutes):
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh explain     # every change, CUDA
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh scripts     # ddp, then HF slowed
+#   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh hf          # HF: save, slowed gate
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
-# The GPU checks not yet run end to end (see benchmarks/results/explain.md and script-jobs.md); each part writes
-# its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs transformers in the
-# image's Python (`pip install transformers`, or wheels carried in .whl/hf).
-case "${1:-explain}" in explain|scripts|frameworks) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|frameworks" >&2; exit 2 ;; esac
+# The GPU checks of benchmarks/results/explain.md and script-jobs.md, one device call each (`frameworks`: the
+# DeepSpeed and Lightning scripts' gates, unchanged and slowed; their comparisons with step jobs ran on 1xH100);
+# each part writes its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs
+# transformers in the image's Python (`pip install transformers`, or wheels carried in .whl/hf).
+case "${1:-explain}" in explain|scripts|hf|frameworks) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|hf|frameworks" >&2; exit 2 ;; esac
 start=$SECONDS
 . "${ENV_SH:-../shared/gpu/env.sh}"
 left() { echo $((${LIMIT:-580} - (SECONDS - start))); }
@@ -25,8 +27,11 @@ case "${1:-explain}" in
            [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
            part hf_slowed python benchmarks/script_jobs.py --script hf_trainer --device cuda --world-size 1 \
              --parts slowed --json "$OUT/script-jobs-hf-slowed-cuda.json" ;;
+  hf) [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
+      part hf_slowed python benchmarks/script_jobs.py --script hf_trainer --device cuda --world-size 1 \
+        --parts slowed --json "$OUT/script-jobs-hf-slowed-cuda.json" ;;
   frameworks) for s in deepspeed lightning; do
-             part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 --pairs 3 \
-               --json "$OUT/script-jobs-$s-cuda.json"; done ;;
+             part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 \
+               --parts unchanged,slowed --json "$OUT/script-jobs-$s-gates-cuda.json"; done ;;
 esac
 echo "== whole $((SECONDS - start)) s"
