@@ -15,7 +15,8 @@ The baseline is saved once from `none` (`--distperf-save`); every change then ru
 `distperf_explain` on, and the JSON report's explanation is read back. Printed per change: the verdicts that
 failed, the explanation's top rows (count and time per step on both sides, change, beyond noise or not), and the
 work phase's added cost (the rows are built from the profiler pass that already runs; `benchmarks/overhead.py`
-measures that pass) is not re-measured here. The baseline file's size with and without the tables is printed too.
+measures that pass) is not re-measured here. The baseline file's size with and without the tables is printed too,
+and each JSON report's size with the explanation's share (written once a job, however many verdicts it explains).
 
     python benchmarks/explain_changes.py --device cpu                      # 2 gloo ranks
     python benchmarks/explain_changes.py --device cuda --world-size 1      # 1xH200
@@ -144,18 +145,22 @@ def main(argv: list[str] | None = None) -> int:
             report = project / f"{change}.json"
             rc, out, seconds = session(project, args, "-o", "distperf_explain=true", f"--distperf-json={report}",
                                        env={"DP_CHANGE": change})
-            verdicts = json.loads(report.read_text())["tests"][0]["verdicts"] if report.exists() else []
-            failed = [v["metric"] for v in verdicts if v.get("fails")]
-            explanation = next((v.get("explanation") for v in verdicts if v.get("explanation")), None) or {}
+            test = json.loads(report.read_text())["tests"][0] if report.exists() else {}
+            failed = [v["metric"] for v in test.get("verdicts", []) if v.get("fails")]
+            explanation = next(iter((test.get("explanations") or {}).values()), None) or {}
+            report_bytes = report.stat().st_size if report.exists() else 0
+            explanation_bytes = len(json.dumps(test.get("explanations") or {}, indent=2))
             rows = explanation.get("rows", [])
             beyond = [r for r in rows if r.get("beyond_noise") or r.get("count_changed")]
             print(f"\n== {change}: exit {rc} in {seconds:.0f} s; failed: {', '.join(failed) or 'none'}; "
-                  f"{len(beyond)} of {len(rows)} rows stand out (time beyond noise or count changed)", flush=True)
+                  f"{len(beyond)} of {len(rows)} rows stand out (time beyond noise or count changed); JSON report "
+                  f"{report_bytes} bytes, the explanation {explanation_bytes} of them", flush=True)
             for line in Explanation.from_json(explanation).lines(top=args.rows) if explanation else []:
                 print(f"   {line}")
             if not explanation:
                 print(out[-2000:])
-            results[change] = {"exit": rc, "seconds": seconds, "failed": failed, "explanation": explanation}
+            results[change] = {"exit": rc, "seconds": seconds, "failed": failed, "explanation": explanation,
+                               "report_bytes": report_bytes, "explanation_bytes": explanation_bytes}
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "baseline_bytes": size,
                                                "baseline_bytes_without_tables": without, "changes": results},

@@ -365,10 +365,12 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
                                  "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
                                  "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; count changed; "
                                  "time beyond its noise (* ms))"])
-    report = json.loads((pytester.path / "report.json").read_text())
-    failed = [v for v in report["tests"][0]["verdicts"] if v.get("fails")]
-    assert failed and all(v["explanation"]["rows"][0]["name"] == "op:aten::sort" for v in failed)
-    assert len(failed[0]["explanation"]["rows"]) > 5  # the whole table, not only the rows the message shows
+    test = json.loads((pytester.path / "report.json").read_text())["tests"][0]
+    failed = [v for v in test["verdicts"] if v.get("fails")]
+    assert failed and all(v["explained"] for v in failed)
+    [diff] = test["explanations"].values()  # once for the job, however many of its verdicts it explains
+    assert diff["rows"][0]["name"] == "op:aten::sort"
+    assert len(diff["rows"]) > 5  # the whole table, not only the rows the message shows
     html = (pytester.path / "report.html").read_text()
     assert '<table class="explain">' in html and "op:aten::sort [new]" in html
     chart = html[html.index('class="chart contributions"'):]  # the contribution bars: the sort's, slower, first
@@ -381,8 +383,9 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     clean.assert_outcomes(passed=1)
     clean.stdout.fnmatch_lines(["*step:usersteps:stepper x2 cpu (step_time *, *flops_per_step PASS*",
                                 "*what changed (per step, median of 3 baseline / * current runs*"])
-    verdicts = json.loads((pytester.path / "clean.json").read_text())["tests"][0]["verdicts"]
-    assert all(v["explanation"]["rows"] for v in verdicts if v["status"] != "new")
+    test = json.loads((pytester.path / "clean.json").read_text())["tests"][0]
+    assert all(v["explained"] for v in test["verdicts"] if v["status"] != "new")
+    assert all(diff["rows"] for diff in test["explanations"].values())
 
 
 def _synthetic_run(step: float, table: dict[str, list[float]]):
@@ -417,3 +420,22 @@ def test_head_vs_base_says_what_changed_under_a_failed_verdict():
             in outcome.message)
     step_time = next(r for r in outcome.records if r.metric == "step_time")
     assert step_time.explanation["rows"][0]["name"] == "op:sort"
+
+
+def test_the_json_report_holds_a_jobs_diff_once_and_reads_it_back_into_each_verdict():
+    from pytest_distperf.decide.verdicts import MetricVerdict
+    from pytest_distperf.report.document import TestDocument
+
+    diff = ex.explain([_run(mm=(2, 0.01))] * 2, [_run(mm=(2, 0.01), sort=(1, 0.1))] * 2).to_json()
+
+    def verdict(metric: str, explained: bool) -> MetricVerdict:
+        return MetricVerdict(test="t.py::test_x", job="ddp tiny x2 cpu", metric=metric, metric_kind="time", unit="s",
+                             direction="lower",
+                             status="fail", baseline=1.0, current=2.0, explanation=diff if explained else None)
+
+    doc = TestDocument("t.py::test_x", "failed", 1.0, verdicts=[verdict("step_time", True), verdict("gpu_time", True),
+                                                                 verdict("peak_memory", False)])
+    d = doc.to_json()
+    assert d["explanations"] == {"ddp tiny x2 cpu": diff} and [v["explained"] for v in d["verdicts"]] == [
+        True, True, False] and not any("explanation" in v for v in d["verdicts"])
+    assert [v.explanation for v in TestDocument.from_json(d).verdicts] == [diff, diff, None]

@@ -126,6 +126,10 @@ class TestDocument:
         kinds = {"checks": "check", "verdicts": "baseline", "probes": "probe", "baseline_saved": "baseline_saved"}
         records: list[Record | Mapping[str, Any]] = [{**r, "kind": kind} for name, kind in kinds.items()
                                                      for r in t.get(name) or []]
+        explanations = t.get("explanations") or {}
+        for r in records:  # each verdict its job's what-changed diff again (to_json writes it once a job)
+            if r.get("kind") == "baseline" and r.get("explained"):  # type: ignore[union-attr]
+                r["explanation"] = explanations.get(r.get("job"))  # type: ignore[index, union-attr]
         records += [JobRecord.from_json(j) for j in t.get("jobs") or []]
         return cls.from_records(str(t["nodeid"]), str(t["outcome"]), float(t.get("duration") or 0.0), records,
                                 GateContext.from_json(dict(t)), t.get("message"), t.get("failure"),
@@ -144,8 +148,14 @@ class TestDocument:
             d.update(self.context.to_json())
         d.update((k, v) for k, v in (("failure", self.failure), ("xfail_reason", self.xfail_reason)) if v is not None)
         d["out_of_budget"] = self.out_of_budget  # every test says whether the session budget stopped it
+        verdicts, explanations = [v.to_json() for v in self.verdicts], {}
+        for v in verdicts:  # every verdict of a job carries the same diff: written once, in `explanations`
+            diff = v.pop("explanation", None)
+            v["explained"] = diff is not None
+            if diff is not None:
+                explanations.setdefault(v["job"], diff)
         d.update({"jobs": [j.to_json() for j in self.jobs],
-                  "checks": [c.to_json() for c in self.checks], "verdicts": [v.to_json() for v in self.verdicts],
+                  "checks": [c.to_json() for c in self.checks], "verdicts": verdicts, "explanations": explanations,
                   "probes": [p.to_json() for p in self.probes], "baseline_saved": [s.to_json() for s in self.saved]})
         return d
 
