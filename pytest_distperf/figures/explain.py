@@ -230,6 +230,7 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     for r in rows:  # a share of its own family's change: the module: rows hold the op/kernel rows' time again
         total = totals[family(r.name)]
         r.share = r.change / total if total else None
+
     def tier(r: ExplainRow) -> tuple[bool, bool, bool]:
         return not r.stands_out, bool(first) and family(r.name) not in first, r.name in OTHERS.values()
 
@@ -248,5 +249,6 @@ def explain_by(failed: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]
     alike, as when step_time or nothing failed)."""
     by = "count" if failed and all(kind == "count" for _, kind in failed) else "time"
     read = [FIGURE_FAMILIES.get(name) for name, kind in failed if kind == by]
-    first = () if not read or any(f is None for f in read) else tuple(sorted({x for f in read for x in f or ()}))
-    return by, first
+    if not read or any(f is None for f in read):
+        return by, ()
+    return by, tuple(sorted({x for f in read if f for x in f}))

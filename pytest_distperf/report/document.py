@@ -124,12 +124,11 @@ class TestDocument:
     def from_json(cls, t: Mapping[str, Any]) -> "TestDocument":
         """A test of a JSON report typed again; ValueError/KeyError/TypeError where it is not one."""
         kinds = {"checks": "check", "verdicts": "baseline", "probes": "probe", "baseline_saved": "baseline_saved"}
+        diffs = t.get("explanations") or {}  # a job's what-changed diff, once: each verdict it explains gets it
+        lists = {**t, "verdicts": [{**v, "explanation": diffs.get(v.get("job"))} if v.get("explained") else v
+                                   for v in t.get("verdicts") or []]}
         records: list[Record | Mapping[str, Any]] = [{**r, "kind": kind} for name, kind in kinds.items()
-                                                     for r in t.get(name) or []]
-        explanations = t.get("explanations") or {}
-        for r in records:  # each verdict its job's what-changed diff again (to_json writes it once a job)
-            if r.get("kind") == "baseline" and r.get("explained"):  # type: ignore[union-attr]
-                r["explanation"] = explanations.get(r.get("job"))  # type: ignore[index, union-attr]
+                                                     for r in lists.get(name) or []]
         records += [JobRecord.from_json(j) for j in t.get("jobs") or []]
         return cls.from_records(str(t["nodeid"]), str(t["outcome"]), float(t.get("duration") or 0.0), records,
                                 GateContext.from_json(dict(t)), t.get("message"), t.get("failure"),
