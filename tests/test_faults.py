@@ -337,7 +337,7 @@ def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp
     import json
 
     from pytest_distperf.launch import jobfiles
-    from pytest_distperf.launch.launcher import _failure_message
+    from pytest_distperf.launch.launcher import _rank_failed
     from pytest_distperf.spec.job import FunctionRef, JobSpec
 
     job = JobSpec(world_size=2, device="cpu", function=FunctionRef("m", "f"))
@@ -349,7 +349,9 @@ def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp
         "py_callstack": "Traceback (most recent call last):\nValueError: injected failure"}}}))
     reported = [jobfiles.RankFailure(rank=0, exitcode=1, signal=None, message="RuntimeError: Connection closed by peer",
                                      timestamp=100)]
-    message = _failure_message(job, str(tmp_path), reported)
+    error = _rank_failed(job, str(tmp_path), reported)
+    message = str(error)
+    assert [f.rank for f in error.failures] == [0, 1]  # the error carries the rank elastic did not report
     assert message.startswith("distperf job f x2 cpu failed: rank 1 exited with code 1 (root cause)"), message
     assert "ValueError: injected failure" in message and "other ranks: rank 0 exit 1" in message
 
@@ -384,6 +386,27 @@ def test_only_an_abort_in_the_profilers_stop_of_distperfs_own_phase_is_one():
     assert not is_profiler_abort(_rank_failed(user))  # the user's own profiler: their crash, not distperf's
     elsewhere = _PROFILER_ABORT_TRACE.replace("torch/profiler/profiler.py", "torch/nn/modules/module.py")
     assert not is_profiler_abort(_rank_failed(elsewhere))
+
+
+def test_an_abort_elastic_did_not_report_is_one_too(tmp_path):
+    # elastic reported rank 0, whose gloo connection broke when rank 1 aborted in the profiler's stop: the abort is
+    # the root cause, and the error's failures (what is_profiler_abort reads) hold it
+    import os
+
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import _rank_failed, is_profiler_abort
+    from pytest_distperf.spec.job import JobSpec
+
+    job = JobSpec(strategy="lightning_fabric", world_size=2, device="cpu")
+    (tmp_path / "exit-rank1.txt").write_text("signal 6")
+    (tmp_path / "exit-rank0.txt").write_text("exit 1")
+    os.utime(tmp_path / "exit-rank1.txt", (99.0, 99.0))
+    (tmp_path / "fatal-rank1.log").write_text(_PROFILER_ABORT_TRACE.split("\n\n", 1)[1])
+    reported = [jobfiles.RankFailure(rank=0, exitcode=1, signal=None, message="RuntimeError: Connection closed by "
+                                     "peer", timestamp=100)]
+    error = _rank_failed(job, str(tmp_path), reported)
+    assert str(error).startswith("distperf job lightning_fabric tiny x2 cpu failed: rank 1 died of SIGABRT")
+    assert is_profiler_abort(error)
 
 
 def test_a_profiler_abort_is_measured_once_more_and_said(monkeypatch: pytest.MonkeyPatch):

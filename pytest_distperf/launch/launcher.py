@@ -185,8 +185,7 @@ def _watch(job: JobSpec, job_dir: str, proc: Any, start: float, timeout: float,
         fatal_since = (fatal_since or time.monotonic()) if fatal else None
         if fatal_since and time.monotonic() - fatal_since > FATAL_REPORT_GRACE_SECONDS:
             end_tree(proc)  # SIGKILL also ends a core dump in progress
-            failures = _fatal_failures(fatal)
-            raise RankFailed(_failure_message(job, job_dir, failures, late=True), failures, job_dir)
+            raise _rank_failed(job, job_dir, _fatal_failures(fatal), late=True)
         last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
@@ -207,7 +206,7 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         quiet = _quiet_exits(job_dir)
         if quiet:  # a rank that left with exit code 0 and no value: its peers failed because of it
             raise JobError(_vanished_message(job, job_dir, quiet), job_dir)
-        raise RankFailed(_failure_message(job, job_dir, result.failures), result.failures, job_dir)
+        raise _rank_failed(job, job_dir, result.failures)
     values = result.values or {}
     missing = sorted(set(range(job.world_size)) - set(values))
     if missing:
@@ -246,8 +245,15 @@ def _with_unreported_failures(job_dir: str, failures: list[jobfiles.RankFailure]
     return failures + extra
 
 
+def _rank_failed(job: JobSpec, job_dir: str, reported: list[jobfiles.RankFailure], late: bool = False) -> RankFailed:
+    """The error for failed ranks: what torch elastic reported and what it did not (a rank that died of a signal
+    while elastic reported the peer whose connection it broke), one list for the message and for the callers that
+    read the failures (is_profiler_abort)."""
+    failures = _with_unreported_failures(job_dir, reported)
+    return RankFailed(_failure_message(job, job_dir, failures, late), failures, job_dir)
+
+
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
-    failures = _with_unreported_failures(job_dir, failures)
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
     lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
     if late:
