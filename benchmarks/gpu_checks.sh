@@ -4,6 +4,7 @@
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh scripts     # ddp, then HF slowed
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh hf          # HF: save, slowed gate
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
+#   SCRIPTS=lightning OUT=/path LIMIT=580 ... bash benchmarks/gpu_checks.sh frameworks  # one of them (~250 s)
 # The GPU checks of benchmarks/results/explain.md and script-jobs.md, one device call each (`frameworks`: the
 # DeepSpeed and Lightning scripts' gates, unchanged and slowed; their comparisons with step jobs ran on 1xH100);
 # each part writes its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs
@@ -30,7 +31,7 @@ case "${1:-explain}" in
   hf) [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
       part hf_slowed python benchmarks/script_jobs.py --script hf_trainer --device cuda --world-size 1 \
         --parts slowed --json "$OUT/script-jobs-hf-slowed-cuda.json" ;;
-  frameworks) for s in deepspeed lightning; do
+  frameworks) for s in ${SCRIPTS:-deepspeed lightning}; do
              part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 \
                --parts unchanged,slowed --json "$OUT/script-jobs-$s-gates-cuda.json"; done ;;
 esac
