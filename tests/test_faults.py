@@ -356,6 +356,27 @@ def test_the_rank_that_raised_first_is_the_cause_when_elastic_reports_a_peer(tmp
     assert "ValueError: injected failure" in message and "other ranks: rank 0 exit 1" in message
 
 
+def test_a_rank_that_exited_0_without_a_value_is_named_with_what_it_left(tmp_path, monkeypatch):
+    # every rank exited 0, rank 1 without its value: the error says whether it started and shows its stderr
+    from pytest_distperf.errors import JobError
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import _collect
+    from pytest_distperf.spec.job import FunctionRef, JobSpec
+
+    monkeypatch.setenv(jobfiles.KEY_ENV, "ab" * 32)
+    job = JobSpec(world_size=2, device="cpu", function=FunctionRef("m", "f"))
+    jobfiles.write_result(str(tmp_path), jobfiles.AgentResult(values={0: "measured"}))
+    (tmp_path / "rank1.pid").write_text("4242")
+    log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the rank's last words\n")
+    with pytest.raises(JobError) as raised:
+        _collect(job, str(tmp_path))
+    message = str(raised.value)
+    assert message.startswith("ranks [1] of f x2 cpu returned nothing (rank 1 started (pid 4242))"), message
+    assert "the rank's last words" in message and str(tmp_path) in message
+
+
 # -- a rank that aborts in torch.profiler's stop during distperf's profiled phase: measured once more -----------
 _PROFILER_ABORT_TRACE = """distperf job ddp tiny x2 cpu failed: rank 0 died of SIGABRT (root cause)
 

@@ -209,8 +209,12 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         raise _rank_failed(job, job_dir, result.failures)
     values = result.values or {}
     missing = sorted(set(range(job.world_size)) - set(values))
-    if missing:
-        raise JobError(f"ranks {missing} of {job.describe()} returned nothing; job folder: {job_dir}", job_dir)
+    if missing:  # every rank exited 0, these without a value: say what each left, for the next look
+        started = jobfiles.started_ranks(job_dir)
+        left = ", ".join(f"rank {r} " + (f"started (pid {started[r]})" if r in started else "never started") +
+                         (", marked returned" if jobfiles.has_returned(job_dir, r) else "") for r in missing)
+        raise JobError(f"ranks {missing} of {job.describe()} returned nothing ({left})\n"
+                       f"{_stderr_tails(job, job_dir)}\njob folder: {job_dir}", job_dir)
     return values
 
 
