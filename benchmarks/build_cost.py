@@ -1,10 +1,15 @@
-"""Where a job's build goes: one rank's `prepare.build` (model, strategy engine, batches) under cProfile.
+"""Where a run's fixed cost goes: one rank's `prepare.build` (model, strategy engine, batches) and, with
+`--after`, the phases after timing (the work phase, the step breakdown), each under cProfile.
 
-A run's split (figures/quantities.run_time_split) says how long the build took; this says in which functions, so
-what is the harness's (model init, batches, config checks) can be told from what is the library's (DeepSpeed's
-partitioning, its optimizer set-up). One process, world size 1, the process group started here.
+A run's split (figures/quantities.run_time_split) says how long the build and the phases after timing took; this
+says in which functions, so what is the harness's (model init, batches, config checks, the profiler's start and
+stop, the trace's export and read) can be told from what is the library's (DeepSpeed's partitioning, its optimizer
+set-up). One process, world size 1, the process group started here; a fresh process is a run's first profiler
+start (CUPTI's set-up), so the work phase is timed as a run pays it, again with the profiler warm, and a third
+time under cProfile.
 
     python benchmarks/build_cost.py --device cuda --strategy deepspeed --options '{"stage": 3}' --shape 1b
+    python benchmarks/build_cost.py --device cuda --strategy fsdp2 --options '{}' --shape 1b --after
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--options", default='{"stage": 3}', help="strategy options, JSON")
     p.add_argument("--shape", default="1b")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--after", action="store_true", help="also the phases after timing, split and profiled")
+    p.add_argument("--trace", help="--after: keep the work phase's Chrome trace here")
+    p.add_argument("--warmup", type=int, default=3, help="steps before the phases after timing (--after)")
     args = p.parse_args(argv)
 
     import torch
@@ -70,14 +79,58 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize()
         first_step_s = time.perf_counter() - started
-    print(f"{job.describe()}: imports {loaded_s:.1f} s, build {build_s:.1f} s, first step {first_step_s:.1f} s")
-    for key in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
-        print(f"--- build, by {key} ---")
-        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
+        print(f"{job.describe()}: imports {loaded_s:.1f} s, build {build_s:.1f} s, first step {first_step_s:.1f} s")
+        show(prof, "build", args.top)
+        if args.after:
+            after(job, prepared, device, args)
     dist.destroy_process_group()
     return 0
+
+
+def show(prof: cProfile.Profile, what: str, top: int) -> None:
+    for key in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+        print(f"--- {what}, by {key} ---")
+        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
+
+
+def after(job: "JobSpec", prepared: Any, device: Any, args: argparse.Namespace) -> None:
+    """The phases after timing as rank/worker.py runs them, each timed; the work phase under cProfile."""
+    from pytest_distperf.rank import breakdown, work
+    from pytest_distperf.rank.timing import StepTimer
+
+    timer = StepTimer(device)
+    trainer, batches = prepared.adapter, prepared.batches[job.warmup_steps:]
+
+    def step(i: int) -> Any:
+        return trainer.step(*batches[i % len(batches)])
+
+    def seconds(fn: Any) -> float:
+        timer.sync()
+        started = time.perf_counter()
+        fn()
+        timer.sync()
+        return time.perf_counter() - started
+
+    for i in range(args.warmup):
+        step(i)
+    plain = seconds(lambda: [step(i) for i in range(job.work_steps)])
+    first = seconds(lambda: work.measure(step, job.work_steps, timer.sync, device, counts=False))
+    again = seconds(lambda: work.measure(step, job.work_steps, timer.sync, device, counts=False))
+    counts = seconds(lambda: work.measure(step, job.work_steps, timer.sync, device, counts=True)) - again
+    split = seconds(lambda: breakdown.collect(trainer, batches))
+    print(f"after timing: {job.work_steps} plain steps {plain:.2f} s; work phase {first:.2f} s a run "
+          f"(again in the same process {again:.2f} s); counting pass (a job's first run) {counts:.2f} s; "
+          f"step breakdown (a job's first run) {split:.2f} s")
+    if args.trace:  # the work phase's trace kept, for Perfetto or to table it again elsewhere
+        export = work.export
+        work.export = lambda prof, complete_only=True: export(prof, args.trace, complete_only)
+    prof = cProfile.Profile()
+    prof.enable()
+    work.measure(step, job.work_steps, timer.sync, device, counts=False)
+    prof.disable()
+    show(prof, "work phase (profiler warm)", args.top)
 
 
 if __name__ == "__main__":

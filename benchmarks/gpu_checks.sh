@@ -5,12 +5,13 @@
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh hf          # HF: save, slowed gate
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
 #   SCRIPTS=lightning OUT=/path LIMIT=580 ... bash benchmarks/gpu_checks.sh frameworks  # one of them (~250 s)
+#   OUT=/path LIMIT=200 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh after  # a run's fixed cost, 1b pair
 # The GPU checks of benchmarks/results/explain.md and script-jobs.md, one device call each (`frameworks`: the
 # DeepSpeed and Lightning scripts' gates, unchanged and slowed; their comparisons with step jobs ran on 1xH100);
 # each part writes its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs
 # transformers in the image's Python (`pip install transformers`, or wheels carried in .whl/hf).
-case "${1:-explain}" in explain|scripts|hf|frameworks) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|hf|frameworks" >&2; exit 2 ;; esac
+case "${1:-explain}" in explain|scripts|hf|frameworks|after) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|hf|frameworks|after" >&2; exit 2 ;; esac
 start=$SECONDS
 . "${ENV_SH:-../shared/gpu/env.sh}"
 left() { echo $((${LIMIT:-580} - (SECONDS - start))); }
@@ -34,5 +35,10 @@ case "${1:-explain}" in
   frameworks) for s in ${SCRIPTS:-deepspeed lightning}; do
              part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 \
                --parts unchanged,slowed --json "$OUT/script-jobs-$s-gates-cuda.json"; done ;;
+  after) part after-fsdp2 python benchmarks/build_cost.py --device cuda --strategy fsdp2 --options '{}' --shape 1b \
+           --after --top 30 --trace "$OUT/trace-fsdp2-1b.json"
+         [ -f "$OUT/trace-fsdp2-1b.json" ] && gzip -f "$OUT/trace-fsdp2-1b.json"
+         part after-zero3 python benchmarks/build_cost.py --device cuda --strategy deepspeed --options '{"stage": 3}' \
+           --shape 1b --after --top 30 ;;
 esac
 echo "== whole $((SECONDS - start)) s"

@@ -55,6 +55,7 @@ row, so a stored baseline stays small; a row that fell into ``(other)`` in some 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import weakref
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -95,6 +96,7 @@ def _strip_nested(name: str, open_: str, close: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=None)  # a step launches the same few hundred kernels thousands of times
 def kernel_name(name: str) -> str:
     """One name per kernel: template arguments and parameter lists dropped, `void` and a return type before the
     qualified name dropped, a `[clone]`/launch suffix dropped."""
@@ -114,25 +116,30 @@ def is_collective_op(name: str) -> bool:
 
 def self_times(events: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float]]:
     """Each event with its self time (its duration less its direct children's, same thread), in microseconds."""
-    by_tid: dict[Any, list[Mapping[str, Any]]] = {}
-    for e in events:
-        by_tid.setdefault(e.get("tid"), []).append(e)
     out: list[tuple[Mapping[str, Any], float]] = []
-    for evs in by_tid.values():
-        evs.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))  # a parent before its children
-        selfs = [float(e.get("dur", 0.0)) for e in evs]
-        stack: list[int] = []
-        for i, e in enumerate(evs):
-            ts = float(e["ts"])
-            while stack and float(evs[stack[-1]]["ts"]) + float(evs[stack[-1]].get("dur", 0.0)) <= ts:
+    for spans in _by_thread(events).values():
+        selfs = [dur for _, dur, _, _ in spans]
+        stack: list[tuple[int, float]] = []  # (index, end) of the open parents
+        for i, (ts, _, end, _) in enumerate(spans):
+            while stack and stack[-1][1] <= ts:
                 stack.pop()
             if stack:
-                parent = evs[stack[-1]]
-                end = min(ts + float(e.get("dur", 0.0)), float(parent["ts"]) + float(parent.get("dur", 0.0)))
-                selfs[stack[-1]] -= max(0.0, end - ts)  # clamped: a child sticking out by rounding
-            stack.append(i)
-        out += [(e, max(0.0, s)) for e, s in zip(evs, selfs)]
+                parent, parent_end = stack[-1]
+                selfs[parent] -= max(0.0, min(end, parent_end) - ts)  # clamped: a child sticking out by rounding
+            stack.append((i, end))
+        out += [(e, max(0.0, s)) for (_, _, _, e), s in zip(spans, selfs)]
     return out
+
+
+def _by_thread(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tuple[float, float, float, Any]]]:
+    """Per thread, (ts, dur, end, event) in start order, a parent before its children (the longer first)."""
+    by_tid: dict[Any, list[tuple[float, float, float, Any]]] = {}
+    for e in events:
+        ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        by_tid.setdefault(e.get("tid"), []).append((ts, dur, ts + dur, e))
+    for spans in by_tid.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+    return by_tid
 
 
 def family(name: str) -> str:
@@ -231,19 +238,14 @@ def module_ranges() -> Iterator[None]:
 def _sweep(events: Iterable[Mapping[str, Any]], visit: Any) -> None:
     """Per thread, in start order, `visit(event, module)` with the innermost enclosing context's module; what
     `visit` returns other than False becomes the context of the events inside this one (None: no module)."""
-    by_tid: dict[Any, list[Mapping[str, Any]]] = {}
-    for e in events:
-        by_tid.setdefault(e.get("tid"), []).append(e)
-    for evs in by_tid.values():
-        evs.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
+    for spans in _by_thread(events).values():
         stack: list[tuple[float, str | None]] = []
-        for e in evs:
-            ts = float(e["ts"])
+        for ts, _, end, e in spans:
             while stack and stack[-1][0] <= ts:
                 stack.pop()
             pushed = visit(e, stack[-1][1] if stack else None)
             if pushed is not False:
-                stack.append((ts + float(e.get("dur", 0.0)), pushed))
+                stack.append((end, pushed))
 
 
 def module_time_rows(trace: Any, cuda: bool) -> Table:

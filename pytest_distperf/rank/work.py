@@ -28,8 +28,8 @@ import os
 import platform
 from typing import Any, Callable, Generator, TypeVar
 
-from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, export, interval,
-                                               is_comm_kernel)
+from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, collector_paused,
+                                               export, interval, is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
 from pytest_distperf.rank.time_table import module_ranges, module_rows, rank_table
@@ -202,7 +202,15 @@ def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None,
             with record_function(STEP_MARK):
                 yield i
                 sync()
-    events = export(prof, complete_only=False)
+    with collector_paused():
+        _from_trace(result, export(prof, complete_only=False), steps, cuda)
+    if not cuda:
+        result.state_bytes = state_bytes(model, optimizer)
+    return result
+
+
+def _from_trace(result: WorkResult, events: list[dict[str, Any]], steps: int, cuda: bool) -> None:
+    """The profiler pass's figures: the time table, and the GPU figures (CUDA) or the steps' allocation peaks."""
     trace = Trace([e for e in events if e.get("ph") == "X"])
     if len(trace.steps) != steps:
         raise RuntimeError(f"work phase: the trace holds {len(trace.steps)} {STEP_MARK} ranges for {steps} steps")
@@ -212,8 +220,6 @@ def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None,
     else:
         result.not_measured["gpu_time"] = "needs CUDA: a CPU job runs no kernels"
         result.step_peak_bytes = _step_peaks(trace.steps, [e for e in events if e.get("name") == "[memory]"])
-        result.state_bytes = state_bytes(model, optimizer)
-    return result
 
 
 def _count(result: WorkResult, steps: int, sync: Callable[[], None]) -> Generator[int, None, None]:

@@ -29,7 +29,7 @@ from pytest_distperf.launch.devices import usable_cores
 from pytest_distperf.rank.probes import comms, overlap, placement
 from pytest_distperf.rank.probes.results import PlacementResult, ProbeResult
 from pytest_distperf.rank.probes.timeline import step_timeline
-from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, export
+from pytest_distperf.rank.probes.trace import STEP_MARK, Trace, collector_paused, export
 from pytest_distperf.rank.timing import StepTimer
 from pytest_distperf.spec.probes import PROBES, validate
 
@@ -98,7 +98,8 @@ class Recorder:
         assert self._prof is not None
         self._prof.__exit__(*exc)
         if exc[0] is None:
-            self._result = self._analyse(self._prof)
+            with collector_paused():
+                self._result = self._analyse(self._prof)
 
     def result(self) -> ProbeResult:
         if self._result is None:

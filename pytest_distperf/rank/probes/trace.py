@@ -22,11 +22,13 @@ Times are microseconds (``ts``, ``dur``), CPU and GPU on one clock.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 STEP_MARK = "distperf:step"  # the record_function range around each profiled step
 
@@ -41,6 +43,20 @@ MEMSET_CAT = "gpu_memset"
 
 def is_comm_kernel(name: str) -> bool:
     return name.startswith("nccl")
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a trace is read and analysed: its events (a dict each, hundreds
+    of thousands on a large step) stay live throughout, and every collection the reading triggers would walk them
+    all. They hold no reference cycles: reference counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def load(path: str, complete_only: bool = True) -> list[dict[str, Any]]:
