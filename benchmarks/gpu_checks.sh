@@ -35,10 +35,10 @@ case "${1:-explain}" in
   frameworks) for s in ${SCRIPTS:-deepspeed lightning}; do
              part "$s" python benchmarks/script_jobs.py --script "$s" --device cuda --world-size 1 \
                --parts unchanged,slowed --json "$OUT/script-jobs-$s-gates-cuda.json"; done ;;
-  after) part after-fsdp2 python benchmarks/build_cost.py --device cuda --strategy fsdp2 --options '{}' --shape 1b \
-           --after --top 30 --trace "$OUT/trace-fsdp2-1b.json"
-         [ -f "$OUT/trace-fsdp2-1b.json" ] && gzip -f "$OUT/trace-fsdp2-1b.json"
-         part after-zero3 python benchmarks/build_cost.py --device cuda --strategy deepspeed --options '{"stage": 3}' \
-           --shape 1b --after --top 30 ;;
+  after) for s in ${JOBS:-fsdp2 zero3}; do  # JOBS=fsdp2: the FSDP2 one alone (~30 s)
+           case $s in fsdp2) opts='{}' strategy=fsdp2 ;; zero3) opts='{"stage": 3}' strategy=deepspeed ;; esac
+           part "after-$s" python benchmarks/build_cost.py --device cuda --strategy $strategy --options "$opts" \
+             --shape 1b --after --top 30 --trace "$OUT/trace-$s-1b.json"
+           [ -f "$OUT/trace-$s-1b.json" ] && gzip -f "$OUT/trace-$s-1b.json"; done ;;
 esac
 echo "== whole $((SECONDS - start)) s"
