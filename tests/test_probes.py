@@ -351,3 +351,23 @@ def test_a_collectives_check_between_one_rank_jobs_skips_saying_so():
         run.spec = JobSpec(world_size=1, device="cuda", strategy=run.spec.strategy, probes=("comms",))
     with pytest.raises(pytest.skip.Exception, match="ran on one rank, where no collective runs"):
         ProbeAssertions(*one).assert_collectives_within("all_gather", 1.5)
+
+
+def test_the_collector_is_paused_while_a_trace_is_analysed_and_restored_after_an_error():
+    import gc
+
+    from pytest_distperf.rank.probes.trace import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with collector_paused():
+            assert not gc.isenabled()
+            raise ValueError("an analysis that fails")
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
