@@ -10,7 +10,7 @@ time under cProfile.
 
     python benchmarks/build_cost.py --device cuda --strategy deepspeed --options '{"stage": 3}' --shape 1b
     python benchmarks/build_cost.py --device cuda --strategy fsdp2 --options '{}' --shape 1b --after --trace t.json
-    python benchmarks/build_cost.py --table t.json.gz     # anywhere: read and table a kept trace, collector on/paused
+    python benchmarks/build_cost.py --table t.json        # anywhere: read and table a kept trace, collector on/paused
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", action="store_true", help="also the phases after timing, split and profiled")
     p.add_argument("--trace", help="--after: keep the work phase's Chrome trace here")
     p.add_argument("--warmup", type=int, default=3, help="steps before the phases after timing (--after)")
-    p.add_argument("--table", metavar="TRACE", help="only read and table a kept trace (.json or .json.gz), as the "
-                   "work phase does, with Python's cyclic collector on and paused; no process group, no GPU")
+    p.add_argument("--table", metavar="TRACE", help="only read and table a kept trace (.json: gunzip -k what "
+                   "gpu_checks.sh gzipped) as the work phase does, with Python's cyclic collector on and paused; "
+                   "no process group, no GPU")
     p.add_argument("--repeats", type=int, default=3, help="--table: times each way")
     args = p.parse_args(argv)
     if args.table:
@@ -98,17 +99,10 @@ def table(path: str, repeats: int) -> int:
     with the collector on (as the work phase read it before 36c3f2b) and paused (as it does since); the median of
     each, then both tables as one JSON line, to compare line against line with another commit's rows."""
     import contextlib
-    import gzip
     import statistics
 
-    from pytest_distperf.rank.probes.trace import Trace, collector_paused
+    from pytest_distperf.rank.probes.trace import Trace, collector_paused, load
     from pytest_distperf.rank.time_table import rank_table
-
-    def read() -> list[dict[str, Any]]:
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-            data = json.load(f)
-        events = data["traceEvents"] if isinstance(data, dict) else data
-        return [e for e in events if e.get("ph") == "X"]
 
     tables = {}
     for label, context in (("collector on", contextlib.nullcontext), ("collector paused", collector_paused)):
@@ -116,7 +110,7 @@ def table(path: str, repeats: int) -> int:
         for _ in range(repeats):
             with context():
                 started = time.perf_counter()
-                trace = Trace(read())
+                trace = Trace(load(path))
                 tables = {cuda: rank_table(trace, cuda) for cuda in (True, False)}
                 seconds.append(time.perf_counter() - started)
             del trace
