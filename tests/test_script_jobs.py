@@ -4,7 +4,8 @@ optimizer hook, measured and gated like any job.
 Real 2-rank CPU jobs through torchrun: a plain DDP loop is measured (its optimizer steps timed, its work figures
 counted), saved as a baseline, then gated: the same script passes, the script with an extra operator in its step
 fails. A script that ends before the job has its steps, one whose update the hook cannot see, and one that marks
-its steps with `pytest_distperf.step()` each get what they should. Bad arguments are errors naming them.
+its steps with `pytest_distperf.step()` each get what they should; a rank that dies of a signal is named as the
+root cause with its stacks. Bad arguments are errors naming them.
 """
 
 from __future__ import annotations
@@ -106,6 +107,20 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             if "MARK" in __import__("os").environ:
                 pytest_distperf.step()
     """)
+    pytester.makepyfile(aborts="""
+        import os
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(16, 16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(30):
+            model(torch.ones(4, 16)).sum().backward()
+            opt.step()
+            dist.barrier()
+            if step == 2 and dist.get_rank() == 1:
+                os.abort()  # a native crash: no Python error, only faulthandler's stacks
+    """)
     pytester.makepyfile(test_scripts="""
         def test_too_short(distperf):
             distperf.run(distperf.script_job("train.py", args=("--steps", "4"), steps=6, warmup=2))
@@ -123,12 +138,20 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             run = distperf.run(distperf.script_job("by_hand.py", env={"MARK": "1"}, steps=3, warmup=1))
             assert run.ranks[0].extra["launch"]["steps_by"] == "pytest_distperf.step()"
             assert len(run.ranks[0].step_times) == 3
+
+        def test_aborted(distperf):  # the rank that died of a signal is the root cause, not the peer it broke
+            distperf.run(distperf.script_job("aborts.py", steps=3, warmup=1))
     """)
     result = pytester.runpytest(*INNER)
-    result.assert_outcomes(passed=2, failed=2)
+    result.assert_outcomes(passed=2, failed=3)
     result.stdout.fnmatch_lines([
         "*train.py ended after 4 optimizer steps; the job needs up to 14*",
         "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*distperf job torchrun aborts.py x2 cpu failed: rank 1 died of SIGABRT (root cause)*",
+        "Fatal Python error: Aborted",
+        '*File "*aborts.py", line * in <module>*',
     ])
 
 

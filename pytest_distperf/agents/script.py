@@ -45,9 +45,13 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
         with open(path, errors="replace") as f:
             failures.append(jobfiles.RankFailure(rank=rank, exitcode=1, signal=None, message=f.read(),
                                                  timestamp=int(os.path.getmtime(path))))
+    # A rank that died of a signal left no error, only its stacks (faulthandler): it is the root cause, not the
+    # peers whose connections it broke.
+    fatal = {rank: text for rank, text in jobfiles.read_fatal_reports(job_dir).items() if rank not in errors}
+    failures += [jobfiles.fatal_failure(rank, text, int(time.time())) for rank, text in sorted(fatal.items())]
     if jobfiles.read_outcomes(job_dir):  # a rank stopped on pytest.skip/xfail: the launcher reads that first
         return jobfiles.AgentResult(values=values)
-    if rank0_exitcode != 0 and 0 not in errors and 0 not in values:
+    if rank0_exitcode != 0 and 0 not in errors and 0 not in fatal and 0 not in values:
         sig = jobfiles.signal_name(-rank0_exitcode) if rank0_exitcode < 0 else None
         how = f"died of {sig}" if sig else f"exited with code {rank0_exitcode}"
         # After another rank's error rank 0 was ended because of it (by this agent, or Lightning's own watcher):

@@ -375,6 +375,13 @@ def fatal_signal(report: str) -> str:
     return next((sig for text, sig in _FATAL_SIGNALS.items() if text in first), "a fatal signal")
 
 
+def fatal_failure(rank: int, report: str, timestamp: int) -> RankFailure:
+    """The failure of a rank that died of a fatal signal, from its faulthandler report (the stacks are its message)."""
+    sig = fatal_signal(report)
+    return RankFailure(rank=rank, exitcode=-int(getattr(signal, sig, 0) or 0), signal=sig, message=report,
+                       timestamp=timestamp)
+
+
 # -- jobs on several nodes (launch/torchrun.py, launch/slurm.py): every node writes into the same folder -----------
 NODE_PLAN = "nodes.pkl"
 RDZV_ENDPOINT = "rdzv-endpoint.txt"

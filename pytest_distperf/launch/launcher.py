@@ -275,12 +275,7 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
 
 def _fatal_failures(reports: dict[int, str]) -> list[jobfiles.RankFailure]:
     now = int(time.time())
-    failures = []
-    for rank, text in sorted(reports.items()):
-        sig = jobfiles.fatal_signal(text)
-        failures.append(jobfiles.RankFailure(rank=rank, exitcode=-int(getattr(signal, sig, 0) or 0), signal=sig,
-                                             message=text, timestamp=now))
-    return failures
+    return [jobfiles.fatal_failure(rank, text, now) for rank, text in sorted(reports.items())]
 
 
 def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:

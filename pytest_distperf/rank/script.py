@@ -82,6 +82,7 @@ def main(job_dir: str) -> int:
     else:
         _die_with_rank_zero()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    faulthandler.enable(jobfiles.fatal_report_file(job_dir, rank), all_threads=True)  # stacks on a fatal signal
     job = jobfiles.start_rank(job_dir, rank)
 
     import torch

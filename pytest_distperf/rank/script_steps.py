@@ -54,6 +54,9 @@ def install(job_dir: str) -> None:
     own_logs(job_dir, rank)  # where the launcher reads a failed rank's last lines
     job = jobfiles.start_rank(job_dir, rank)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the launcher's timeout asks every rank for its stacks
+    # On a fatal signal the stacks go where the launcher reads them (a script may enable faulthandler itself: then
+    # its own setting wins and the launcher names the signal without the stacks).
+    faulthandler.enable(jobfiles.fatal_report_file(job_dir, rank), all_threads=True)
     _WATCH = StepWatch(job_dir, job, rank)
     register_optimizer_step_post_hook(_WATCH.on_optimizer_step)
     previous_hook = sys.excepthook
