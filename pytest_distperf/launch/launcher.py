@@ -185,7 +185,9 @@ def _watch(job: JobSpec, job_dir: str, proc: Any, start: float, timeout: float,
         fatal_since = (fatal_since or time.monotonic()) if fatal else None
         if fatal_since and time.monotonic() - fatal_since > FATAL_REPORT_GRACE_SECONDS:
             end_tree(proc)  # SIGKILL also ends a core dump in progress
-            raise _rank_failed(job, job_dir, _fatal_failures(fatal), late=True)
+            now = int(time.time())
+            raise _rank_failed(job, job_dir, [jobfiles.fatal_failure(rank, text, now) for rank, text in
+                                              sorted(fatal.items())], late=True)
         last = jobfiles.forward_progress(job_dir, on_progress, elapsed, last)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(POLL_SECONDS)  # back at once when the agent exits, else check again
@@ -271,11 +273,6 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     lines.append(_stderr_tails(job, job_dir))
     lines.append(f"job folder (logs of every rank): {job_dir}")
     return "\n".join(lines)
-
-
-def _fatal_failures(reports: dict[int, str]) -> list[jobfiles.RankFailure]:
-    now = int(time.time())
-    return [jobfiles.fatal_failure(rank, text, now) for rank, text in sorted(reports.items())]
 
 
 def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:
