@@ -48,7 +48,10 @@ def test_user_function_runs_in_every_rank_and_values_come_back(pytester):
 
 
 @pytest.mark.slow
-def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester):
+def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester, monkeypatch, tmp_path):
+    temp = tmp_path / "tmp"  # the job's temporary files: torch's error file of the failed rank is not left there
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     pytester.makepyfile(helpers=USER_FUNCTIONS)
     pytester.makepyfile("""
         from helpers import raise_in_rank_one
@@ -63,6 +66,7 @@ def test_rank_exception_fails_the_test_with_rank_and_traceback(pytester):
         "*raise ValueError(\"boom from rank one\")*",
         "*ValueError: boom from rank one*",
     ])
+    assert not list(temp.glob("pytorch-errorfile-*")), list(temp.iterdir())
 
 
 @pytest.mark.slow

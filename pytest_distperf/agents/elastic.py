@@ -5,6 +5,7 @@ the launcher there can time it out and end the whole tree.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -137,7 +138,10 @@ def rank_failures(error: Any, host: str | None = None) -> list["jobfiles.RankFai
 
 def record_rank_exits(job_dir: str) -> None:
     """Note how each rank's process ended when torch's ProcessContext.join() reaps it: elastic reports only the
-    rank it sees fail first, and a rank that leaves by os._exit(0) not at all (its peers would read as the cause)."""
+    rank it sees fail first, and a rank that leaves by os._exit(0) not at all (its peers would read as the cause).
+    Once the ranks are done (join returned True or raised), their error files go too: torch writes a failed rank's
+    traceback to /tmp/pytorch-errorfile-*.pickle and never removes it (the job's failure is read from the job
+    folder, not from there)."""
     from torch.multiprocessing.spawn import ProcessContext
 
     from pytest_distperf.launch import jobfiles
@@ -145,14 +149,20 @@ def record_rank_exits(job_dir: str) -> None:
     join = ProcessContext.join
 
     def join_noting_exits(self: Any, *args: Any, **kwargs: Any) -> Any:
+        done = True  # unless join returns False: the ranks are still running
         try:
-            return join(self, *args, **kwargs)
+            done = join(self, *args, **kwargs)
+            return done
         finally:
             ranks = {pid: rank for rank, pid in jobfiles.started_ranks(job_dir).items()}
             for process in getattr(self, "processes", ()):
                 code = process.exitcode
                 if code is not None and process.pid in ranks:
                     jobfiles.write_exit(job_dir, ranks[process.pid], code >= 0, abs(code))
+            if done:
+                for path in getattr(self, "error_files", ()):
+                    with contextlib.suppress(OSError, TypeError):
+                        os.remove(path)
 
     ProcessContext.join = join_noting_exits  # type: ignore[method-assign]
 
