@@ -254,7 +254,7 @@ class DistPerf:
             try:
                 launcher = make_launcher(self.settings.cluster, self.plan.nodes)  # launch/base.py
                 with self._devices(job, launcher.local_ranks(job)) as env:
-                    if job.device == "cuda" and "deepspeed" in (job.strategy, job.options.get("engine")):
+                    if job.device == "cuda" and job.runs_deepspeed:
                         # DeepSpeed's op loads in the ranks read the arch list (ds_ops.deepspeed_arch_list)
                         env = {**env, **ds_ops.deepspeed_environment({**os.environ, **env})}
                     self._launched_at = time.time()  # the start-up of the run's split begins (figures.run_time_split)

@@ -3,8 +3,9 @@ environment (launch/warm_pool.py). It imports torch, the rank code and the strat
 context, stays single-threaded and runs no tensor op, and for each job forks a child that becomes the job's
 elastic agent as a fresh process would be (own session, log, environment, cwd, affinity): only imports are shared.
 
-Protocol, one JSON object a line: the launcher sends {"job_dir", "env", "cwd", "affinity", "log"}; this agent
-answers once {"ready": true, ...} (or {"ready": false, "reason"}), then per job {"started": pid} and
+Protocol, one JSON object a line: the launcher sends {"job_dir", "env", "cwd", "affinity", "log", "imports"};
+this agent answers once {"ready": true, ...} (or {"ready": false, "reason"}), then per job, once it has imported
+what "imports" adds, {"started": pid, "imports_seconds"} (or {"refused": reason}, and it exits) and
 {"exited": pid, "status": code}. EOF on stdin ends it.
 """
 
@@ -22,16 +23,15 @@ from typing import Any
 
 from pytest_distperf.launch.warm_pool import Channel
 
-HARNESS_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing",
-                   "torch.distributed.launcher.api", "pytest_distperf.agents.elastic",
-                   "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker", "pytest_distperf.rank.prepare",
-                   "pytest_distperf.rank.timing", "pytest_distperf.strategies")
+# torch._dynamo: torch's compile stack, which DDP and FSDP2 import when they wrap a model (seconds).
+HARNESS_MODULES = ("torch", "torch._dynamo", "torch.distributed", "torch.profiler",
+                   "torch.distributed.elastic.multiprocessing", "torch.distributed.launcher.api",
+                   "pytest_distperf.agents.elastic", "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker",
+                   "pytest_distperf.rank.prepare", "pytest_distperf.rank.timing", "pytest_distperf.strategies")
 # Not lightning: importing it starts a native thread, under which forked ranks aborted in the profiler's stop.
-# Lightning's jobs import it in their ranks, as with a fresh agent.
+# Lightning's jobs import it in their ranks, as with a fresh agent. What a library imports on a job's first use
+# comes with the first job that needs it (warm_pool.job_imports).
 STRATEGY_LIBRARIES = ("deepspeed", "accelerate")
-# What the libraries import on first use (DeepSpeed's Muon module calls torch.compile at import: seconds).
-LAZY_IMPORTS = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
-                "deepspeed.runtime.zero.muon.muon_optimizer")
 
 
 def cuda_forks_cleanly() -> str | None:
@@ -58,28 +58,37 @@ def cuda_forks_cleanly() -> str | None:
 
 def preload(device: str = "cpu") -> tuple[list[str], str | None]:
     """Import what the job agents and ranks need; ([modules imported], why this agent cannot serve or None)."""
-    loaded = []
+    loaded: list[str] = []
     for name in HARNESS_MODULES:
         importlib.import_module(name)
         loaded.append(name)
-    for name in STRATEGY_LIBRARIES + LAZY_IMPORTS:
+    import_libraries(STRATEGY_LIBRARIES, loaded)
+    return loaded, fork_problem(device)
+
+
+def import_libraries(names: Any, loaded: list[str]) -> None:
+    """Import each of `names` not yet in `loaded`, adding it there; one whose library is not installed, or failed
+    to import, is left to the ranks, as in a fresh agent."""
+    for name in names:
         library = name.split(".")[0]
-        if importlib.util.find_spec(library) is None or (name != library and library not in loaded):
-            continue  # not installed, or its library failed to import
+        if name in loaded or importlib.util.find_spec(library) is None or (name != library and library not in loaded):
+            continue
         try:
             importlib.import_module(name)
         except Exception as e:  # a broken library, another version's layout: the ranks import it themselves
             print(f"distperf warm agent: not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         loaded.append(name)
+
+
+def fork_problem(device: str) -> str | None:
+    """None while a child forked from here is a clean process to its ranks, else why not."""
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
-        return loaded, f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
+        return f"importing the strategy libraries started Python threads ({names}), unsafe to fork"
     if device == "cuda":  # a CPU job's ranks never touch the GPU
-        problem = cuda_forks_cleanly()
-        if problem:
-            return loaded, problem
-    return loaded, None
+        return cuda_forks_cleanly()
+    return None
 
 
 def run_job(request: dict[str, Any], channel: Channel) -> None:
@@ -129,8 +138,9 @@ def main() -> int:
     os.close(devnull)
     os.dup2(2, 1)
     started = time.monotonic()
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     try:
-        loaded, problem = preload(sys.argv[1] if len(sys.argv) > 1 else "cpu")
+        loaded, problem = preload(device)
     except BaseException as e:
         channel.send({"ready": False, "reason": f"preloading failed: {type(e).__name__}: {e}"})
         return 1
@@ -143,10 +153,17 @@ def main() -> int:
         request = channel.receive()
         if request is None:  # the launcher closed the pipe: the session is over
             return 0
+        started, before = time.monotonic(), len(loaded)
+        import_libraries(request.get("imports", ()), loaded)
+        problem = fork_problem(device) if len(loaded) > before else None
+        if problem:
+            channel.send({"refused": problem})
+            return 1
         pid = os.fork()
         if pid == 0:
             run_job(request, channel)  # never returns
-        channel.send({"started": pid})
+        channel.send({"started": pid, "imports_seconds": round(time.monotonic() - started, 3)
+                      if len(loaded) > before else 0.0})
         _, status = os.waitpid(pid, 0)
         channel.send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
 

@@ -155,7 +155,7 @@ def _start_agent(job: JobSpec, job_dir: str, env: dict[str, str], log: Any, base
             warm, _ = warm_pool.agent_for(job.device, env, base_dir or tempfile.gettempdir(), timeout)
             if warm is not None:
                 try:
-                    return warm.start_job(job_dir, env, log.name), warm
+                    return warm.start_job(job_dir, env, log.name, warm_pool.job_imports(job)), warm
                 except OSError:
                     warm_pool.release(warm, ok=False)
     proc = subprocess.Popen([sys.executable, "-m", agent, job_dir], env=env, stdin=subprocess.DEVNULL, stdout=log,

@@ -36,7 +36,7 @@ class AgentState:
     jobs: int = 0  # jobs served by a warm agent
     ended_after_failure: int = 0
     preload_seconds: list[float] = field(default_factory=list)
-    start_seconds: list[float] = field(default_factory=list)  # each agent's start, spawn to ready (the session's)
+    start_seconds: list[float] = field(default_factory=list)  # agents' starts (spawn to ready), jobs' imports
     preloaded: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # device kind -> why its jobs got fresh agents
 
@@ -151,12 +151,22 @@ class WarmAgent:
             message = None
         return {"eof": True} if message is None else message
 
-    def start_job(self, job_dir: str, env: dict[str, str], log: str) -> WarmJob:
+    def start_job(self, job_dir: str, env: dict[str, str], log: str, imports: list[str]) -> WarmJob:
+        """Fork the job's agent once this agent has imported `imports` (job_imports): their seconds count as the
+        agent's start, off the run's time split. OSError when it cannot serve the job (the device's jobs then get
+        fresh agents for the session, as when an agent's preload is unsafe)."""
         affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        self.channel.send({"job_dir": job_dir, "env": env, "cwd": os.getcwd(), "affinity": affinity, "log": log})
-        message = self.receive(30.0)
+        self.channel.send({"job_dir": job_dir, "env": env, "cwd": os.getcwd(), "affinity": affinity, "log": log,
+                           "imports": imports})
+        message = self.receive(READY_TIMEOUT_SECONDS if imports else 30.0)
+        if message and message.get("refused"):
+            STATE.refused[self.device] = message["refused"]
+            raise OSError(f"the warm agent (pid {self.proc.pid}) cannot serve this job: {message['refused']}")
         if not message or "started" not in message:
             raise OSError(f"the warm agent (pid {self.proc.pid}) did not start the job: {message}")
+        if message.get("imports_seconds"):
+            STATE.start_seconds.append(float(message["imports_seconds"]))
+            STATE.preload_seconds.append(float(message["imports_seconds"]))
         return WarmJob(self, int(message["started"]))
 
     def stop(self) -> None:
@@ -176,6 +186,16 @@ class WarmAgent:
 
 
 _agents: dict[tuple[Any, ...], WarmAgent] = {}
+
+# DeepSpeed's modules that a job imports on first use (its Muon module calls torch.compile at import: seconds): a
+# warm agent imports them before it forks the session's first DeepSpeed job, so a session without one never pays.
+DEEPSPEED_FIRST_USE = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
+                       "deepspeed.runtime.zero.muon.muon_optimizer")
+
+
+def job_imports(job: Any) -> list[str]:
+    """What the warm agent imports before it forks this job's agent, beyond what it preloaded."""
+    return list(DEEPSPEED_FIRST_USE) if job.runs_deepspeed else []
 
 
 def agent_for(device: str, env: dict[str, str], log_dir: str, timeout: float) -> tuple[WarmAgent | None, str | None]:

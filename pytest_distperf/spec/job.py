@@ -79,6 +79,11 @@ class JobSpec:
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
 
+    @property
+    def runs_deepspeed(self) -> bool:
+        """A DeepSpeed strategy, or a front-end on the DeepSpeed engine."""
+        return "deepspeed" in (self.strategy, (self.full_options or self.options).get("engine"))
+
     def describe(self) -> str:
         launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""
         if self.script is not None:
