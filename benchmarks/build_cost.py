@@ -157,47 +157,14 @@ def after(job: "JobSpec", prepared: Any, device: Any, args: argparse.Namespace) 
     print(f"after timing: {job.work_steps} plain steps {plain:.2f} s; work phase {first:.2f} s a run "
           f"(again in the same process {again:.2f} s); counting pass (a job's first run) {counts:.2f} s; "
           f"step breakdown (a job's first run) {split:.2f} s")
+    if args.trace:  # the work phase's trace kept, for Perfetto or to table it again elsewhere
+        export = work.export
+        work.export = lambda prof, complete_only=True: export(prof, args.trace, complete_only)
     prof = cProfile.Profile()
     prof.enable()
     work.measure(step, job.work_steps, timer.sync, device, counts=False)
     prof.disable()
     show(prof, "work phase (profiler warm)", args.top)
-    if args.trace:  # once more, the trace kept (Perfetto, --table elsewhere) and read both ways
-        collected = work.collected
-        work.collected = lambda p: against_file(p, collected(p), args.trace, device.type == "cuda")
-        work.measure(step, job.work_steps, timer.sync, device, counts=False)
-
-
-def against_file(prof: Any, events: list, path: str, cuda: bool) -> list:
-    """The work phase's events read from the profiler's memory (trace.collected) against its exported file:
-    the same time table and GPU figures, row for row; the file kept at `path`."""
-    from pytest_distperf.rank import work
-    from pytest_distperf.rank.probes.trace import Trace, export
-    from pytest_distperf.rank.results import WorkResult
-    from pytest_distperf.rank.time_table import rank_table
-
-    started = time.perf_counter()
-    file_events = export(prof, path, complete_only=False)
-    read = time.perf_counter() - started
-    tables, figures = [], []
-    for evs in (events, file_events):
-        trace = Trace([e for e in evs if e.get("ph") == "X"])
-        if cuda:
-            trace.check_launch_threads()
-        tables.append(rank_table(trace, cuda))
-        result = WorkResult(steps=len(trace.steps))
-        if cuda:
-            work._gpu_figures(result, trace)
-        figures.append((result.gpu_time, result.kernels, result.gpu_busy))
-    memory, file = tables
-    differ = sorted(n for n in set(memory) | set(file) if n not in memory or n not in file
-                    or memory[n][0] != file[n][0] or abs(memory[n][1] - file[n][1]) > 2e-3 * abs(file[n][1]))
-    print(f"events in memory against the exported file ({read:.2f} s to write and read it): {len(memory)} and "
-          f"{len(file)} rows, {len(differ)} differing; GPU time, kernels, busy a step: memory {figures[0]}, "
-          f"file {figures[1]}")
-    for n in differ[:20]:
-        print(f"  differs: {n}: memory {memory.get(n)}, file {file.get(n)}")
-    return events
 
 
 if __name__ == "__main__":

@@ -272,32 +272,6 @@ def test_an_operator_added_in_one_block_is_found_under_that_block_in_a_real_prof
     assert all(r.share is None or abs(r.share) < 100 for r in e.rows)
 
 
-def test_the_events_read_from_the_profilers_memory_give_the_exported_files_table_and_peaks():
-    # The work phase reads the profiler's events in memory (trace.collected); the file says the same.
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from pytest_distperf.rank.probes.trace import MEMORY_EVENT, collected, export
-    from pytest_distperf.rank.work import _step_peaks
-
-    net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(3)])
-    opt = torch.optim.AdamW(net.parameters())
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, tt.module_ranges():
-        for _ in range(2):
-            with record_function(STEP_MARK):
-                net(torch.randn(16, 64)).square().mean().backward()
-                opt.step()
-    tables, peaks = [], []
-    for events in (collected(prof), export(prof, complete_only=False)):
-        trace = Trace([e for e in events if e.get("ph") == "X"])
-        tables.append(tt.rank_table(trace, False))
-        peaks.append(_step_peaks(trace.steps, [e for e in events if e.get("name") == MEMORY_EVENT]))
-    memory, file = tables
-    assert memory.keys() == file.keys() and any(n.startswith("module:") for n in memory)
-    assert all(memory[n][0] == file[n][0] and memory[n][1] == pytest.approx(file[n][1], rel=2e-3) for n in memory)
-    assert peaks[0] == peaks[1] and all(p > 0 for p in peaks[0])
-
-
 def test_a_module_whose_flops_changed_explains_a_flops_verdict_first():
     base = [{**_run(mm=(4, 0.010), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0]}] * 3
     cand = [{**_run(mm=(5, 0.012), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0],

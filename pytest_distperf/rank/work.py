@@ -24,13 +24,12 @@ and FLOPs reported as not measured, never as zero. Whatever is not measured, `no
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import platform
 from typing import Any, Callable, Generator, TypeVar
 
-from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMORY_EVENT, MEMSET_CAT, STEP_MARK, Trace,
-                                               collected, collector_paused, interval, is_comm_kernel)
+from pytest_distperf.rank.probes.trace import (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT, STEP_MARK, Trace, collector_paused,
+                                               export, interval, is_comm_kernel)
 from pytest_distperf.rank.probes.trace import length as union_length
 from pytest_distperf.rank.results import WorkResult
 from pytest_distperf.rank.time_table import module_ranges, module_rows, rank_table
@@ -204,7 +203,7 @@ def passes(steps: int, sync: Callable[[], None], device: Any, model: Any = None,
                 yield i
                 sync()
     with collector_paused():
-        _from_trace(result, collected(prof), steps, cuda)
+        _from_trace(result, export(prof, complete_only=False), steps, cuda)
     if not cuda:
         result.state_bytes = state_bytes(model, optimizer)
     return result
@@ -220,7 +219,7 @@ def _from_trace(result: WorkResult, events: list[dict[str, Any]], steps: int, cu
         _gpu_figures(result, trace)
     else:
         result.not_measured["gpu_time"] = "needs CUDA: a CPU job runs no kernels"
-        result.step_peak_bytes = _step_peaks(trace.steps, [e for e in events if e.get("name") == MEMORY_EVENT])
+        result.step_peak_bytes = _step_peaks(trace.steps, [e for e in events if e.get("name") == "[memory]"])
 
 
 def _count(result: WorkResult, steps: int, sync: Callable[[], None]) -> Generator[int, None, None]:
@@ -275,15 +274,14 @@ def _gpu_figures(result: WorkResult, trace: Trace) -> None:
 
 
 def _step_peaks(ranges: list[tuple[float, float]], memory: list[dict[str, Any]]) -> list[int]:
-    """Per step range, the most CPU tensor bytes allocated above the step's start: the running sum of the
-    profiler's allocation events (bytes allocated, negative when freed) over what it profiled."""
-    cpu = sorted((e["ts"], int((e.get("args") or {}).get("Bytes", 0))) for e in memory
-                 if (e.get("args") or {}).get("Device Type", 0) == 0)
-    totals = list(zip((ts for ts, _ in cpu), itertools.accumulate(b for _, b in cpu)))
+    """Per step range, the most CPU tensor bytes allocated above the step's start (the profiler's allocation
+    events: its running total counts what was allocated while it profiled)."""
+    cpu = sorted(((e["ts"], int((e.get("args") or {}).get("Total Allocated", 0))) for e in memory
+                  if (e.get("args") or {}).get("Device Type", 0) == 0), key=lambda x: x[0])
     peaks = []
     for start, end in ranges:
-        before = [total for ts, total in totals if ts < start]
+        before = [total for ts, total in cpu if ts < start]
         base = before[-1] if before else 0
-        inside = [total for ts, total in totals if start <= ts <= end]
+        inside = [total for ts, total in cpu if start <= ts <= end]
         peaks.append(max([base] + inside) - base)
     return peaks

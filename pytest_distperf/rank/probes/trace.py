@@ -67,39 +67,6 @@ def load(path: str, complete_only: bool = True) -> list[dict[str, Any]]:
     return [e for e in events if e.get("ph") == "X"] if complete_only else events
 
 
-GPU_CATS = (KERNEL_CAT, MEMCPY_CAT, MEMSET_CAT)
-MEMORY_EVENT = "[memory]"
-
-
-def collected(prof: Any) -> list[dict[str, Any]]:
-    """The events of a finished torch.profiler as `load` reads them from its Chrome trace, taken from the
-    profiler's memory: no file written and parsed again (on a large CUDA step that round trip is a noticeable
-    share of a run). The work phase reads these (rank/work.py, rank/time_table.py); the probes read the exported
-    file (`export`), which they keep for the user and whose GPU activities carry more (bytes, streams, a
-    collective's sizes). Keys as in the file: ``cat`` (Kineto's activity type), ``name``, ``ph`` ("X"; "i" for
-    an allocation), ``ts``/``dur`` in microseconds (from the earliest event: CPU and GPU on one clock), ``tid``
-    (Kineto's resource: a CPU event's or CUDA call's system thread, a GPU activity's stream), ``args``:
-    ``correlation`` (CUDA calls and GPU activities), ``Sequence number`` and ``Fwd thread id`` (operators that
-    have one), an allocation's ``Bytes`` (negative when freed) and ``Device Type``."""
-    events = [e for e in prof.profiler.kineto_results.events() if not e.is_hidden_event()]
-    base = min((e.start_ns() for e in events), default=0)
-    out: list[dict[str, Any]] = []
-    for e in events:
-        cat, name = e.activity_type(), e.name()
-        event: dict[str, Any] = {"cat": cat, "name": name, "ts": (e.start_ns() - base) / 1e3,
-                                 "tid": e.device_resource_id()}
-        if name == MEMORY_EVENT:
-            event.update(ph="i", args={"Bytes": e.nbytes(), "Device Type": int(e.device_type())})
-        else:
-            event.update(ph="X", dur=e.duration_ns() / 1e3)
-            if cat in LAUNCH_CATS or cat in GPU_CATS:
-                event["args"] = {"correlation": e.correlation_id()}
-            elif e.sequence_nr() >= 0:
-                event["args"] = {"Sequence number": e.sequence_nr(), "Fwd thread id": e.fwd_thread_id()}
-        out.append(event)
-    return out
-
-
 def export(prof: Any, path: str | None = None, complete_only: bool = True) -> list[dict[str, Any]]:
     """The events (as `load`) of a finished torch.profiler's Chrome trace, written to `path` (kept) or to a
     temporary file (removed)."""
