@@ -95,8 +95,8 @@ start() {
       --seed-file="$STATE/munge/munged.seed" >&2
   fi
   export SLURM_CONF="$CONF"
-  [ -f "$STATE/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurmctld.pid")" 2>/dev/null || slurmctld -i >&2
-  [ -f "$STATE/slurmd.pid" ] && kill -0 "$(cat "$STATE/slurmd.pid")" 2>/dev/null || slurmd -N "$NODE" >&2
+  if ! { [ -f "$STATE/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurmctld.pid")" 2>/dev/null; }; then slurmctld -i >&2; fi
+  if ! { [ -f "$STATE/slurmd.pid" ] && kill -0 "$(cat "$STATE/slurmd.pid")" 2>/dev/null; }; then slurmd -N "$NODE" >&2; fi
   for _ in $(seq 1 60); do
     if running; then
       log "node $NODE idle in partition $PARTITION"
