@@ -24,7 +24,7 @@ from typing import Any
 from pytest_distperf.launch.warm_pool import Channel
 
 # torch._dynamo: torch's compile stack, which DDP and FSDP2 import when they wrap a model (seconds).
-HARNESS_MODULES = ("torch", "torch._dynamo", "torch.distributed", "torch.profiler",
+HARNESS_MODULES = ("torch", "torch._dynamo", "torch.distributed",
                    "torch.distributed.elastic.multiprocessing", "torch.distributed.launcher.api",
                    "pytest_distperf.agents.elastic", "pytest_distperf.launch.rendezvous", "pytest_distperf.rank.worker",
                    "pytest_distperf.rank.prepare", "pytest_distperf.rank.timing", "pytest_distperf.strategies")
