@@ -95,6 +95,30 @@ def test_every_run_gets_new_rank_processes_from_one_warm_agent(tmp_path, fresh_p
     assert all(_gone(p) for p in rank_pids + list(job_agents))
 
 
+def modules_in_rank() -> dict:
+    import sys
+
+    return {"muon": "deepspeed.runtime.zero.muon.muon_optimizer" in sys.modules, "agent": os.getppid()}
+
+
+@pytest.mark.slow
+def test_deepspeeds_first_use_modules_come_with_the_first_job_that_runs_deepspeed(tmp_path, fresh_pool, monkeypatch):
+    pytest.importorskip("deepspeed")
+    job = _job(modules_in_rank)
+    assert warm_pool.job_imports(job) == [] and warm_pool.job_imports(
+        JobSpec(world_size=1, device="cpu", strategy="accelerate", options={"engine": "deepspeed"})) == list(
+        warm_pool.DEEPSPEED_FIRST_USE) == warm_pool.job_imports(JobSpec(world_size=1, device="cpu", strategy="deepspeed"))
+    plain = launch(job, timeout=120, base_dir=str(tmp_path))
+    assert not any(v["muon"] for v in plain.values())  # a session without DeepSpeed jobs never pays for them
+    (agent,) = warm_pool.agent_pids()
+    starts = len(warm_pool.STATE.start_seconds)
+    monkeypatch.setattr(warm_pool, "job_imports", lambda job: list(warm_pool.DEEPSPEED_FIRST_USE))  # as DeepSpeed's
+    deepspeed_like = launch(job, timeout=300, base_dir=str(tmp_path))
+    assert all(v["muon"] for v in deepspeed_like.values())  # imported by the agent before it forked the job
+    assert warm_pool.agent_pids() == [agent]  # the same warm agent, its imports counted as its start
+    assert len(warm_pool.STATE.start_seconds) == starts + 1 and warm_pool.STATE.start_seconds[-1] > 0
+
+
 @pytest.mark.slow
 def test_forked_ranks_get_the_threads_of_a_fresh_launch(tmp_path, fresh_pool):
     """libgomp read OMP_NUM_THREADS when the warm agent loaded torch: jobs of other rank counts, and a launch

@@ -187,10 +187,10 @@ class WarmAgent:
 
 _agents: dict[tuple[Any, ...], WarmAgent] = {}
 
-# DeepSpeed's modules that a job imports on first use (its Muon module calls torch.compile at import: seconds): a
-# warm agent imports them before it forks the session's first DeepSpeed job, so a session without one never pays.
-DEEPSPEED_FIRST_USE = ("deepspeed.runtime.engine", "deepspeed.runtime.zero.stage3",
-                       "deepspeed.runtime.zero.muon.muon_optimizer")
+# What a DeepSpeed engine imports when it is built, beyond `import deepspeed` (its Muon optimizer's module calls
+# torch.compile at import: a second or more): a warm agent imports it before it forks the session's first DeepSpeed
+# job, so a session without one never pays for it.
+DEEPSPEED_FIRST_USE = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 
 
 def job_imports(job: Any) -> list[str]:
