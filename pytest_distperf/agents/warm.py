@@ -147,23 +147,26 @@ def main() -> int:
     if problem:
         channel.send({"ready": False, "reason": problem, "preloaded": loaded})
         return 1
+    tried = set(loaded)  # names imported, or tried, here: a job's imports are tried once
     channel.send({"ready": True, "pid": os.getpid(), "preloaded": loaded,
                   "seconds": round(time.monotonic() - started, 3)})
     while True:
         request = channel.receive()
         if request is None:  # the launcher closed the pipe: the session is over
             return 0
-        started, before = time.monotonic(), len(loaded)
-        import_libraries(request.get("imports", ()), loaded)
-        problem = fork_problem(device) if len(loaded) > before else None
-        if problem:
-            channel.send({"refused": problem})
-            return 1
+        started = time.monotonic()
+        wanted = [name for name in request.get("imports", ()) if name not in tried]
+        if wanted:  # once a name: an import that failed may still have started a thread or touched CUDA
+            tried.update(wanted)
+            import_libraries(wanted, loaded)
+            problem = fork_problem(device)
+            if problem:
+                channel.send({"refused": problem})
+                return 1
         pid = os.fork()
         if pid == 0:
             run_job(request, channel)  # never returns
-        channel.send({"started": pid, "imports_seconds": round(time.monotonic() - started, 3)
-                      if len(loaded) > before else 0.0})
+        channel.send({"started": pid, "imports_seconds": round(time.monotonic() - started, 3) if wanted else 0.0})
         _, status = os.waitpid(pid, 0)
         channel.send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
 

@@ -15,9 +15,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.launch.devices import NVML_CHECK
+
+if TYPE_CHECKING:
+    from pytest_distperf.spec.job import JobSpec
 
 # Variables read only after the agent's preload (CUDA init, a forked rank's threads, an op build), so they may
 # differ between the jobs one agent serves; every other variable is part of the agent's key.
@@ -193,7 +196,7 @@ _agents: dict[tuple[Any, ...], WarmAgent] = {}
 DEEPSPEED_FIRST_USE = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 
 
-def job_imports(job: Any) -> list[str]:
+def job_imports(job: "JobSpec") -> list[str]:
     """What the warm agent imports before it forks this job's agent, beyond what it preloaded."""
     return list(DEEPSPEED_FIRST_USE) if job.runs_deepspeed else []
 
