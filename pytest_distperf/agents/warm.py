@@ -71,7 +71,7 @@ def import_libraries(names: Any, loaded: list[str]) -> None:
     to import, is left to the ranks, as in a fresh agent."""
     for name in names:
         library = name.split(".")[0]
-        if name in loaded or importlib.util.find_spec(library) is None or (name != library and library not in loaded):
+        if importlib.util.find_spec(library) is None or (name != library and library not in loaded):
             continue
         try:
             importlib.import_module(name)
@@ -154,7 +154,7 @@ def main() -> int:
         request = channel.receive()
         if request is None:  # the launcher closed the pipe: the session is over
             return 0
-        started = time.monotonic()
+        job_started = time.monotonic()
         wanted = [name for name in request.get("imports", ()) if name not in tried]
         if wanted:  # once a name: an import that failed may still have started a thread or touched CUDA
             tried.update(wanted)
@@ -166,7 +166,8 @@ def main() -> int:
         pid = os.fork()
         if pid == 0:
             run_job(request, channel)  # never returns
-        channel.send({"started": pid, "imports_seconds": round(time.monotonic() - started, 3) if wanted else 0.0})
+        channel.send({"started": pid, "imports_seconds": round(time.monotonic() - job_started, 3) if wanted
+                      else 0.0})
         _, status = os.waitpid(pid, 0)
         channel.send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
 

@@ -8,6 +8,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+
+def runs_deepspeed(strategy: str | None, options: dict[str, Any]) -> bool:
+    """A DeepSpeed strategy, or a front-end on the DeepSpeed engine."""
+    return "deepspeed" in (strategy, options.get("engine"))
+
+
 @dataclass(frozen=True)
 class FunctionRef:
     """A module-level function named by where it lives, resolved inside each rank."""
@@ -81,8 +87,7 @@ class JobSpec:
 
     @property
     def runs_deepspeed(self) -> bool:
-        """A DeepSpeed strategy, or a front-end on the DeepSpeed engine."""
-        return "deepspeed" in (self.strategy, (self.full_options or self.options).get("engine"))
+        return runs_deepspeed(self.strategy, self.full_options or self.options)
 
     def describe(self) -> str:
         launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""

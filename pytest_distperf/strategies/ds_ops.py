@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
+from pytest_distperf.spec.job import runs_deepspeed
+
 # builder class -> the op's name (its folder and .so in the extension cache)
 OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "CPUAdamBuilder": "cpu_adam", "AsyncIOBuilder": "async_io"}
 INCOMPATIBLE = 3  # build-ops' exit status when DeepSpeed says an op cannot build on this machine
@@ -58,8 +60,7 @@ def _built_from_this_deepspeed(op: str) -> bool:
 
 def needed(strategy: str | None, options: dict[str, Any], device: str) -> list[str]:
     """The op builders a job of this strategy (or a front-end on the DeepSpeed engine) will JIT-load."""
-    engine = options.get("engine")
-    if strategy != "deepspeed" and engine != "deepspeed":
+    if not runs_deepspeed(strategy, options):
         return []
     ops = ["ShareMemCommBuilder"] if device == "cpu" else []
     if options.get("offload_optimizer"):
