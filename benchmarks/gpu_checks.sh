@@ -6,6 +6,7 @@
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
 #   SCRIPTS=lightning OUT=/path LIMIT=580 ... bash benchmarks/gpu_checks.sh frameworks  # one of them (~250 s)
 #   OUT=/path LIMIT=200 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh after  # a run's fixed cost, 1b pair
+#     (build_cost.py's phases after timing, then run_timeline.py's end-to-end split of 4 runs)
 # The GPU checks of benchmarks/results/explain.md and script-jobs.md, one device call each (`frameworks`: the
 # DeepSpeed and Lightning scripts' gates, unchanged and slowed; their comparisons with step jobs ran on 1xH100);
 # each part writes its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs
@@ -39,6 +40,8 @@ case "${1:-explain}" in
            case $s in fsdp2) opts='{}' strategy=fsdp2 ;; zero3) opts='{"stage": 3}' strategy=deepspeed ;; esac
            part "after-$s" python benchmarks/build_cost.py --device cuda --strategy $strategy --options "$opts" \
              --shape 1b --after --top 30 --trace "$OUT/trace-$s-1b.json"
-           [ -f "$OUT/trace-$s-1b.json" ] && gzip -f "$OUT/trace-$s-1b.json"; done ;;
+           [ -f "$OUT/trace-$s-1b.json" ] && gzip -f "$OUT/trace-$s-1b.json"
+           part "timeline-$s" python benchmarks/run_timeline.py --device cuda --strategy $strategy --options "$opts" \
+             --shape 1b --world-size 1 --steps 20 --runs 4 --json "$OUT/timeline-$s-1b.json"; done ;;
 esac
 echo "== whole $((SECONDS - start)) s"
