@@ -81,12 +81,15 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         prof.disable()
         build_s = time.perf_counter() - started
-        started = time.perf_counter()
-        prepared.adapter.step(*prepared.batches[0])
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        first_step_s = time.perf_counter() - started
-        print(f"{job.describe()}: imports {loaded_s:.1f} s, build {build_s:.1f} s, first step {first_step_s:.1f} s")
+        warmup_s = []  # each warm-up step, synchronised: the first step's one-time costs apart from a steady step
+        for batch in prepared.batches[:job.warmup_steps]:
+            started = time.perf_counter()
+            prepared.adapter.step(*batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            warmup_s.append(time.perf_counter() - started)
+        print(f"{job.describe()}: imports {loaded_s:.1f} s, build {build_s:.1f} s, warm-up steps "
+              f"{', '.join(f'{s:.2f}' for s in warmup_s)} s")
         show(prof, "build", args.top)
         if args.after:
             after(job, prepared, device, args)
@@ -147,7 +150,7 @@ def after(job: "JobSpec", prepared: Any, device: Any, args: argparse.Namespace) 
         timer.sync()
         return time.perf_counter() - started
 
-    for i in range(args.warmup):
+    for i in range(max(0, args.warmup - job.warmup_steps)):  # main() ran the job's warm-up steps
         step(i)
     plain = seconds(lambda: [step(i) for i in range(job.work_steps)])
     first = seconds(lambda: work.measure(step, job.work_steps, timer.sync, device, counts=False))
