@@ -4,7 +4,8 @@ figures/quantities.run_time_split names start-up, build, warm-up, timed steps an
 the ranks' own clocks; "other" is the rest: the rank's end (its result, the process group's teardown, the
 interpreter's and the device context's), the elastic agent noticing the exits and writing its result, and the
 launcher reading it. This launches a job's runs one after another, keeps each job folder and reads its files'
-times (rank{r}.returned: the rank's body ended; exit-rank{r}.txt: its agent saw the process end; result.pkl: the
+times (rank{r}.pid: the rank began its body, after the job agent's fork, the rendezvous and the rank's fork; from
+there to the build: the device context, the process group, the job's imports; rank{r}.returned: the body ended; exit-rank{r}.txt: its agent saw the process end; result.pkl: the
 agent's result) against the launcher's clock. Median over the runs after the first (which starts the warm agent).
 
     python benchmarks/run_timeline.py --device cpu --strategy ddp --shape tiny --world-size 2 --runs 5
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PARTS = ("start-up", "build", "warm-up", "timed", "after timing", "rank's end", "process exit", "agent's end",
+PARTS = ("rank's launch", "rank's start", "build", "warm-up", "timed", "after timing", "rank's end", "process exit", "agent's end",
          "launcher's end")
 
 
@@ -38,10 +39,11 @@ def timeline(run_started: float, run_ended: float, job_dir: str, ranks: dict[int
     built = r.build_started_at + r.build_seconds  # type: ignore[attr-defined]
     timed = math.fsum(r.step_times)  # type: ignore[attr-defined]
     after_end = built + r.warmup_seconds + timed + r.after_seconds  # type: ignore[attr-defined]
+    rank_started = max(os.path.getmtime(os.path.join(job_dir, f"rank{k}.pid")) for k in ranks)
     returned = max(os.path.getmtime(os.path.join(job_dir, f"rank{k}.returned")) for k in ranks)
     exited = max(jobfiles.exit_time(job_dir, k) for k in ranks)
     result = os.path.getmtime(os.path.join(job_dir, "result.pkl"))
-    points = [run_started, r.build_started_at, built, built + r.warmup_seconds,  # type: ignore[attr-defined]
+    points = [run_started, rank_started, r.build_started_at, built, built + r.warmup_seconds,  # type: ignore[attr-defined]
               built + r.warmup_seconds + timed, after_end, returned, exited, result, run_ended]  # type: ignore
     return {name: b - a for name, a, b in zip(PARTS, points, points[1:])}
 
