@@ -1,4 +1,5 @@
-"""Every socket of a local job binds loopback, also where the hostname resolves to a network address."""
+"""The one-machine rendezvous (launch/rendezvous.py): every socket of a local job binds loopback, also where the
+hostname resolves to a network address; torch's rendezvous there, less its cluster costs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,39 @@ from pytest_distperf.launch.launcher import agent_environment
 from pytest_distperf.spec.job import JobSpec
 
 SCRIPT = Path(__file__).resolve().parent / "netns_loopback.py"
+
+
+def test_rendezvous_events_keep_torchs_names(monkeypatch):
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from pytest_distperf.launch import rendezvous
+
+    def torchs_way(depth=2):  # torch's get_method_name, as dynamic_rendezvous.py has it
+        return inspect.stack()[depth].function if len(inspect.stack()) > depth else "no_method_name"
+
+    def _record():  # as torch's _record calls it: the name is _record's caller's
+        return rendezvous.caller_name(), torchs_way()
+
+    def join_round():
+        return _record()
+
+    assert join_round() == ("join_round", "join_round")
+    for name in ("get_method_name", "_delay"):  # undone after the test: pytest's own process keeps torch's
+        monkeypatch.setattr(dynamic_rendezvous, name, getattr(dynamic_rendezvous, name))
+    rendezvous.quick_single_machine()
+    assert dynamic_rendezvous.get_method_name is rendezvous.caller_name
+
+
+def test_one_agent_joins_without_the_clusters_random_delay(monkeypatch):
+    from pytest_distperf.launch import rendezvous
+
+    slept: list[object] = []
+    monkeypatch.setattr(rendezvous, "_torch_delay", slept.append)
+    rendezvous._delay_without_skew((0, 0.3))  # the first round's spread over many nodes' joins
+    rendezvous._delay_without_skew(1)  # the poll between syncs stays
+    assert slept == [1]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

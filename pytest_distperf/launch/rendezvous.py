@@ -1,16 +1,19 @@
 """A single-machine rendezvous for torch elastic whose stores listen on loopback only: torch's `c10d` backend binds
 its TCPStores on every interface, and a test has no business listening on the network. Everything else is torch's
-own dynamic rendezvous.
+own dynamic rendezvous, less two costs it has for clusters that a one-agent rendezvous need not pay on every job
+(`quick_single_machine`).
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
 BACKEND_NAME = "distperf-loopback"
@@ -47,4 +50,33 @@ def _create_handler(params: RendezvousParameters) -> DynamicRendezvousHandler:
 
 
 def register() -> None:
+    """In the job agent, which runs only this one-machine rendezvous."""
     rendezvous_handler_registry.register(BACKEND_NAME, _create_handler)
+    quick_single_machine()
+
+
+def caller_name(depth: int = 2) -> str:
+    """What torch's `dynamic_rendezvous.get_method_name` returns (`inspect.stack()[depth].function`), read from
+    the frame itself: inspect.stack() reads every frame's source lines, twice per rendezvous event, and that took
+    more of a job's start than the ranks' fork (benchmarks/run_timeline.py)."""
+    try:
+        return sys._getframe(depth).f_code.co_name
+    except ValueError:
+        return "no_method_name"
+
+
+def _delay_without_skew(seconds: "float | tuple[float, float]") -> None:
+    """torch's rendezvous delay, less the random first-round one (a (low, high) range) that spreads many nodes'
+    joins over the store: one agent joins this rendezvous."""
+    if not isinstance(seconds, tuple):
+        _torch_delay(seconds)
+
+
+_torch_delay = dynamic_rendezvous._delay
+
+
+def quick_single_machine() -> None:
+    """Drop the two cluster costs from torch's dynamic rendezvous in this process (where torch has them)."""
+    if hasattr(dynamic_rendezvous, "get_method_name"):
+        dynamic_rendezvous.get_method_name = caller_name
+    dynamic_rendezvous._delay = _delay_without_skew
