@@ -16,10 +16,12 @@ pytestmark = [pytest.mark.distperf(world_size=2), pytest.mark.zero3, pytest.mark
 GAP_TIME_CUDA = ("deepspeedai/DeepSpeed#3901 and #5047 (ZeRO-3 gathers parameter by parameter, little overlap): "
                  "measured 1.65x [1.41, 1.92] FSDP2's step time (266.7 vs 161.6 ms), 1b on 2xH200, DeepSpeed 0.19.8, "
                  "torch 2.11")
+# On the 2-core CPU box the step-time gap depends on what else runs there (ZeRO-3's many small collectives suffer
+# most when the two ranks contend for the cores), and has been decided both ways: not strict there.
 GAP_TIME_CPU = ("deepspeedai/DeepSpeed#3901 and #5047 on CPU (ZeRO-3 all-gathers its persistent parameters one "
-                "collective each after every step): measured 1.190x [1.129, 1.255] (12 pairs) and 1.192x [1.115, "
-                "1.274] (11 pairs) FSDP2's step time, tiny on 2 CPU ranks of the 2-core box, DeepSpeed 0.19.8, "
-                "torch 2.13")
+                "collective each after every step), load-dependent on the 2-core box: measured 1.190x [1.129, 1.255] "
+                "and 1.217x [1.102, 1.344] FSDP2's step time in earlier sessions, 1.031x [0.971, 1.094] (6 pairs, a "
+                "pass) on the quiet box, tiny on 2 CPU ranks, DeepSpeed 0.19.8, torch 2.13")
 GAP_OFFLOAD_TIME_CPU = ("deepspeedai/DeepSpeed#3901 on CPU: ZeRO-3 with DeepSpeedCPUAdam against FSDP2 with "
                         "CPUOffloadPolicy, measured 1.191x [1.119, 1.267] (12 pairs) and 1.240x [1.149, 1.339] "
                         "(4 pairs) FSDP2's step time, tiny on 2 CPU ranks of the 2-core box, DeepSpeed 0.19.8")
@@ -71,9 +73,8 @@ def test_zero3_trains_like_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_losses_match(LOSS_RTOL[distperf.device])
 
 
-# On CPU the gap is smaller than on CUDA but decided whenever the box is quiet enough (FAIL in every decided main
-# job since the planned looks); an undecided verdict there reads "neither confirmed nor refuted".
-@pytest.mark.distperf(known_gap={"cuda": GAP_TIME_CUDA, "cpu": GAP_TIME_CPU})
+# An undecided verdict reads "neither confirmed nor refuted"; on CPU a pass is an XPASS, not a failure.
+@pytest.mark.distperf(known_gap={"cuda": GAP_TIME_CUDA, "cpu": GAP_TIME_CPU}, known_gap_strict={"cpu": False})
 def test_zero3_step_time_within_1_1x_fsdp2(distperf):
     zero3_vs_fsdp2(distperf, offload=False).assert_step_time_within(1.1)
 

@@ -89,6 +89,38 @@ def test_bad_marker_argument_names_the_test(pytester):
             "['ranks']") in result.stderr.str()
 
 
+def test_a_known_gap_is_a_strict_xfail_unless_declared_load_dependent(pytester):
+    # A test body that passes stands for a decided pass: strict, it fails (the gap is gone: remove the mark);
+    # declared not strict on this device, it is reported as XPASS.
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(known_gap={"cpu": "upstream#1: 1.2x"})
+        def test_strict(distperf):
+            pass
+        @pytest.mark.distperf(known_gap={"cpu": "upstream#1: 1.2x", "cuda": "upstream#1: 1.6x"},
+                              known_gap_strict={"cpu": False})
+        def test_load_dependent(distperf):
+            pass
+    """)
+    result = pytester.runpytest("--distperf", "--distperf-device=cpu", "-rX", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, xpassed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known upstream gap on cpu: upstream#1: 1.2x*",
+                                 "XPASS*test_load_dependent*known upstream gap on cpu*"])
+
+
+def test_known_gap_strict_names_only_devices_with_a_gap(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(known_gap={"cuda": "upstream#1: 1.6x"}, known_gap_strict={"cpu": False})
+        def test_x(distperf):
+            pass
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_x: distperf(known_gap_strict=...) must map a device of known_gap ('cuda') "
+                                 "to True or False, got {'cpu': False}*"])
+
+
 def test_unknown_strategy_and_option_are_named(pytester):
     pytester.makepyfile("""
         import pytest

@@ -29,7 +29,8 @@ MARKER_KEYS = ("world_size", "device", "timeout", "repeats", "nodes", "max_repea
                # baseline gate overrides, validated in decide/policy.py:policy_for
                "time_threshold", "work_threshold", "memory_threshold", "memory_floor", "baseline_metrics",
                "probes",  # default probes of the test's jobs (pytest_distperf.spec.probes)
-               "known_gap")  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
+               "known_gap",  # {"cpu"|"cuda": "upstream issue + measured value"}: a strict xfail there
+               "known_gap_strict")  # {"cpu"|"cuda": False}: a gap that comes and goes with the machine's load
 
 
 def setting(default: Any, help: str, *, option: bool = True, ini: bool = True, carried: bool = False,
@@ -272,6 +273,7 @@ class TestPlan:
     skip_reason: str | None = None
     probes: tuple[str, ...] = ()  # distperf(probes=[...]): the default for every job the test builds
     known_gap: str | None = None  # on this device the check fails for a known upstream reason (strict xfail)
+    known_gap_strict: bool = True  # False: a pass there is reported (XPASS), not failed
     max_repeats: int = 12  # adaptive repeats: see Settings
     test_budget: float = 600.0
     nodes: int = 1  # node agents the test's jobs run on (world_size ranks over them)
@@ -382,6 +384,11 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
                                              for k, v in gaps.items()):
         raise SettingsError(f"{where}: distperf(known_gap=...) must map 'cpu'/'cuda' to a non-empty reason "
                             f"(the upstream issue and the measured value), got {gaps!r}")
+    strict = marker_kwargs.get("known_gap_strict") or {}
+    if not isinstance(strict, dict) or not all(k in gaps and isinstance(v, bool) for k, v in strict.items()):
+        raise SettingsError(f"{where}: distperf(known_gap_strict=...) must map a device of known_gap ("
+                            f"{', '.join(map(repr, gaps)) or 'none declared'}) to True or False, got {strict!r}")
     return TestPlan(device=device, world_size=ws, timeout=timeout, repeats=repeats, skip_reason=reason,
-                    probes=probes, known_gap=gaps.get(device) if device else None, nodes=nodes,
+                    probes=probes, known_gap=gaps.get(device) if device else None,
+                    known_gap_strict=strict.get(device, True) if device else True, nodes=nodes,
                     max_repeats=max_repeats, test_budget=test_budget)
