@@ -11,9 +11,8 @@ import sys
 from datetime import timedelta
 
 import torch.distributed as dist
-from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous, rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
 BACKEND_NAME = "distperf-loopback"
@@ -65,14 +64,14 @@ def caller_name(depth: int = 2) -> str:
         return "no_method_name"
 
 
+_torch_delay = dynamic_rendezvous._delay
+
+
 def _delay_without_skew(seconds: "float | tuple[float, float]") -> None:
     """torch's rendezvous delay, less the random first-round one (a (low, high) range) that spreads many nodes'
     joins over the store: one agent joins this rendezvous."""
     if not isinstance(seconds, tuple):
         _torch_delay(seconds)
-
-
-_torch_delay = dynamic_rendezvous._delay
 
 
 def quick_single_machine() -> None:
