@@ -132,6 +132,10 @@ def test_memory_is_decided_on_its_interval_against_max_of_2_percent_and_64_mib()
     assert decide_metric("t", "j", "m", mem([big] * 2), mem([big + 500 * MiB]), Policy()).status == "pass"
     assert decide_metric("t", "j", "m", mem([big] * 2), mem([big + 900 * MiB]), Policy()).status == "fail"
     assert decide_metric("t", "j", "m", mem([big] * 2), mem([big - 900 * MiB]), Policy()).status == "improved"
+    # a pass that is worse over its whole interval (the floor let it through) says so, with the limit
+    v = decide_metric("t", "j", "m", mem([small] * 2), mem([small + 60 * MiB]), Policy())
+    assert v.note.startswith("worse over the whole interval, within the limit max(2%, 64.00 MiB)"), v.note
+    assert decide_metric("t", "j", "m", mem([small] * 2), mem([small]), Policy()).note == ""
     # host RSS growth varies run to run: an interval that holds the limit is inconclusive
     noisy = [100 * MiB, 180 * MiB, 140 * MiB]
     assert decide_metric("t", "j", "m", mem(noisy), mem([210 * MiB, 150 * MiB, 180 * MiB]),
@@ -150,6 +154,12 @@ def test_on_cpu_the_gate_decides_memory_on_the_training_state_and_shows_host_rss
                                             "counts imports and one-time allocations): baseline 100.00 MiB, current "
                                             "180.00 MiB (+80.0%)")
     assert by["train_memory"].secondary in "\n".join(describe_verdict(by["train_memory"], Policy()))
+    # +60 MiB of training state passes under the 64 MiB floor, and the table says it is worse within the limit
+    within = {**current, "train_memory": mem([90 * MiB] * 2)}
+    records = decide_job("t", "job", entry, "h", within, Policy(), "", device="cpu")
+    lines = render([TestDocument.from_records("t.py::test_x", "passed", 1.0, records)])
+    assert "  job train_memory: worse over the whole interval, within the limit max(2%, 64.00 MiB) = +64.00 MiB " \
+           "(2 current against 3 stored run(s))" in lines
     # the training state moved: that fails, whatever RSS did
     grown = {**current, "train_memory": mem([130 * MiB] * 2), "peak_memory": mem([100 * MiB] * 2)}
     by = {v.metric: v for v in decide_job("t", "job", entry, "h", grown, Policy(), "", device="cpu")}

@@ -262,6 +262,8 @@ def _decide_interval(v: MetricVerdict, b: MetricSeries, c: MetricSeries, t: floa
             "" if paired else ": refresh the baseline")
     else:
         v.status = "pass"
+        if worse.lo is not None and worse.lo > 1.0:  # a floor (memory_floor) can pass what its percentage would not
+            v.note = f"worse over the whole interval, within the limit {v.threshold_text} ({runs})"
 
 
 def _decide_count(v: MetricVerdict, b: MetricSeries, c: MetricSeries, reference: str = "the baseline") -> None:

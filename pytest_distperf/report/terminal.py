@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from pytest_distperf.figures.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds, fmt_value
 from pytest_distperf.figures.wording import pair_to_pair, short_test
@@ -183,7 +183,9 @@ def _probes_section(tests: list[TestDocument]) -> list[str]:
 def _baselines_section(tests: list[TestDocument]) -> list[str]:
     verdicts = [(t.nodeid, v) for t in tests for v in t.verdicts if not v.reference]
     shown = [(nodeid, v) for nodeid, v in verdicts if v.status != "new"]
-    return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current")) if shown else []
+    # the failed and undecided verdicts' notes are in the failure message and the warning; a pass's only here
+    return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current"),
+                          lambda v: v.status == "pass") if shown else []
 
 
 def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
@@ -193,23 +195,21 @@ def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
     sections = []
     for reference in references:
         shown = [(t.nodeid, v) for t in tests for v in t.verdicts if v.reference == reference]
-        sections.append([f"{reference}:"] + _verdict_lines(shown, [v for _, v in shown], ("base", "head"), True))
+        sections.append([f"{reference}:"] + _verdict_lines(shown, [v for _, v in shown], ("base", "head"), lambda v: True))
     return sections
 
 
 def _verdict_lines(shown: list[tuple[str, MetricVerdict]], explained: list[MetricVerdict], sides: tuple[str, str],
-                   notes: bool = False) -> list[str]:
-    """A table of baseline verdicts (each shared row once), with `notes` each verdict's note unless it passed,
-    the secondary figures, and what changed under `explained`."""
+                   noted: Callable[[MetricVerdict], bool]) -> list[str]:
+    """A table of baseline verdicts (each shared row once), the notes of the `noted` verdicts (a pass has one only
+    when it is worse within its limit), the secondary figures, and what changed under `explained`."""
     rows = [baseline_row(nodeid, v) for nodeid, v in shown]
     secondaries: dict[str, str] = {}
     for _, v in shown:
         if v.secondary:
             secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
     lines = _table(["test", "job", "metric", *sides, "Δ %", "98% interval", "status"], _merge_shared(rows))
-    if notes:
-        lines += [f"  {v.job} {v.metric}: {v.note}" for (_, v), row in zip(shown, rows)
-                  if v.note and row[-1] != status_mark("pass")]
+    lines += [f"  {v.job} {v.metric}: {v.note}" for _, v in shown if v.note and noted(v)]
     return lines + _secondary_lines(secondaries) + explanation_lines(explained, sides)
 
 
