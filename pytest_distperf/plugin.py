@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
@@ -282,6 +283,18 @@ def _terminal_writer(config: pytest.Config) -> Any:
     return write
 
 
+@contextlib.contextmanager
+def _warnings_at_the_test(item: pytest.Item) -> Iterator[None]:
+    """The gate decides after the test's body: its warnings (an undecided verdict, a noisy baseline) are the
+    test's, so they point at the test's line, not at the hook that raised them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    path, line, _ = item.location
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, str(item.config.rootpath / path), (line or 0) + 1)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
@@ -296,7 +309,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     records = dp.test_records()  # its jobs as they ended, checks, probes
     if dp.gate is not None:  # the baseline verdict, decided on all the runs the test's jobs ended with, lands on
-        landing = dp.gate.finish(test_passed=rep.passed)  # the test's report; its context travels with it (xdist)
+        with _warnings_at_the_test(item):  # the test's report; its context travels with it (xdist)
+            landing = dp.gate.finish(test_passed=rep.passed)
         records += landing.records
         rep.distperf_context = landing.context.to_json() if landing.context else {}
         rep.user_properties += landing.properties

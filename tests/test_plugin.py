@@ -212,3 +212,17 @@ def test_an_op_deepspeed_cannot_build_skips_the_job_with_deepspeeds_reason(monke
         with pytest.raises(pytest.skip.Exception, match="async_io op cannot build on this machine.*no libaio"):
             ds_ops.ensure(["AsyncIOBuilder"], "cuda", run=build_child)
     assert len(calls) == 1
+
+
+def test_the_gates_warnings_point_at_the_test_not_the_hook(pytester):
+    pytester.makepyfile(test_w="""
+        import warnings
+        from pytest_distperf.plugin import _warnings_at_the_test
+
+        def test_x(request):
+            with _warnings_at_the_test(request.node):  # as the report hook wraps the gate's finish
+                warnings.warn(UserWarning("a verdict stayed undecided"))
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*test_w.py:4: UserWarning: a verdict stayed undecided", "*def test_x(request):"])
