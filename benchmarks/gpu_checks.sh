@@ -6,13 +6,14 @@
 #   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh frameworks  # DeepSpeed, Lightning
 #   SCRIPTS=lightning OUT=/path LIMIT=580 ... bash benchmarks/gpu_checks.sh frameworks  # one of them (~250 s)
 #   OUT=/path LIMIT=200 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh after  # a run's fixed cost, 1b pair
+#   OUT=/path LIMIT=580 ENV_SH=../shared/gpu/env.sh bash benchmarks/gpu_checks.sh tests  # the plugin's GPU-gated tests
 #     (build_cost.py's phases after timing, then run_timeline.py's end-to-end split of 4 runs)
 # The GPU checks of benchmarks/results/explain.md and script-jobs.md, one device call each (`frameworks`: the
 # DeepSpeed and Lightning scripts' gates, unchanged and slowed; their comparisons with step jobs ran on 1xH100);
 # each part writes its JSON to $OUT as it ends, so a part cut off by LIMIT leaves the ones before it. HF needs
 # transformers in the image's Python (`pip install transformers`, or wheels carried in .whl/hf).
-case "${1:-explain}" in explain|scripts|hf|frameworks|after) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|hf|frameworks|after" >&2; exit 2 ;; esac
+case "${1:-explain}" in explain|scripts|hf|frameworks|after|tests) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh explain|scripts|hf|frameworks|after|tests" >&2; exit 2 ;; esac
 start=$SECONDS
 . "${ENV_SH:-../shared/gpu/env.sh}"
 left() { echo $((${LIMIT:-580} - (SECONDS - start))); }
@@ -43,5 +44,15 @@ case "${1:-explain}" in
            [ -f "$OUT/trace-$s-1b.json" ] && gzip -f "$OUT/trace-$s-1b.json"
            part "timeline-$s" python benchmarks/run_timeline.py --device cuda --strategy $strategy --options "$opts" \
              --shape 1b --world-size 1 --steps 20 --runs 4 --json "$OUT/timeline-$s-1b.json"; done ;;
+  tests) [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
+         # the tests that skip on the CPU box (they need a GPU): a CPU job creates no CUDA context beside one, CUDA
+         # use in a CPU job fails loudly, the clock lock, a CUDA job's GPU window and work figures, a CUDA OOM's
+         # message, the GPU launchers' scripts unchanged
+         part tests python -m pytest -p no:cacheprovider -rfEsx -v --durations=10 \
+           tests/test_cpu_jobs.py::test_cpu_jobs_of_every_strategy_create_no_cuda_context_on_a_gpu_machine \
+           tests/test_cpu_jobs.py::test_cuda_use_in_a_cpu_job_fails_loudly \
+           tests/test_gpu_clock_lock.py tests/test_gpu_clocks.py tests/test_work.py \
+           tests/test_faults.py::test_a_cuda_out_of_memory_names_the_rank_and_its_memory \
+           tests/test_script_jobs.py::test_gpu_launchers_run_their_scripts_unchanged ;;
 esac
 echo "== whole $((SECONDS - start)) s"
