@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from pytest_distperf.rank.results import RunResult
 
 
+@dataclass(frozen=True)
+class StatTally:
+    """One entry of a stats-line category of the plugin's own ('undecided', 'out of budget'): pytest counts it,
+    --durations (which lists every entry with a duration) does not."""
+    nodeid: str
+    count_towards_summary: bool = True
+
+
 @dataclass
 class SessionLedger:
     """What the session's tests share: runs (shared comparisons and probe runs), failed jobs, jobs measured once,
@@ -224,15 +232,17 @@ class DistPerfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _add_stat(self, key: str, report: pytest.TestReport) -> None:
-        """One more `key` in pytest's stats line ('4 passed, 1 undecided')."""
+        """One more `key` in pytest's stats line ('4 passed, 1 undecided'). The test's report is already counted
+        by its outcome: a tally, not the report, goes under `key`, else --durations lists the test twice."""
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is None:
             return
+        tally = [StatTally(report.nodeid)]
         add = getattr(tr, "_add_stats", None)  # also resets pytest's colour of the stats line
         if add is not None:
-            add(key, [report])
+            add(key, tally)
         else:
-            tr.stats.setdefault(key, []).append(report)
+            tr.stats.setdefault(key, []).extend(tally)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_distperf.report import out_of_budget
