@@ -6,6 +6,10 @@ Import-light on purpose: plugin.py and the user's conftest can import it without
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import warnings
 from typing import Any
 
 
@@ -114,3 +118,15 @@ class BaselineReplacedWarning(DistPerfWarning):
 
 class DistPerfInconclusive(DistPerfWarning):
     """A verdict's interval straddles its limit after the repeats allowed; `--distperf-strict` fails it instead."""
+
+
+_OWN_FRAMES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)
+
+
+def warn(warning: DistPerfWarning) -> None:
+    """Warn at the first caller outside distperf (the test, or the user's helper that called the fixture), however
+    deep distperf's own calls run: the line a reader can act on."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_FRAMES):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)

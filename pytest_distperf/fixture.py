@@ -19,7 +19,6 @@ import math
 import os
 import sys
 import time
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_distperf import strategies
@@ -34,7 +33,7 @@ from pytest_distperf.launch import warm_pool
 from pytest_distperf.launch.base import make_launcher
 from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
-from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError
+from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError, warn
 from pytest_distperf.rank.probes.results import probe_summary
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
@@ -371,10 +370,10 @@ class DistPerf:
                            op_build_seconds=self._op_build)
         busy = hostload.busy_host_message(job.describe(), result.host_other_load)
         if busy:
-            warnings.warn(hostload.HostBusyWarning(busy), stacklevel=3)
+            warn(hostload.HostBusyWarning(busy))
         clocks = self._clock_warnings.check(job.describe(), result.ranks) if job.device == "cuda" else None
         if clocks:
-            warnings.warn(GpuClockWarning(clocks), stacklevel=3)
+            warn(GpuClockWarning(clocks))
         return result
 
     @_within_budget
@@ -486,7 +485,7 @@ class DistPerf:
         refutes it)."""
         import pytest
 
-        warnings.warn(DistPerfInconclusive(message), stacklevel=4)
+        warn(DistPerfInconclusive(message))
         if self.settings.strict:
             pytest.fail(f"{message}\n  (--distperf-strict: an inconclusive verdict fails the test)", pytrace=False)
         if self.plan.known_gap:

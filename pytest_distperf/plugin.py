@@ -253,7 +253,8 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if session.gate is not None:
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
-            gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
+            with _warnings_at_the_test(request.node):
+                gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
         except BaselineError as e:
             pytest.fail(f"distperf baseline: {e}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
@@ -285,8 +286,9 @@ def _terminal_writer(config: pytest.Config) -> Any:
 
 @contextlib.contextmanager
 def _warnings_at_the_test(item: pytest.Item) -> Iterator[None]:
-    """The gate decides after the test's body: its warnings (an undecided verdict, a noisy baseline) are the
-    test's, so they point at the test's line, not at the hook that raised them."""
+    """The gate reads its baseline before the test's body and decides after it: its warnings (other library
+    versions, an undecided verdict, a noisy baseline) are the test's, so they point at the test's line, not at the
+    fixture or hook that raised them (errors.warn does this for the warnings of the test's body)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield

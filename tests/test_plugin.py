@@ -226,3 +226,15 @@ def test_the_gates_warnings_point_at_the_test_not_the_hook(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*test_w.py:4: UserWarning: a verdict stayed undecided", "*def test_x(request):"])
+
+
+def test_warnings_of_the_tests_body_point_at_the_callers_line_however_deep_the_plugins_calls():
+    from pytest_distperf.decide.checks import warn_inconclusive  # the plugin's frames: checks.py, then errors.py
+    from pytest_distperf.errors import DistPerfInconclusive, HostBusyWarning, warn
+
+    with pytest.warns(HostBusyWarning) as direct:
+        warn(HostBusyWarning("another process took 40 % of the cores"))
+    with pytest.warns(DistPerfInconclusive) as nested:
+        warn_inconclusive(None, "undecided")  # type: ignore[arg-type]
+    for caught in (direct, nested):
+        assert [(w.filename, w.lineno > 0) for w in caught] == [(__file__, True)]

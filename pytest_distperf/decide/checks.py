@@ -9,11 +9,10 @@ an INCONCLUSIVE that stays warns (or fails with --distperf-strict); only a FAIL 
 from __future__ import annotations
 
 import itertools
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive
+from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive, warn
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
@@ -96,7 +95,7 @@ class Adaptive:
 
 
 def warn_inconclusive(check: Check, message: str) -> None:
-    warnings.warn(DistPerfInconclusive(message), stacklevel=4)
+    warn(DistPerfInconclusive(message))
 
 
 def _step_times(side: JobRuns) -> list[float]:

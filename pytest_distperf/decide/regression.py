@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
-                                    BaselineUnmatchedWarning, DistPerfInconclusive)
+                                    BaselineUnmatchedWarning, DistPerfInconclusive, warn)
 from pytest_distperf.launch import fingerprint
 from pytest_distperf.store.baselines import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries,
                                              Store, explain_tables, job_identity, metrics_from_runs, now_iso)
@@ -206,9 +205,9 @@ class BaselineGate:
         self.env_changes = (fingerprint.soft_differences(self.baseline.environment, self.environment)
                             if self.baseline else [])
         if self.env_changes:
-            warnings.warn(BaselineEnvironmentWarning(
+            warn(BaselineEnvironmentWarning(
                 f"{os.path.relpath(self.path, session.rootdir)}: recorded with other versions than this run: "
-                f"{', '.join(self.env_changes)}"), stacklevel=2)
+                f"{', '.join(self.env_changes)}"))
         self.jobs: dict[str, JobRuns] = {}  # by key: the label, plus the injection knobs when the job carries any
         self.identity: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (clean label, config hash, config)
         self.verdicts: list[MetricVerdict] = []
@@ -245,7 +244,7 @@ class BaselineGate:
             reason = self.unmatched
             if not self.unmatched_said:  # once per test; every verdict keeps the note
                 self.unmatched_said = True
-                warnings.warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"), stacklevel=2)
+                warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"))
         out = decide_job(self.nodeid, m.label, self._entry(m.label), self.identity[m.label][1],
                          metrics_from_runs(m.runs), self.policy, reason, self.budget.design(), self.device)
         for v in out:
@@ -290,8 +289,8 @@ class BaselineGate:
             return GateOutcome(False, None, props, context, records + self._detectable_changes(saved, jobs))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
-                warnings.warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
-                                                   f"{v.note}"), stacklevel=2)
+                warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
+                                          f"{v.note}"))
         failing = [v for v in self.verdicts if is_failing(v, self.policy)]
         return GateOutcome(bool(failing), self._message(failing) if failing else None, props, context, records)
 
@@ -315,9 +314,9 @@ class BaselineGate:
                  for r in detectable_changes(key, entry.metrics, self.policy, self.budget.design(), self.device)]
         for r in found:
             if not r.can_pass:
-                warnings.warn(BaselineNoisyWarning(
+                warn(BaselineNoisyWarning(
                     f"{self.nodeid}: saved {rel}, but {r.text()}: record it on a quieter machine, or with more "
-                    f"runs (--distperf-max-repeats)"), stacklevel=2)
+                    f"runs (--distperf-max-repeats)"))
         return [r.saved_as(self.nodeid, rel) for r in found]
 
     def _save(self, jobs: dict[str, JobEntry]) -> str:
@@ -326,10 +325,10 @@ class BaselineGate:
         if self.unusable:
             aside = self.session.store.move_aside(self.path, self.key)
             if aside:
-                warnings.warn(BaselineReplacedWarning(
+                warn(BaselineReplacedWarning(
                     f"{self.nodeid}: the baseline {os.path.relpath(self.path, self.session.rootdir)} could not be "
                     f"used ({self.unusable}); moved it aside to {os.path.basename(aside)} (nothing deleted) and "
-                    f"saved a new one"), stacklevel=2)
+                    f"saved a new one"))
         return self.session.store.save(doc)
 
     def _context(self) -> GateContext:

@@ -17,12 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from typing import Any, Callable
 
 import psutil
 
-from pytest_distperf.errors import JobError, JobTimeout, ProfilerAbortWarning
+from pytest_distperf.errors import JobError, JobTimeout, ProfilerAbortWarning, warn
 from pytest_distperf.launch import jobfiles
 from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, usable_cores
 from pytest_distperf.spec import profiles
@@ -108,10 +107,10 @@ def launch(job: JobSpec, *, timeout: float, base_dir: str | None = None,
         if not is_profiler_abort(e):
             raise
         aborted = e.job_dir
-    warnings.warn(ProfilerAbortWarning(
+    warn(ProfilerAbortWarning(
         f"distperf job {job.describe()}: a rank died in torch.profiler's stop during distperf's profiled phase "
         f"(a known, rare heap corruption: docs/design/known-defects.md); the run is measured again. The aborted "
-        f"run's folder: {aborted}"), stacklevel=2)
+        f"run's folder: {aborted}"))
     return once()
 
 
