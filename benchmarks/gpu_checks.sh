@@ -45,14 +45,9 @@ case "${1:-explain}" in
            part "timeline-$s" python benchmarks/run_timeline.py --device cuda --strategy $strategy --options "$opts" \
              --shape 1b --world-size 1 --steps 20 --runs 4 --json "$OUT/timeline-$s-1b.json"; done ;;
   tests) [ -d .whl/hf ] && python -m pip install -q --no-index --find-links .whl/hf transformers >/dev/null 2>&1
-         # the tests that skip on the CPU box (they need a GPU): a CPU job creates no CUDA context beside one, CUDA
-         # use in a CPU job fails loudly, the clock lock, a CUDA job's GPU window and work figures, a CUDA OOM's
-         # message, the GPU launchers' scripts unchanged
-         part tests python -m pytest -p no:cacheprovider -rfEsx -v --durations=10 \
-           tests/test_cpu_jobs.py::test_cpu_jobs_of_every_strategy_create_no_cuda_context_on_a_gpu_machine \
-           tests/test_cpu_jobs.py::test_cuda_use_in_a_cpu_job_fails_loudly \
-           tests/test_gpu_clock_lock.py tests/test_gpu_clocks.py tests/test_work.py \
-           tests/test_faults.py::test_a_cuda_out_of_memory_names_the_rank_and_its_memory \
-           tests/test_script_jobs.py::test_gpu_launchers_run_their_scripts_unchanged ;;
+         # the tests marked gpu, which skip on the CPU box: a CPU job creates no CUDA context beside a GPU, CUDA use
+         # in a CPU job fails loudly, the clock lock, a CUDA job's GPU window and work figures, a CUDA OOM's message,
+         # the GPU launchers' scripts unchanged
+         part tests python -m pytest tests -m gpu -p no:cacheprovider -rfEsx -v --durations=10 ;;
 esac
 echo "== whole $((SECONDS - start)) s"

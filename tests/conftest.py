@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -28,9 +29,16 @@ TEST_TIMEOUT_SECONDS = 900
 
 
 def pytest_collection_modifyitems(config, items):
+    from pytest_distperf.launch.devices import visible_gpu_count
+
+    gpus, nvml = visible_gpu_count(), importlib.util.find_spec("pynvml") is not None
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_SECONDS, method="signal"))
+        gpu = item.get_closest_marker("gpu")  # @pytest.mark.gpu(reason=..., nvml=True): `-m gpu` is the GPU suite
+        if gpu is not None and (gpus == 0 or (gpu.kwargs.get("nvml") and not nvml)):
+            needs = "a GPU and nvidia-ml-py" if gpu.kwargs.get("nvml") else "a GPU"
+            item.add_marker(pytest.mark.skip(reason=f"needs {needs}: {gpu.kwargs['reason']}"))
 
 
 # -- one real saved baseline for the whole session -----------------------------------------------------------------

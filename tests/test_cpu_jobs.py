@@ -14,12 +14,11 @@ import time
 import psutil
 import pytest
 
-from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, nvml, visible_gpu_count
+from pytest_distperf.launch.devices import CPU_ONLY_ENVIRONMENT, nvml
 from pytest_distperf.launch.launcher import RankFailed, agent_environment, launch
 from pytest_distperf.spec.job import FunctionRef, JobSpec
 
-needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0,
-                               reason="needs a GPU: proves that a CPU job creates no CUDA context next to one")
+needs_gpu = pytest.mark.gpu(reason="proves that a CPU job creates no CUDA context next to one")
 
 
 def rank_view() -> dict:

@@ -11,7 +11,6 @@ import uuid
 import psutil
 import pytest
 
-from pytest_distperf.launch.devices import visible_gpu_count
 
 FAULTS = """
 import os
@@ -459,8 +458,7 @@ def allocate_more_than_the_gpu_has() -> None:
     torch.empty(torch.cuda.get_device_properties(0).total_memory * 2, dtype=torch.uint8, device="cuda")
 
 
-@pytest.mark.skipif(visible_gpu_count() == 0,
-                    reason="needs a GPU: a CUDA out-of-memory in a rank")
+@pytest.mark.gpu(reason="a CUDA out-of-memory in a rank")
 def test_a_cuda_out_of_memory_names_the_rank_and_its_memory(tmp_path):
     from pytest_distperf.launch.launcher import RankFailed, launch
     from pytest_distperf.spec.job import FunctionRef, JobSpec

@@ -5,7 +5,6 @@ bookkeeping around them is checked here against a stand-in that records the call
 
 from __future__ import annotations
 
-import importlib.util
 from importlib.metadata import entry_points
 import json
 import os
@@ -19,7 +18,6 @@ from pytest_distperf.spec import settings as config
 from pytest_distperf.spec.settings import build_settings
 from pytest_distperf.errors import SettingsError
 from pytest_distperf.launch import gpuclocks
-from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.gpuclocks import (ClockState, LockedGpu, SessionClocks, match_visible, process_start,
                                              read_states, stale_to_reset)
 from pytest_distperf.spec.settings import parse_clock_setting as parse_setting
@@ -256,11 +254,7 @@ time.sleep(30)
 # Where the package is on the path but not installed (no pytest11 entry point), the inner runs load it by name.
 PLUGIN = ([] if any(ep.name == "distperf" for ep in entry_points(group="pytest11"))
           else ["-p", "pytest_distperf.plugin"])
-needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
-                               reason="needs a GPU and nvidia-ml-py: locks real GPU clocks through NVML")
-
-
-@needs_gpu
+@pytest.mark.gpu(nvml=True, reason="locks real GPU clocks through NVML")
 def test_a_session_locks_the_gpu_clocks_or_skips_with_the_reason_and_leaves_nothing_locked(pytester, monkeypatch,
                                                                                           tmp_path):
     """With root: the header names the locked clock, the job's GPU ran at it (median sample) unless a throttle

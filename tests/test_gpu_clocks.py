@@ -3,7 +3,6 @@ what is warned about. The NVML reading itself runs on a GPU (the verification co
 
 from __future__ import annotations
 
-import importlib.util
 from importlib.metadata import entry_points
 import json
 import threading
@@ -12,7 +11,6 @@ import time
 import pytest
 import torch
 
-from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.rank import clocks
 from pytest_distperf.rank.clocks import (ClockSample, ClockSampler, ClockWarnings, GpuWindow, clock_warning,
                                         decode_reasons, summarise)
@@ -138,11 +136,7 @@ def test_the_sampler_reads_at_both_ends_and_in_between_then_lets_go_of_nvml():
 # Where the package is on the path but not installed (no pytest11 entry point), the inner runs load it by name.
 PLUGIN = ([] if any(ep.name == "distperf" for ep in entry_points(group="pytest11"))
           else ["-p", "pytest_distperf.plugin"])
-needs_gpu = pytest.mark.skipif(visible_gpu_count() == 0 or importlib.util.find_spec("pynvml") is None,
-                               reason="needs a GPU and nvidia-ml-py: reads a real CUDA job's GPU clocks through NVML")
-
-
-@needs_gpu
+@pytest.mark.gpu(nvml=True, reason="reads a real CUDA job's GPU clocks through NVML")
 def test_a_cuda_jobs_json_report_has_each_ranks_gpu_window(pytester):
     """A real CUDA job (1 rank, ddp small): its rank read its GPU over the timed steps, the report has the window,
     and the pytest process itself created no CUDA context."""

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks import script_jobs
-from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.spec.job import JobSpec, ScriptRef
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,8 +229,8 @@ def test_each_launcher_runs_its_script_unchanged(pytester: pytest.Pytester):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(visible_gpu_count() == 0, reason="needs a GPU: DeepSpeed's launcher counts GPUs, and the seed-004 "
-                    "reporter's scripts run Lightning's FSDP strategy, which needs CUDA")
+@pytest.mark.gpu(reason="DeepSpeed's launcher counts GPUs, and the seed-004 reporter's scripts run Lightning's FSDP "
+                        "strategy, which needs CUDA")
 def test_gpu_launchers_run_their_scripts_unchanged(pytester: pytest.Pytester):
     """On one GPU: a DeepSpeed ZeRO-3 engine loop through `deepspeed`, the seed-004 reporter's Trainer and Fabric
     scripts (benchmarks/seed004_reporter.py, Lightning's demo Transformer, FSDP) as `python script.py`, and a

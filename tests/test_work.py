@@ -13,7 +13,6 @@ from pytest_distperf.decide import regression, verdicts
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.store.baselines import MetricSeries, metrics_from_runs
 from pytest_distperf.figures.quantities import metric_traits
-from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.launch.launcher import launch
 from pytest_distperf.figures.quantities import job_figures, run_work
 from pytest_distperf.rank.results import RankResult, RunResult, WorkResult
@@ -75,7 +74,7 @@ def test_a_jobs_later_runs_leave_out_the_counting_pass_and_the_breakdown_but_kee
     assert len(metrics["step_time"].runs) == 2 and len(metrics["train_memory"].runs) == 2
 
 
-@pytest.mark.skipif(visible_gpu_count() == 0, reason="needs a GPU: kernel time, busy time and kernels are CUDA's")
+@pytest.mark.gpu(reason="kernel time, busy time and kernels are CUDA's")
 def test_a_cuda_job_measures_kernel_time_busy_time_and_kernels():
     import sys
 
