@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pytest
 
 from pytest_distperf.spec.settings import CARRIED_OPTIONS, Settings, TestPlan, build_settings, declared, plan_test
-from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, SettingsError
+from pytest_distperf.errors import BaselineError, DistPerfCheckFailed, DistPerfWarning, SettingsError
 from pytest_distperf.launch.devices import visible_gpu_count
 from pytest_distperf.session import DistPerfSession
 
@@ -288,13 +288,16 @@ def _terminal_writer(config: pytest.Config) -> Any:
 def _warnings_at_the_test(item: pytest.Item) -> Iterator[None]:
     """The gate reads its baseline before the test's body and decides after it: its warnings (other library
     versions, an undecided verdict, a noisy baseline) are the test's, so they point at the test's line, not at the
-    fixture or hook that raised them (errors.warn does this for the warnings of the test's body)."""
+    fixture or hook that raised them (errors.warn does this for the warnings of the test's body). Another
+    library's warning raised meanwhile keeps its own place."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
     path, line, _ = item.location
     for w in caught:
-        warnings.warn_explicit(w.message, w.category, str(item.config.rootpath / path), (line or 0) + 1)
+        ours = issubclass(w.category, DistPerfWarning)
+        warnings.warn_explicit(w.message, w.category, str(item.config.rootpath / path) if ours else w.filename,
+                               (line or 0) + 1 if ours else w.lineno)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -219,13 +219,17 @@ def test_the_gates_warnings_point_at_the_test_not_the_hook(pytester):
         import warnings
         from pytest_distperf.plugin import _warnings_at_the_test
 
+        from pytest_distperf.errors import DistPerfInconclusive
+
         def test_x(request):
             with _warnings_at_the_test(request.node):  # as the report hook wraps the gate's finish
-                warnings.warn(UserWarning("a verdict stayed undecided"))
+                warnings.warn(DistPerfInconclusive("a verdict stayed undecided"))
+                warnings.warn(DeprecationWarning("another library's"))  # keeps its own line (9)
     """)
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*test_w.py:4: UserWarning: a verdict stayed undecided", "*def test_x(request):"])
+    result.assert_outcomes(passed=1, warnings=2)
+    result.stdout.fnmatch_lines(["*test_w.py:6: DistPerfInconclusive: a verdict stayed undecided",
+                                 "*def test_x(request):", "*test_w.py:9: DeprecationWarning: another library's"])
 
 
 def test_warnings_of_the_tests_body_point_at_the_callers_line_however_deep_the_plugins_calls():
