@@ -14,6 +14,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import psutil
 import pytest
 
 from benchmarks import script_jobs
@@ -120,7 +121,28 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             if step == 2 and dist.get_rank() == 1:
                 os.abort()  # a native crash: no Python error, only faulthandler's stacks
     """)
+    pytester.makepyfile(forever="""
+        import os
+        import time
+
+        import torch.distributed as dist
+
+        def spin():  # a hand-written loop that never steps
+            while True:
+                time.sleep(0.01)
+
+        dist.init_process_group("gloo")
+        with open(f"pid{dist.get_rank()}", "w") as f:
+            f.write(str(os.getpid()))
+        spin()
+    """)
     pytester.makepyfile(test_scripts="""
+        import pytest
+
+        @pytest.mark.distperf(timeout=20)
+        def test_never_steps(distperf):  # torchrun stands between the agent and the ranks
+            distperf.run(distperf.script_job("forever.py", steps=3, warmup=1))
+
         def test_too_short(distperf):
             distperf.run(distperf.script_job("train.py", args=("--steps", "4"), steps=6, warmup=2))
 
@@ -142,7 +164,12 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             distperf.run(distperf.script_job("aborts.py", steps=3, warmup=1))
     """)
     result = pytester.runpytest(*INNER)
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=2, failed=4)
+    # every rank's stacks at the timeout, and no rank left running
+    result.stdout.fnmatch_lines(["*torchrun forever.py x2 cpu timed out after 20 s*", '*File "*forever.py", line * in spin*'])
+    for rank in (0, 1):
+        pid = int((pytester.path / f"pid{rank}").read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, rank
     result.stdout.fnmatch_lines([
         "*train.py ended after 4 optimizer steps; the job needs up to 14*",
         "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",

@@ -195,3 +195,21 @@ def test_what_an_inconclusive_check_does_in_a_test():
     # a known gap: only a FAIL satisfies its strict xfail; undecided, the test skips
     with pytest.warns(DistPerfInconclusive), pytest.raises(Skipped, match="neither confirmed nor refuted"):
         check(fixture(strict=False, known_gap="upstream#1: 1.3x"))
+
+
+def test_the_flops_check_decides_on_the_counts_of_the_runs_that_measured_them():
+    """Exact counts are measured in a job's first run of a session only: the check reads that run's, where a skip
+    "no work phase" would be false."""
+    from pytest_distperf.rank.results import WorkResult
+
+    def side(label, flops):
+        runs = [_run([0.1], 1 << 20, state=30 << 20) for _ in range(3)]
+        for r in runs[0].ranks:
+            r.work = WorkResult(steps=2, flops=[flops] * 2, state_bytes=r.work.state_bytes,
+                                step_peak_bytes=r.work.step_peak_bytes)
+        return JobRuns(label, [runs])
+
+    cmp = Comparison(side("A", 2_200), side("B", 2_000))
+    assert cmp.assert_flops_within(1.1).passed
+    with pytest.raises(DistPerfCheckFailed, match=r"FLOPs per step of A are 1\.1000x B's"):
+        cmp.assert_flops_within(1.05)

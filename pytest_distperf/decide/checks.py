@@ -110,8 +110,11 @@ def _step_line(side: JobRuns) -> str:
 
 
 def _work(side: JobRuns, metric: str) -> list[float]:
-    """One value per run of a work figure; skips the test where a run has none."""
+    """One value per run of a work figure; skips the test where a run has none. An exact count is measured in a
+    job's first run of a session only (rank/work.py): its values are those of the runs that measured it."""
     values = [run_work(r).get(metric) for r in side.runs]
+    if WORK_METRICS.get(metric, ("", ""))[1] == "count":
+        values = [v for v in values if v is not None] or [None]
     if any(v is None for v in values):
         field_name = WORK_METRICS[metric][0] if metric in WORK_METRICS else metric
         why = work_not_measured(side.runs).get(field_name, "the job ran no work phase (JobSpec.work_steps 0)")

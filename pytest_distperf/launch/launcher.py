@@ -172,7 +172,7 @@ def _watch(job: JobSpec, job_dir: str, proc: Any, start: float, timeout: float,
     while proc.poll() is None:
         elapsed = time.monotonic() - start
         if elapsed > timeout:
-            _dump_stacks(proc.pid)
+            _dump_stacks(proc.pid, job_dir)
             end_tree(proc)
             raise JobTimeout(_timeout_message(job, job_dir, timeout), job_dir)
         vanished = _vanished_ranks(job_dir)
@@ -320,13 +320,18 @@ def _vanished_message(job: JobSpec, job_dir: str, vanished: dict[int, int]) -> s
     ])
 
 
-def _dump_stacks(agent_pid: int) -> None:
+def _dump_stacks(agent_pid: int, job_dir: str) -> None:
+    """SIGUSR1 to the ranks under the agent (those that left their pid): faulthandler writes each one's stacks to
+    its log. Never to a process between the agent and its ranks (torchrun under a script job): with no handler,
+    SIGUSR1 would end it and leave its ranks running with no stacks written."""
     try:
-        ranks = psutil.Process(agent_pid).children()
+        tree = psutil.Process(agent_pid).children(recursive=True)
     except psutil.Error:
         return
-    for p in ranks:
-        _signal(p, signal.SIGUSR1)
+    ranks = {*jobfiles.started_ranks(job_dir).values(), *(p.pid for p in jobfiles.read_rank_places(job_dir).values())}
+    for p in tree:
+        if p.pid in ranks:
+            _signal(p, signal.SIGUSR1)
     time.sleep(STACK_DUMP_SECONDS)
 
 

@@ -52,8 +52,9 @@ def install(job_dir: str) -> None:
     # torchrun, deepspeed and accelerate set RANK; Lightning sets LOCAL_RANK for the ranks it starts (one node)
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
     own_logs(job_dir, rank)  # where the launcher reads a failed rank's last lines
+    # Before the pid file, by which the launcher's timeout finds this rank to ask for its stacks (SIGUSR1).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     job = jobfiles.start_rank(job_dir, rank)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the launcher's timeout asks every rank for its stacks
     # On a fatal signal the stacks go where the launcher reads them (a script may enable faulthandler itself: then
     # its own setting wins and the launcher names the signal without the stacks).
     faulthandler.enable(jobfiles.fatal_report_file(job_dir, rank), all_threads=True)
