@@ -136,8 +136,25 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             f.write(str(os.getpid()))
         spin()
     """)
+    pytester.makepyfile(raises="""
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(16, 16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(30):
+            model(torch.ones(4, 16)).sum().backward()
+            opt.step()
+            if step == 2 and dist.get_rank() == 1:
+                raise ValueError("the script's own error")
+            dist.barrier()
+    """)
     pytester.makepyfile(test_scripts="""
         import pytest
+
+        def test_raises(distperf):  # the script's error leads, not the steps it did not get to
+            distperf.run(distperf.script_job("raises.py", steps=3, warmup=1))
 
         @pytest.mark.distperf(timeout=20)
         def test_never_steps(distperf):  # torchrun stands between the agent and the ranks
@@ -164,14 +181,16 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             distperf.run(distperf.script_job("aborts.py", steps=3, warmup=1))
     """)
     result = pytester.runpytest(*INNER)
-    result.assert_outcomes(passed=2, failed=4)
+    result.assert_outcomes(passed=2, failed=5)
+    result.stdout.fnmatch_lines(["*rank 1*", "*raises.py raised after 3 optimizer steps (the job needs up to*",
+                                 "*ValueError: the script's own error*"])
     # every rank's stacks at the timeout, and no rank left running
     result.stdout.fnmatch_lines(["*torchrun forever.py x2 cpu timed out after 20 s*", '*File "*forever.py", line * in spin*'])
     for rank in (0, 1):
         pid = int((pytester.path / f"pid{rank}").read_text())
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, rank
     result.stdout.fnmatch_lines([
-        "*train.py ended after 4 optimizer steps; the job needs up to 14*",
+        "*train.py ended after 4 optimizer steps, without an exception; the job needs up to 14*",
         "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",
     ])
     result.stdout.fnmatch_lines([

@@ -62,12 +62,12 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
                                              timestamp=int(time.time()),
                                              message=f"rank 0 (the script process) {how}{why}"))
     if failures:
-        now = int(time.time())
+        now, started = int(time.time()), jobfiles.started_ranks(job_dir)
         for rank in range(world_size):  # ranks that ended with rank 0, without a value or an error of their own
             if rank not in values and rank not in errors and all(f.rank != rank for f in failures):
-                failures.append(jobfiles.RankFailure(rank=rank, exitcode=-1, signal=None, timestamp=now,
-                                                     message="ended without a value or an error (stopped with the "
-                                                             "script's other ranks)"))
+                why = ("ended without a value or an error (stopped with the script's other ranks)" if rank in started
+                       else "never ran the script (no process of the job started it)")
+                failures.append(jobfiles.RankFailure(rank=rank, exitcode=-1, signal=None, timestamp=now, message=why))
         return jobfiles.AgentResult(failures=failures)
     return jobfiles.AgentResult(values=values)
 

@@ -71,7 +71,9 @@ class RankFailure:
 
     def brief(self) -> str:
         """How it ended, for the line that lists the other ranks."""
-        return f"stopped by {self.signal}" if self.signal else f"exit {self.exitcode}"
+        if self.signal:
+            return f"stopped by {self.signal}"
+        return self.message if self.exitcode == -1 else f"exit {self.exitcode}"  # -1: no exit of its own to report
 
 
 @dataclass

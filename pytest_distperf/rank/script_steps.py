@@ -215,18 +215,21 @@ class StepWatch:
         from pytest_distperf.launch import jobfiles
 
         script = self.job.script.name
-        if self.steps_seen == 0:
+        what = "pytest_distperf.step() calls" if self.by_marker else "optimizer steps"
+        needed = (f"the job needs up to {self.needed} ({self.job.warmup_steps} warm-up + {self.job.steps} timed + "
+                  f"the work phase's and the probes' {self.needed - self.job.warmup_steps - self.job.steps})")
+        if self.script_error:  # the script's own error is the news, not the steps it did not get to
+            text = f"{script} raised after {self.steps_seen} {what} ({needed}):\n\n{self.script_error}"
+        elif self.steps_seen == 0:
             text = (f"{script} ended without a step distperf could see: steps are found by torch's optimizer hook, "
-                    f"which fires for every torch.optim.Optimizer subclass{_not_optimizers()}. If the script "
-                    f"updates its weights another way, call pytest_distperf.step() once a step.")
+                    f"which fires for every torch.optim.Optimizer subclass{_not_optimizers()}. Only processes that "
+                    f"run the script are watched, one a rank (processes the script starts itself, as "
+                    f"torch.multiprocessing.spawn does, are not: launcher='torchrun' starts the ranks). If the "
+                    f"script updates its weights another way, call pytest_distperf.step() once a step.")
         else:
-            what = "pytest_distperf.step() calls" if self.by_marker else "optimizer steps"
-            text = (f"{script} ended after {self.steps_seen} {what}; the job needs up to {self.needed} "
-                    f"({self.job.warmup_steps} warm-up + {self.job.steps} timed + the work phase's and the probes' "
-                    f"{self.needed - self.job.warmup_steps - self.job.steps}): let the script run longer (its own "
-                    f"arguments) or ask for fewer (distperf.script_job(steps=..., warmup=...))")
-        if self.script_error:
-            text += f"\n\nThe script raised:\n{self.script_error}"
+            text = (f"{script} ended after {self.steps_seen} {what}, without an exception; {needed}: let the script "
+                    f"run longer (its own arguments) or ask for fewer (distperf.script_job(steps=..., warmup=...)); "
+                    f"if it stopped on an error of its own (sys.exit), its output below says why")
         jobfiles.write_rank_error(self.job_dir, self.rank, text)
 
 
