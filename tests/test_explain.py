@@ -131,7 +131,19 @@ def test_rows_of_the_clock_a_failed_figure_reads_come_first_and_a_summed_rest_af
     assert ex.explain_by([("step_time", "time")]) == ("time", ())
     names = [r.name for r in ex.explain(base, cand, *ex.explain_by([("step_time", "time")])).rows]
     assert names[:3] == ["cpu:aten::sort", "kernel:radixSort", "cpu:(other)"]
-    assert ex.explain_by([]) == ("time", ()) and ex.explain_by([("aten_ops_per_step", "count")]) == ("count", ())
+    assert ex.explain_by([]) == ("time", ()) and ex.explain_by([("aten_ops_per_step", "count")]) == ("count", ("", tt.CPU))
+
+
+def test_under_a_count_verdict_rows_rank_by_their_share_of_the_counts_change_and_cut_rows_are_not_shown():
+    # an extra matmul in a block: aten::mm 3 -> 12 a step is most of the operators' change; the new autograd node
+    # once a step, however new, is less of it; the module's FLOPs, another figure's rows, come after the operators
+    base = [{**_run(mm=(3, 0.001), add=(2, 0.001)), "op:tiny": [1.0, 1e-6], "flops:mlp": [1e6, 0.0]}] * 3
+    cand = [{**_run(mm=(12, 0.004), add=(2, 0.001)), "op:MmBackward0": [1.0, 5e-5], tt.OTHER: [1.0, 1e-6],
+             "flops:mlp": [4e6, 0.0]}] * 3
+    e = ex.explain(base, cand, *ex.explain_by([("aten_ops_per_step", "count")]))
+    assert [r.name for r in e.rows][:2] == ["op:mm", "op:MmBackward0"]
+    assert next(r for r in e.rows if r.name == "op:tiny").status == "cut"  # summed into (other): says nothing
+    assert "op:tiny" not in [r.name for r in e.shown(5)]
 
 
 def test_a_small_row_missing_from_a_trimmed_table_is_cut_not_gone():

@@ -8,8 +8,8 @@ stands out when |change| > noise and at least MATERIAL of the reference step's t
 do not overlap between the sides (counts are the same every step of an unchanged run). Rows in no reference run
 are "new", in no candidate run "gone"; a row a trimmed table may have summed into ``(other)`` is "cut" (absent
 there, and nowhere twice that table's smallest kept row): its absence says nothing and it never stands out. Rows
-rank by |change| in time, or, where only counts failed, count changes first (a flops: row's count is its module's
-FLOPs a step, exact). The rows of the clock a failed figure reads come first (`explain_by`): under a failed
+rank by |change| in time, or, where only counts failed, by |change| in count, the rows whose counts changed first
+(a flops: row's count is its module's FLOPs a step, exact). The rows of the clock a failed figure reads come first (`explain_by`): under a failed
 gpu_time, a CUDA table's kernel rows before its host rows, whose microseconds are another clock's; a family's
 summed rest, ``(other)``, comes after the rows that name something.
 """
@@ -20,15 +20,16 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_distperf.rank.time_table import FLOPS, MODULE, OTHERS, family
+from pytest_distperf.rank.time_table import CPU, FLOPS, MODULE, OTHERS, family
 
 SHOWN_ROWS = 5  # op/kernel/flops rows a failure message shows
 SHOWN_MODULES = 2  # module: rows it shows besides, those that stand out: where the rows above ran
 MATERIAL = 0.01  # a row whose time moved less than this share of the reference step's table never stands out
 # The families a figure reads, where fewer than all (rank/time_table.family): gpu_time and kernels_per_step are the
-# GPU rows (kernel:, collective:, copy:, the "" family of a CUDA table). step_time reads every clock, and
-# aten_ops_per_step's operators are "" rows on CPU and cpu: rows on CUDA: every family.
-FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {"gpu_time": ("",), "kernels_per_step": ("",)}
+# GPU rows (kernel:, collective:, copy:, the "" family of a CUDA table); aten_ops_per_step's operators are "" rows
+# on CPU and cpu: rows on CUDA; flops_per_step is the flops: rows. step_time reads every clock: every family.
+FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {"gpu_time": ("",), "kernels_per_step": ("",),
+                                               "aten_ops_per_step": ("", CPU), "flops_per_step": (FLOPS,)}
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Explanation:
     def shown(self, top: int, modules: int = SHOWN_MODULES) -> list[ExplainRow]:
         """The top rows of what ran (ops, kernels, collectives, FLOPs), then the module: rows that stand out: a
         module row sums its operators' time again, so it would outrank them in one list."""
-        return ([r for r in self.rows if family(r.name) != MODULE][:top]
+        return ([r for r in self.rows if family(r.name) != MODULE and r.status != "cut"][:top]
                 + [r for r in self.rows if family(r.name) == MODULE and r.stands_out][:modules if top else 0])
 
     @property
@@ -234,9 +235,8 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     def tier(r: ExplainRow) -> tuple[bool, bool, bool]:
         return not r.stands_out, bool(first) and family(r.name) not in first, r.name in OTHERS.values()
 
-    if by == "count":
-        rows.sort(key=lambda r: (*tier(r), not r.count_changed,  # a new row before more of an old one
-                                 -abs(r.candidate_count - r.reference_count) / max(r.reference_count, 1e-9),
+    if by == "count":  # by each row's share of the count's change
+        rows.sort(key=lambda r: (*tier(r), not r.count_changed, -abs(r.candidate_count - r.reference_count),
                                  -abs(r.change), r.name))
     else:
         rows.sort(key=lambda r: (*tier(r), -abs(r.change), r.name))
