@@ -99,17 +99,9 @@ def _load_strategies() -> None:
 def _gate_session(config: pytest.Config, settings: Settings) -> "regression.GateSession | None":
     if settings.save and not settings.enabled:
         raise pytest.UsageError("distperf: --distperf-save needs --distperf (it records what the tests measure)")
-    _check_report_paths(config, settings.enabled)
-    if config.getoption("distperf_history") is not None:
-        from pytest_distperf.store.history import HistoryError, check_url
-
-        try:
-            check_url(config.getoption("distperf_history"))  # its form, before any job; opened at the end
-        except HistoryError as e:
-            raise pytest.UsageError(f"distperf: {e}") from None
-    if not settings.enabled:
-        return None
-    from pytest_distperf.decide import policy, regression
+    reports = _check_report_paths(config, settings.enabled)
+    history = _check_history(config)
+    from pytest_distperf.decide import policy
 
     try:
         gs = policy.gate_settings(
@@ -118,12 +110,45 @@ def _gate_session(config: pytest.Config, settings: Settings) -> "regression.Gate
             {flag: config.getoption(dest) for flag, dest in CARRIED_OPTIONS.items()}, settings.strict,
             rootdir_fixed=config.inipath is not None or bool(config.getoption("rootdir", None)),
             explain=settings.explain)
+    except SettingsError as e:
+        if settings.enabled:
+            raise pytest.UsageError(f"distperf: {e}") from None
+        gs = None  # without --distperf no baseline is read: a folder that cannot be one is no error
+    where = ("--distperf-baselines" if config.getoption("distperf_baselines") else
+             "ini option distperf_baselines" if config.getini("distperf_baselines") else
+             "the default; --distperf-baselines moves it")
+    # The reports are written with or without --distperf: none may land in the baselines folder either way.
+    _check_apart(reports, (where, gs.baselines_dir) if gs else None, history)
+    if not settings.enabled or gs is None:
+        return None
+    from pytest_distperf.decide import regression
+
+    try:
         gate = regression.GateSession(gs, str(config.rootpath))
         if gs.save and not hasattr(config, "workerinput"):
             gate.store.check_writable()  # before any job runs, not after an hour of them
     except (SettingsError, BaselineError) as e:
         raise pytest.UsageError(f"distperf: {e}") from None
     return gate
+
+
+def _check_history(config: pytest.Config) -> "tuple[str, str] | None":
+    """--distperf-history's database opened and checked before any job: the session appends to it at its end,
+    where a bad one would lose the session's record. Returns (option, file) for a SQLite file, else None."""
+    url = config.getoption("distperf_history")
+    if url is None:
+        return None
+    from pytest_distperf.store.history import HistoryError, check_target, check_url, database_file
+
+    try:
+        if hasattr(config, "workerinput"):
+            check_url(url)  # an xdist worker: its form only; the controller, which records it, opens it
+        else:
+            check_target(url)  # opened and closed; opened again at the end
+        path = database_file(url)
+    except HistoryError as e:
+        raise pytest.UsageError(f"distperf: {e}") from None
+    return ("--distperf-history", path) if path else None
 
 
 def _base_checkout(config: pytest.Config, settings: Settings) -> Any:
@@ -146,8 +171,9 @@ def _base_checkout(config: pytest.Config, settings: Settings) -> Any:
         raise pytest.UsageError(f"distperf: {e}") from None
 
 
-def _check_report_paths(config: pytest.Config, enabled: bool) -> None:
-    """Every report file the session will write, checked before any job: what is in the way is named."""
+def _check_report_paths(config: pytest.Config, enabled: bool) -> list[tuple[str, str]]:
+    """Every report file the session will write, checked before any job: what is in the way is named.
+    Returns them as (option, path), for _check_apart."""
     from pytest_distperf.store.outputs import REPORT_FILE_OPTIONS, OutputPathError, check_file
 
     targets = [(flag, config.getoption(dest, None)) for dest, flag in REPORT_FILE_OPTIONS.items()
@@ -163,6 +189,18 @@ def _check_report_paths(config: pytest.Config, enabled: bool) -> None:
             check_file(path, flag)
         except OutputPathError as e:
             raise pytest.UsageError(f"distperf: {e}") from None
+    return [(flag, path) for flag, path in targets if path]
+
+
+def _check_apart(reports: list[tuple[str, str]], baselines: "tuple[str, str] | None",
+                 history: "tuple[str, str] | None") -> None:
+    """No report over another, inside the baselines folder or over the history database (outputs.check_apart)."""
+    from pytest_distperf.store.outputs import OutputPathError, check_apart
+
+    try:
+        check_apart(reports, baselines, history)
+    except OutputPathError as e:
+        raise pytest.UsageError(f"distperf: {e}") from None
 
 
 def _project_root(config: pytest.Config) -> str:

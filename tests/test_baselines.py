@@ -15,8 +15,8 @@ import pytest
 
 from pytest_distperf.launch import fingerprint
 from pytest_distperf.fs import jsonio
-from pytest_distperf.store.baselines import (FORMAT, BaselineError, BaselineFile, JobEntry, MetricSeries, Store,
-                                             file_name_for, read_json, write_json_atomic)
+from pytest_distperf.store.baselines import (FORMAT, BaselineError, BaselineFile, BaselineReplaceable, JobEntry,
+                                             MetricSeries, Store, file_name_for, read_json, write_json_atomic)
 
 # Saving records each job up to the adaptive budget (--distperf-max-repeats); 3 keeps these tests quick.
 INNER_OPTS = ("--distperf", "-p", "no:cacheprovider", "--distperf-max-repeats", "3")
@@ -82,7 +82,7 @@ def test_an_older_file_is_brought_up_to_date_when_read_and_the_file_left_alone(t
 
     monkeypatch.setattr(FORMAT, "version", 2)
     monkeypatch.setattr(FORMAT, "updates", {2: update_to_2})
-    path = tmp_path / "m" / "t--test_a.json"
+    path = tmp_path / "cpu-test-2core-1node-ws2" / "t--test_a.json"  # its machine class's folder
     path.parent.mkdir()
     old = sample_file("t.py::test_a").to_dict()
     old["format_version"] = 1
@@ -398,3 +398,88 @@ def test_read_json_never_writes(tmp_path):
     with pytest.raises(BaselineError, match="truncated"):
         read_json(str(p))
     assert p.read_bytes() == b"[1, 2"
+
+
+# -- what picks the decision rule is checked, not taken on the file's word ----------------------------------------
+def _saved_file(tmp_path, edit) -> tuple[Store, str, bytes]:
+    """sample_file saved in its machine class's folder, its parsed document changed by `edit`, written back."""
+    store = Store(str(tmp_path))
+    path = store.save(sample_file("t.py::test_a"))
+    doc = json.loads(open(path).read())
+    edit(doc)
+    data = json.dumps(doc).encode()
+    with open(path, "wb") as f:
+        f.write(data)
+    return store, path, data
+
+
+def _metric(doc: dict, name: str) -> dict:
+    return doc["jobs"]["ddp tiny x2 cpu"]["metrics"][name]
+
+
+@pytest.mark.parametrize("metric, field, value", [("step_time", "kind", "memory"), ("step_time", "direction", "higher"),
+                                                  ("peak_memory", "kind", "count"), ("step_time", "kind", "count")])
+def test_an_edited_kind_or_direction_of_a_known_metric_is_refused_naming_the_file(tmp_path, metric, field, value):
+    """`step_time.kind = "memory"` made an 800x slowdown pass (the memory rule): the definition decides."""
+    store, path, data = _saved_file(tmp_path, lambda doc: _metric(doc, metric).update({field: value}))
+    with pytest.raises(BaselineReplaceable) as e:
+        store.load(path, "t.py::test_a")
+    assert str(e.value).startswith(f"{path}: jobs['ddp tiny x2 cpu'].metrics['{metric}'].{field} is '{value}'")
+    assert "the file was edited" in str(e.value) and "--distperf-save writes a new one" in str(e.value)
+    assert open(path, "rb").read() == data  # left byte-identical
+
+
+def test_comms_counts_keep_their_definition_and_an_unknown_metric_its_stored_traits(tmp_path):
+    def edit(doc):
+        metrics = doc["jobs"]["ddp tiny x2 cpu"]["metrics"]
+        metrics["comms.all_gather.calls_per_step"] = {**_metric(doc, "peak_memory"), "unit": "calls", "kind": "time"}
+        metrics["someone_elses_metric"] = {**_metric(doc, "peak_memory"), "direction": "higher"}
+
+    store, path, _ = _saved_file(tmp_path, edit)
+    with pytest.raises(BaselineReplaceable, match=r"comms.all_gather.calls_per_step'\]\.kind is 'time', but "
+                                                  r"comms.all_gather.calls_per_step is a count metric"):
+        store.load(path, "t.py::test_a")
+    store, path, _ = _saved_file(tmp_path, lambda doc: edit(doc) or _metric(doc, "comms.all_gather.calls_per_step")
+                                 .update(kind="count"))
+    loaded = store.load(path, "t.py::test_a")
+    assert loaded is not None and loaded.jobs["ddp tiny x2 cpu"].metrics["someone_elses_metric"].direction == "higher"
+
+
+def test_a_file_naming_another_machine_class_than_its_folder_is_refused(tmp_path):
+    other = "cuda-nvidia-h200-8gpu-nvlink-1node-ws8"
+    store, path, data = _saved_file(tmp_path, lambda doc: doc.update(machine_class=other))
+    with pytest.raises(BaselineReplaceable) as e:
+        store.load(path, "t.py::test_a")
+    assert str(e.value) == (f"{path}: holds the baseline of machine class 'cuda-nvidia-h200-8gpu-nvlink-1node-ws8', "
+                            f"but sits in the folder of 'cpu-test-2core-1node-ws2'; the file was copied or moved -- "
+                            f"move it to its machine class's folder or delete it")
+    assert open(path, "rb").read() == data
+
+
+def test_a_truncated_baseline_says_where_its_json_ends(tmp_path):
+    """json's message alone ends mid-phrase ("Unterminated string starting at"); its position completes it."""
+    path = tmp_path / "m" / "t--test_a.json"
+    path.parent.mkdir()
+    path.write_bytes(b'{"format_version": 1, "test": "t.py::te')
+    with pytest.raises(BaselineError) as e:
+        Store(str(tmp_path)).load(str(path), "t.py::test_a")
+    assert str(e.value) == (f"{path}: truncated (the JSON ends at byte 39 before it is complete: Unterminated string "
+                            f"starting at line 1 column 31 (char 30))")
+    path.write_bytes(b'{"format_version": 1,\n "test": x}')
+    with pytest.raises(BaselineError, match=r"corrupt \(not valid JSON: Expecting value at line 2 column 10 "
+                                            r"\(char 31\)\)"):
+        Store(str(tmp_path)).load(str(path), "t.py::test_a")
+
+
+def test_readme_states_the_format_versions_the_code_reads():
+    """README promised baselines at "schema 3", history at "schema 4" and migrations of older schemas; the code
+    reads format version 1 of both, through one upgrade mechanism (fs/jsonio.Format)."""
+    from pytest_distperf.store.history.schema import HISTORY
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert FORMAT.version == HISTORY.version == 1
+    assert "schema 2" not in readme and "schema 3" not in readme and "schema 4" not in readme
+    assert "migrated" not in readme
+    assert "`format_version` 1 is the only version there is so far" in readme
+    assert "version 1, the only one so far" in readme

@@ -460,3 +460,127 @@ def test_history_command_prints_the_trend_and_the_change_point(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "history URL: unsupported database 'mysql'" in bad.stderr
     assert "pw@" not in bad.stderr
+
+
+# -- the history target, checked before the first job -------------------------------------------------------------
+NO_JOB = """
+import pytest
+
+@pytest.mark.distperf(world_size=2)
+def test_x(distperf):
+    raise AssertionError("a job would have started here")
+"""
+
+
+def _bad_sqlite_target(tmp_path, case: str) -> tuple[str, str]:
+    """(path, what the error says) of a --distperf-history SQLite target the session could not append to."""
+    db = tmp_path / "hist.db"
+    if case == "text file":
+        db.write_text("not a database\n" * 20)
+        return str(db), f"--distperf-history: sqlite:///{db}: file is not a database"
+    if case == "directory":
+        db.mkdir()
+        return str(db), f"--distperf-history: {db} is a folder; give a file path"
+    record_session(str(db), load())
+    if case == "truncated":
+        db.write_bytes(db.read_bytes()[:db.stat().st_size // 3])
+        return str(db), f"--distperf-history: sqlite:///{db}: database disk image is malformed"
+    assert case == "newer version"
+    with HistoryStore(str(db)) as store, store.engine.begin() as conn:
+        conn.execute(schema.format_version.update().values(format_version=schema.HISTORY.version + 1))
+    return str(db), (f"--distperf-history: sqlite:///{db}: history database format version "
+                     f"{schema.HISTORY.version + 1} is newer than the version {schema.HISTORY.version}")
+
+
+BAD_TARGETS = ["text file", "truncated", "newer version", "directory"]
+
+
+@pytest.mark.parametrize("case", BAD_TARGETS)
+def test_check_target_refuses_what_the_session_could_not_append_to_and_changes_nothing(tmp_path, case):
+    from pytest_distperf.store.history import check_target
+
+    path, expected = _bad_sqlite_target(tmp_path, case)
+    before = sorted(os.listdir(tmp_path)), (open(path, "rb").read() if os.path.isfile(path) else None)
+    with pytest.raises(HistoryError) as e:
+        check_target(path)
+    assert str(e.value).startswith(expected)
+    assert (sorted(os.listdir(tmp_path)), open(path, "rb").read() if os.path.isfile(path) else None) == before
+
+
+def test_check_target_creates_nothing_upgrades_nothing_and_passes_a_usable_database(tmp_path, monkeypatch):
+    from pytest_distperf.store.history import check_target
+
+    missing = tmp_path / "new" / "deeper" / "hist.db"
+    assert check_target(str(missing)) == f"sqlite:///{missing}"
+    assert not (tmp_path / "new").exists()  # created at the end, by the session that records
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")  # SQLite's empty database: the tables are made at the end
+    check_target(str(empty))
+    assert empty.read_bytes() == b""
+    db = tmp_path / "hist.db"
+    record_session(str(db), load())
+    monkeypatch.setattr(schema.HISTORY, "version", 2)  # an older database is fine, and is upgraded at the end only
+    monkeypatch.setattr(schema.HISTORY, "updates", {2: lambda conn: pytest.fail("upgraded by the check")})
+    check_target(str(db))
+    assert _format_rows(f"sqlite:///{db}") == [1]
+
+
+def test_check_target_on_a_server_connects_and_refuses_a_newer_database(postgres_url):
+    from pytest_distperf.store.history import check_target
+
+    assert check_target(postgres_url).startswith("postgresql+psycopg://")
+    with HistoryStore(postgres_url) as store, store.engine.begin() as conn:
+        conn.execute(schema.format_version.update().values(format_version=schema.HISTORY.version + 1))
+    with pytest.raises(SchemaVersionError, match="^--distperf-history: postgresql.*format version 2 is newer"):
+        check_target(postgres_url)
+
+
+def test_check_target_on_a_closed_port_is_an_error_naming_the_option_without_the_password():
+    from pytest_distperf.store.history import check_target
+
+    with pytest.raises(HistoryUrlError, match="^--distperf-history: cannot open postgresql") as e:
+        check_target("postgresql://someone:s3cret@127.0.0.1:1/nothing")
+    assert "s3cret" not in str(e.value)
+
+
+def _no_job_usage_error(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_early=NO_JOB)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert "a job would have started here" not in out
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("case", BAD_TARGETS)
+def test_a_bad_history_database_stops_the_session_before_any_job(pytester: pytest.Pytester, case):
+    """Found only at the end, after every job, it lost the session's record."""
+    path, expected = _bad_sqlite_target(pytester.path, case)
+    result = _no_job_usage_error(pytester, f"--distperf-history={path}")
+    result.stderr.fnmatch_lines([f"*distperf: {expected}*"])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes a read-only file: the check rightly passes")
+def test_a_read_only_history_database_stops_the_session_before_any_job(pytester: pytest.Pytester):
+    db = pytester.path / "hist.db"
+    record_session(str(db), load())
+    db.chmod(0o444)
+    result = _no_job_usage_error(pytester, f"--distperf-history={db}")
+    result.stderr.fnmatch_lines([f"*distperf: --distperf-history: {db} exists and is not writable (mode 0444*"])
+
+
+def test_a_history_server_with_nothing_listening_stops_the_session_before_any_job(pytester: pytest.Pytester):
+    result = _no_job_usage_error(pytester, "--distperf-history=postgresql://u:s3cret@127.0.0.1:1/perf")
+    result.stderr.fnmatch_lines(["*distperf: --distperf-history: cannot open "
+                                 "postgresql+psycopg://u:***@127.0.0.1:1/perf: *"])
+    assert "s3cret" not in result.stderr.str()
+
+
+def test_history_command_reports_an_unwritable_output_in_one_line(tmp_path):
+    db = tmp_path / "history.db"
+    record_session(str(db), load())
+    for flag in ("--html", "--json"):
+        done = subprocess.run([sys.executable, "-m", "pytest_distperf", "history", str(db), f"{flag}=/proc/x.out"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [f"error: {flag}: cannot write /proc/x.out: No such file or directory"]

@@ -52,10 +52,10 @@ class Format:
     version: int = 1
     updates: dict[int, Callable[[Any], Any]] = field(default_factory=dict)
 
-    def upgrade(self, found: Any, subject: T, source: str) -> T:
-        """`subject` (a document, or a database connection) of version `found` brought to `version` by the
-        registered updates, in order; CorruptFileError for a version that is not one, FormatVersionError for
-        a newer one. `source` names the file in both."""
+    def check(self, found: Any, source: str) -> int:
+        """`found` as a version this code reads (upgrade's check, also for a reader that must not change
+        anything yet): CorruptFileError for a version that is not one, FormatVersionError for a newer one.
+        `source` names the file in both."""
         if isinstance(found, bool) or not isinstance(found, int) or found < 1:
             raise CorruptFileError(f"{source}: not a distperf {self.name} ({VERSION_KEY} must be a positive "
                                    f"integer, got {found!r})")
@@ -63,7 +63,12 @@ class Format:
             raise FormatVersionError(f"{source}: {self.name} format version {found} is newer than the version "
                                      f"{self.version} this pytest-distperf reads; upgrade pytest-distperf (the "
                                      f"file was left as it is)")
-        for n in range(found + 1, self.version + 1):
+        return found
+
+    def upgrade(self, found: Any, subject: T, source: str) -> T:
+        """`subject` (a document, or a database connection) of version `found` (check) brought to `version` by
+        the registered updates, in order."""
+        for n in range(self.check(found, source) + 1, self.version + 1):
             subject = self.updates[n](subject)
         return subject
 
@@ -210,8 +215,9 @@ def read_json(path: str, max_bytes: int | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
+        # e.msg alone can end mid-phrase ("Unterminated string starting at"): its position completes it
+        where = f"{e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno} (char {e.pos})"
         if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
             raise CorruptFileError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
-                                   f"{e.msg})") from None
-        raise CorruptFileError(f"{path}: corrupt (not valid JSON: {e.msg} at line {e.lineno}, "
-                               f"column {e.colno})") from None
+                                   f"{where})") from None
+        raise CorruptFileError(f"{path}: corrupt (not valid JSON: {where})") from None

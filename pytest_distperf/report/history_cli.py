@@ -1,6 +1,7 @@
 """`python -m pytest_distperf history URL ...`: print (and render) the trend of each metric with its change points.
 
-Exit status: 0, or 2 for a usage error or a history that cannot be read (the message names the argument).
+Exit status: 0, or 2 for a usage error, a history that cannot be read or an output that cannot be written (the
+message names the argument).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pytest_distperf.errors import FileError
 from pytest_distperf.store.history import HistoryError, trends
-from pytest_distperf.store.history.trend import render_text
+from pytest_distperf.store.history.trend import Trend, render_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,18 +41,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.stdout.write(render_text(found, points=args.points))
-    if args.json:
-        from pytest_distperf.fs.jsonio import write_json_atomic
-
-        write_json_atomic(args.json, {"trends": [t.to_dict() for t in found]})
-        print(f"wrote {args.json}")
-    if args.html:
-        from pytest_distperf.report import html as report_html
-        from pytest_distperf.report.charts import trend_series
-
-        report_html.write_text(args.html, report_html.render_history(trend_series(found)))
-        print(f"wrote {args.html}")
+    for flag, path, write in (("--json", args.json, _write_json), ("--html", args.html, _write_html)):
+        if not path:
+            continue
+        try:
+            write(path, found)
+        except FileError as e:  # the user's to fix (the message names the file): one line, not a traceback
+            print(f"error: {flag}: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {path}")
     return 0
+
+
+def _write_json(path: str, found: list[Trend]) -> None:
+    from pytest_distperf.fs.jsonio import write_json_atomic
+
+    write_json_atomic(path, {"trends": [t.to_dict() for t in found]}, lock=False)  # one writer, as every report
+
+
+def _write_html(path: str, found: list[Trend]) -> None:
+    from pytest_distperf.report import html as report_html
+    from pytest_distperf.report.charts import trend_series
+
+    report_html.write_text(path, report_html.render_history(trend_series(found)))
 
 
 def _probability(text: str) -> float:

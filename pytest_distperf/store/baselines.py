@@ -6,8 +6,9 @@ step samples; `explain` (optional, so the format stays version 1) holds each run
 failing verdict's "what changed" is diffed against.
 
 Reading never writes: an unusable file raises BaselineError naming it and stays byte-identical; an older format
-is brought up to date in memory. Writes are atomic under the folder's lock, so concurrent writers (xdist workers,
-two sessions) never lose or tear an entry.
+is brought up to date in memory. What picks the decision rule is not taken on the file's word: a known metric's
+kind and direction must be its definition's, and the file's machine class its folder's. Writes are atomic under
+the folder's lock, so concurrent writers (xdist workers, two sessions) never lose or tear an entry.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.rank.time_table import FLOPS, Table, run_table
-from pytest_distperf.figures.quantities import geometric_mean, metric_traits, metric_values, run_figures
+from pytest_distperf.figures.quantities import (KNOWN_METRICS, geometric_mean, metric_traits, metric_values,
+                                                run_figures)
 from pytest_distperf.figures.stats import relative_spread
 
 FORMAT = jsonio.Format("baseline")
@@ -250,6 +252,19 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _check_traits(path: str, where: str, name: str, kind: str, direction: str) -> None:
+    """A known metric's stored kind and direction are its definition's (figures/quantities.py): they pick the
+    decision rule, so an edited one (step_time as "memory") would judge the metric by another rule."""
+    if name not in KNOWN_METRICS and not name.startswith("comms."):
+        return  # a metric this code does not define: the file's traits are all there is
+    _unit, known_direction, known_kind = metric_traits(name)
+    for field_name, stored, known in (("kind", kind, known_kind), ("direction", direction, known_direction)):
+        if stored != known:
+            raise BaselineError(f"{path}: {where}.{field_name} is {stored!r}, but {name} is a {known_kind} metric "
+                                f"where {known_direction} is better ({field_name} {known!r}); distperf never writes "
+                                f"another: the file was edited -- fix or delete it (--distperf-save writes a new one)")
+
+
 def parse(doc: Any, path: str) -> BaselineFile:
     """Validate (and bring up to date) a parsed baseline document; BaselineError naming the file on any problem."""
     check = _Check(path)
@@ -282,9 +297,10 @@ def parse(doc: Any, path: str) -> BaselineFile:
                 samples = [check.measurements(s, f"{mat}.samples[{i}]", kind, nonempty=False)
                            for i, s in enumerate(samples)]
             check.summary(m.get("summary"), f"{mat}.summary")
+            direction = check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS)
+            _check_traits(path, mat, name, kind, direction)
             metrics[name] = MetricSeries(
-                unit=check.str_(m.get("unit"), f"{mat}.unit"),
-                direction=check.choice(m.get("direction"), f"{mat}.direction", DIRECTIONS),
+                unit=check.str_(m.get("unit"), f"{mat}.unit"), direction=direction,
                 kind=kind, runs=check.measurements(m.get("runs"), f"{mat}.runs", kind), samples=samples)
         jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
                                config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics,
@@ -353,6 +369,11 @@ class Store:
         if baseline.test != key:
             raise BaselineReplaceable(f"{path}: holds the baseline of test {baseline.test!r}, not {key!r}; the file "
                                       f"was renamed or copied -- move it back or delete it")
+        folder = os.path.basename(os.path.dirname(path))
+        if baseline.machine_class != folder:  # another machine's numbers would judge this one's
+            raise BaselineReplaceable(f"{path}: holds the baseline of machine class {baseline.machine_class!r}, but "
+                                      f"sits in the folder of {folder!r}; the file was copied or moved -- move it "
+                                      f"to its machine class's folder or delete it")
         return baseline
 
     def move_aside(self, path: str, key: str) -> str | None:

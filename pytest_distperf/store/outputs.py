@@ -1,6 +1,8 @@
 """Every path a run will write, checked before the first job starts, so an unwritable report or baseline fails
 the session at once, naming what is in the way. The check creates (and removes) an empty file in the nearest
-existing folder: permission bits alone do not answer (root, ACLs, read-only mounts).
+existing folder: permission bits alone do not answer (root, ACLs, read-only mounts). Outputs must also stay apart
+(check_apart): two reports in one file, a report in the baselines folder or over the history database would
+silently replace what is there.
 """
 
 from __future__ import annotations
@@ -35,6 +37,43 @@ def check_file(path: str, what: str) -> None:
     _check_folder_chain(os.path.dirname(target), what, f"write {target}")
     if os.path.isfile(target) and not os.access(target, os.W_OK):
         raise OutputPathError(f"{what}: {target} exists and is not writable ({_mode(target)})")
+
+
+def check_apart(outputs: list[tuple[str, str]], baselines: tuple[str, str] | None = None,
+                history: tuple[str, str] | None = None) -> None:
+    """No two `outputs` ((option, path)) are one file, none lies inside the baselines folder and none is the
+    history database ((option, path) each): the later write would silently replace the other (a report, a
+    stored baseline, every session's history). Paths are compared resolved (symlinks, hard links)."""
+    seen: list[tuple[str, str]] = []
+    for what, path in outputs:
+        real = _real(path)
+        for other, other_real in seen:
+            if _same_file(real, other_real):
+                raise OutputPathError(f"{what}: {real} is also the file of {other}; one would replace the other: "
+                                      f"give each its own file")
+        if history is not None and _same_file(real, _real(history[1])):
+            raise OutputPathError(f"{what}: {real} is the {history[0]} database; the report would replace every "
+                                  f"session's history: give another file")
+        if baselines is not None:
+            folder = _real(baselines[1])
+            if real != folder and os.path.commonpath([real, folder]) == folder:
+                raise OutputPathError(f"{what}: {real} lies inside the baselines folder {folder} ({baselines[0]}); "
+                                      f"a report there would replace a stored baseline or be read as one: give a "
+                                      f"path outside it")
+        seen.append((what, real))
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _same_file(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)  # two names of one file (a hard link)
+    except OSError:  # one does not exist yet: only the names could say
+        return False
 
 
 def check_folder(path: str, what: str) -> None:

@@ -18,8 +18,8 @@ from pytest_distperf.store.redact import redact, redact_text
 if TYPE_CHECKING:
     from pytest_distperf.store.history.store import Recorded
 
-__all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_url",
-           "record_session", "session_trends", "trends"]
+__all__ = ["HistoryError", "HistoryUrlError", "ReportDocumentError", "SchemaVersionError", "check_target",
+           "check_url", "database_file", "record_session", "session_trends", "trends"]
 
 EXTRA_HINT = 'pip install "pytest-distperf[history]"'
 
@@ -46,6 +46,24 @@ def check_url(url: str, option: str = "--distperf-history") -> str:
     from pytest_distperf.store.history.store import resolve_url
 
     return redact_text(resolve_url(url, option).render_as_string(hide_password=False))  # the one redaction
+
+
+def check_target(url: str, option: str = "--distperf-history") -> str:
+    """Before the first job, the database the session appends to at its end: the URL's form, and that it opens,
+    can be written and holds a format this code reads (HistoryStore.check); nothing created or kept open."""
+    _require_extra(option, "sqlalchemy")
+    from pytest_distperf.store.history.store import HistoryStore
+
+    return HistoryStore.check(url, option)
+
+
+def database_file(url: str, option: str = "--distperf-history") -> str | None:
+    """The file a SQLite history URL names (None for a server): no report may be written over it."""
+    _require_extra(option, "sqlalchemy")
+    from pytest_distperf.store.history.store import resolve_url
+
+    resolved = resolve_url(url, option)
+    return resolved.database if resolved.get_backend_name() == "sqlite" else None
 
 
 def trends(url: str, *, test: str | None = None, job: str | None = None, metric: str | None = None,

@@ -10,8 +10,9 @@ import datetime as _dt
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from pytest_distperf.errors import FileError
 from pytest_distperf.fs.jsonio import VERSION_KEY, Format, FormatVersionError
-from pytest_distperf.store.history.errors import SchemaVersionError
+from pytest_distperf.store.history.errors import HistoryError, SchemaVersionError
 
 HISTORY = Format("history database")
 # Any constant: the key of PostgreSQL's transaction-level advisory lock that serialises schema changes.
@@ -90,21 +91,32 @@ def current_version(conn: Connection) -> int:
     return int(conn.execute(sa.select(format_version.c[VERSION_KEY])).scalar() or 0)
 
 
+def check_version(conn: Connection, where: str) -> int:
+    """The database's format version (0: no history tables yet) when this code reads it; writes nothing.
+    SchemaVersionError for a newer database, HistoryError for a version that is not one."""
+    found = current_version(conn)
+    if found == 0:
+        return found
+    try:
+        return HISTORY.check(found, where)
+    except FormatVersionError as e:
+        raise SchemaVersionError(str(e)) from None
+    except FileError as e:
+        raise HistoryError(str(e)) from None
+
+
 def open_schema(conn: Connection, where: str) -> int:
     """Create the tables of a new database, or bring an older one up to date, inside the caller's transaction
     (serialised: SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock); returns the version found (0: new).
     SchemaVersionError for a newer database, which is left untouched."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK})
-    found = current_version(conn)
+    found = check_version(conn, where)
     if found == 0:
         metadata.create_all(conn)
         conn.execute(format_version.insert().values({VERSION_KEY: HISTORY.version}))
         return found
-    try:
-        HISTORY.upgrade(found, conn, where)
-    except FormatVersionError as e:
-        raise SchemaVersionError(str(e)) from None
+    HISTORY.upgrade(found, conn, where)
     if found < HISTORY.version:
         conn.execute(format_version.update().values({VERSION_KEY: HISTORY.version}))
     return found

@@ -100,7 +100,9 @@ def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
 class HistoryStore:
     """An open history database (brought to the current format on open)."""
 
-    def __init__(self, url: str, option: str = DEFAULT_OPTION, create: bool = True):
+    def __init__(self, url: str, option: str = DEFAULT_OPTION, create: bool = True, upgrade: bool = True):
+        """`create`: a missing database (SQLite file, tables) is made, else HistoryError; `upgrade` False: only
+        its format version is checked (check), nothing written."""
         self.option = option
         self.url = resolve_url(url, option)
         self.where = redact_text(self.url.render_as_string(hide_password=False))  # the one redaction (redact.py)
@@ -117,10 +119,30 @@ class HistoryStore:
             if not create and self._transaction(schema.current_version) == 0:
                 raise HistoryError(f"{option}: {self.where} holds no distperf history (no "
                                    f"{schema.format_version.name} table)")
-            self.found_version = self._transaction(lambda conn: schema.open_schema(conn, f"{option}: {self.where}"))
+            opened = schema.open_schema if upgrade else schema.check_version
+            self.found_version = self._transaction(lambda conn: opened(conn, f"{option}: {self.where}"))
         except BaseException:
             self.engine.dispose()
             raise
+
+    @classmethod
+    def check(cls, url: str, option: str = DEFAULT_OPTION) -> str:
+        """Before a session's first job, the database it appends to at its end: it opens (a server answers),
+        can be written, and holds no newer format. Creates, upgrades and keeps open nothing (the session opens
+        it again at its end); returns where it is, password hidden."""
+        resolved = resolve_url(url, option)
+        if resolved.get_backend_name() == "sqlite":
+            from pytest_distperf.store.outputs import OutputPathError, check_file
+
+            try:  # the file, or the folder it will be created in (SQLite also writes its journal beside it)
+                check_file(resolved.database, option)
+            except OutputPathError as e:
+                raise HistoryUrlError(str(e)) from None
+            if not os.path.exists(resolved.database) or os.path.getsize(resolved.database) == 0:
+                return redact_text(resolved.render_as_string(hide_password=False))  # made at the end (opening an
+                # empty file would already write SQLite's header)
+        with cls(url, option, upgrade=False) as store:
+            return store.where
 
     def close(self) -> None:
         self.engine.dispose()
