@@ -230,6 +230,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in perf_items:
         kwargs: dict[str, Any] = {}
         for marker in reversed(list(item.iter_markers("distperf"))):  # module, class, then function: closest wins
+            if marker.args:
+                raise pytest.UsageError(f"distperf: {item.nodeid}: @pytest.mark.distperf{marker.args!r} takes keyword "
+                                        f"arguments only, e.g. distperf(world_size=4)")
             kwargs.update(marker.kwargs)
         try:
             plan = plan_test(settings, kwargs, gpus, item.nodeid)

@@ -87,6 +87,15 @@ def test_bad_marker_argument_names_the_test(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert ("test_bad_marker_argument_names_the_test.py::test_typo: @pytest.mark.distperf has no argument(s) "
             "['ranks']") in result.stderr.str()
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.distperf(4)
+        def test_positional(distperf):
+            pass
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "::test_positional: @pytest.mark.distperf(4,) takes keyword arguments only" in result.stderr.str()
 
 
 def test_a_known_gap_is_a_strict_xfail_unless_declared_load_dependent(pytester):
