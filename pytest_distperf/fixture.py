@@ -69,6 +69,13 @@ def _job_keywords(strategy: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _count(where: str, keyword: str, value: Any, least: int) -> int:
+    """A verb's count keyword, checked at the call (not in every rank): an int (not a bool) >= least."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UsageError(f"{where}({keyword}=...) must be an integer of at least {least}, got {value!r}")
+    return value
+
+
 def _within_budget(method: Callable[..., Any]) -> Callable[..., Any]:
     """A call that launches jobs: a job the session budget stopped (SessionBudgetSpent) skips the test, noted out
     of budget (fails with --distperf-strict). Adaptive repeats catch it first: their verdict stands."""
@@ -208,7 +215,7 @@ class DistPerf:
         work phase's and the probes'; then the script is ended. run/measure/compare/probe take it like any job."""
         with userjobs.naming(self.nodeid):
             ref = userjobs.script_ref(script, args, launcher, env, cwd, self.device)
-            if warmup < 1:
+            if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
                 raise UsageError(f"distperf.script_job(warmup={warmup!r}): the first timed step starts at a warm-up "
                                  f"step's end (a step's start is the previous step's end): at least 1")
             if self.settings.cluster.launcher != "local":
@@ -222,10 +229,17 @@ class DistPerf:
         from pytest_distperf.spec import probes as probe_names
 
         probes = probe_names.validate(probes, f"{where}(probes=...)") if probes is not None else self.plan.probes
-        if probe_steps < 1:
-            raise UsageError(f"{where}(probe_steps=...) must be at least 1, got {probe_steps!r}")
-        return JobSpec(world_size=world_size or self.world_size, device=self.device, sys_path=list(sys.path),
+        # Every verb's counts, checked here once: in the ranks steps=0 divides by zero and warmup=-1 indexes
+        # past the batches. (script_job asks warmup >= 1 itself.)
+        _count(where, "probe_steps", probe_steps, 1)
+        _count(where, "steps", fields["steps"], 1)
+        _count(where, "warmup", fields["warmup_steps"], 0)
+        return JobSpec(world_size=self._world_size(where, world_size), device=self.device, sys_path=list(sys.path),
                        progress=self.verbose, probes=probes, probe_steps=probe_steps, **fields)
+
+    def _world_size(self, where: str, world_size: int | None) -> int:
+        """A verb's world_size (None: the test's); 0 is no world size, not the test's."""
+        return self.world_size if world_size is None else _count(where, "world_size", world_size, 1)
 
     # -- running -----------------------------------------------------------------------------------------------
     def _launch(self, job: JobSpec, remember_failure: bool = True) -> dict[int, Any]:
@@ -381,7 +395,8 @@ class DistPerf:
                      **kwargs: Any) -> list[Any]:
         """Call `fn(*args, **kwargs)` in every rank; return the values ordered by rank."""
         ref = userjobs.function_ref(fn, "distperf.run_function", "function")
-        job = JobSpec(world_size=world_size or self.world_size, device=self.device, function=ref, args=tuple(args),
+        job = JobSpec(world_size=self._world_size("distperf.run_function", world_size), device=self.device,
+                      function=ref, args=tuple(args),
                       kwargs=kwargs, sys_path=list(sys.path), progress=False)
         values = self._launch(job)
         return [values[r] for r in sorted(values)]

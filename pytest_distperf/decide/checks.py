@@ -9,17 +9,19 @@ an INCONCLUSIVE that stays warns (or fails with --distperf-strict); only a FAIL 
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive, warn
+from pytest_distperf.errors import DistPerfCheckFailed, DistPerfInconclusive, UsageError, warn
 from pytest_distperf.decide import decision, stopping
 from pytest_distperf.decide.decision import FAIL, INCONCLUSIVE, PASS, Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.figures.quantities import (WORK_METRICS, JobRuns, breakdown_lines, geometric_mean, memory_metric,
                                              memory_words, run_peak_memory, run_step_time, run_work,
                                              secondary_memory_metric, secondary_words, work_not_measured)
-from pytest_distperf.figures.stats import max_relative_difference, relative_spread
+from pytest_distperf.figures.stats import first_non_finite, max_relative_difference, relative_spread
 from pytest_distperf.figures.units import fmt_bytes, fmt_seconds
 from pytest_distperf.figures.wording import bound_text, is_words
 
@@ -75,12 +77,21 @@ class Check:
                           self.next_look, decided=self.outcome in (PASS, FAIL))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "check", **asdict(self), "passed": self.passed, "interval_text": self.interval_text()}
+        # Strict JSON has no NaN or inf (a loss that went NaN): null, read back as NaN
+        d = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
+        return {"kind": "check", **d, "passed": self.passed, "interval_text": self.interval_text()}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Check":
         names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
+        values = {k: v for k, v in d.items() if k in names}
+        for k in _NUMBERS:
+            if k in values and values[k] is None:
+                values[k] = math.nan
+        return cls(**values)
+
+
+_NUMBERS = ("a_value", "b_value", "ratio", "threshold")  # a Check's figures that are never None
 
 
 @dataclass
@@ -150,6 +161,17 @@ def _memory_line(side: JobRuns, metric: str) -> str:
 
 def _device(side: JobRuns) -> str:
     return side.runs[0].spec.device
+
+
+def _limit(method: str, value: Any, zero: bool = False) -> float:
+    """A check's limit, checked at the call, before any pair is added: a finite number above 0 (`zero`: 0 too).
+    NaN passes no comparison (a check against it only ever says inconclusive), a string fails deep inside."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or not (value > 0 or (zero and value == 0))):
+        what = "a finite number >= 0 (a relative tolerance, e.g. 1e-3)" if zero else (
+            "a finite number > 0 (the largest A/B ratio that passes, e.g. 1.1)")
+        raise UsageError(f"Comparison.{method}({value!r}): expected {what}, got {value!r}")
+    return float(value)
 
 
 class Comparison:
@@ -231,6 +253,7 @@ class Comparison:
     def assert_step_time_within(self, k: float) -> Check:
         """Fail unless A's step time is at most k x B's: decided on the interval of the pair ratios."""
         __tracebackhide__ = True
+        k = _limit("assert_step_time_within", k)
         return self._ratio_check("step_time", k, _step_times, lambda s: s.figures.step_time, "s", _step_line,
                                  "step time")
 
@@ -239,6 +262,7 @@ class Comparison:
         (`train_memory`), with host RSS growth shown beside it, never decided on (it counts imports and one-time
         allocations). The check is named after the figure that decided it. Skips where it was not measured."""
         __tracebackhide__ = True
+        k = _limit("assert_memory_within", k)
         metric = memory_metric(_device(self.a))
         _memories(self.a, metric), _memories(self.b, metric)  # skip before any pair is added
         other = secondary_memory_metric(_device(self.a))
@@ -256,6 +280,7 @@ class Comparison:
         """Fail unless A's GPU kernel time per step (compute + memcpy/memset) is at most k x B's: a figure the host's
         noise does not move. Skips where it was not measured (CPU jobs)."""
         __tracebackhide__ = True
+        k = _limit("assert_gpu_time_within", k)
         _work(self.a, "gpu_time"), _work(self.b, "gpu_time")  # skip before any pair is added
         return self._ratio_check("gpu_time", k, lambda s: _work(s, "gpu_time"), lambda s: s.figures.work["gpu_time"],
                                  "s", _gpu_line, "GPU kernel time")
@@ -263,6 +288,7 @@ class Comparison:
     def assert_flops_within(self, k: float) -> Check:
         """Fail unless A's FLOPs per step are at most k x B's (exact counts: no interval)."""
         __tracebackhide__ = True
+        k = _limit("assert_flops_within", k)
         fa, fb = max(_work(self.a, "flops_per_step")), max(_work(self.b, "flops_per_step"))
         ratio = fa / fb if fb else float("inf")
         return self._exact_check("flops", fa, fb, ratio, k, "FLOP", lambda: (
@@ -273,6 +299,8 @@ class Comparison:
         """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at
         every step (exact: no interval)."""
         __tracebackhide__ = True
+        rtol = _limit("assert_losses_match", rtol, zero=True)
+        self._finite_losses(rtol)
         pairs = list(itertools.product(range(len(self.a.runs)), range(len(self.b.runs))))
         diffs = [max_relative_difference(self.a.runs[i].losses, self.b.runs[j].losses) for i, j in pairs]
         worst = max(range(len(pairs)), key=lambda n: diffs[n])
@@ -283,9 +311,29 @@ class Comparison:
             f"{rtol:.1e} (worst of {len(pairs)} run pair(s): A run {i + 1}, B run {j + 1})\n"
             f"  A: {[round(x, 5) for x in la]}\n  B: {[round(x, 5) for x in lb]}"))
 
+    def _finite_losses(self, rtol: float) -> None:
+        """Fail where a side's loss went NaN or inf: no relative difference to it lies within any tolerance (and
+        max() over NaN differences kept whichever came first). Names each such side's first run and step."""
+        __tracebackhide__ = True
+        lines = []
+        for name, side in (("A", self.a), ("B", self.b)):
+            for n, run in enumerate(side.runs):
+                step = first_non_finite(run.losses)
+                if step is not None:
+                    lines += [f"  {name} ({side.label}) run {n + 1}: loss {run.losses[step]} at timed step {step + 1} "
+                              f"of {len(run.losses)}, its first non-finite one",
+                              f"    {[round(x, 5) for x in run.losses]}"]
+                    break
+        if lines:
+            la, lb = self.a.runs[0].losses, self.b.runs[0].losses
+            self._exact_check("loss_match", la[-1] if la else math.nan, lb[-1] if lb else math.nan, math.nan, rtol,
+                              "rel", lambda: "\n".join([
+                                  f"losses of {self.a.label} and {self.b.label} cannot match within {rtol:.1e}: a "
+                                  f"loss is not finite (NaN or inf)", *lines]))
+
     def _exact_check(self, name: str, a_value: float, b_value: float, value: float, limit: float, unit: str,
                      failure: Callable[[], str]) -> Check:
-        """An exact value against its limit: PASS or FAIL, never INCONCLUSIVE."""
+        """An exact value against its limit: PASS or FAIL, never INCONCLUSIVE (a NaN value FAILs: decision.decide)."""
         __tracebackhide__ = True
         v = decision.decide(decision.exact(value), limit)
         check = Check.from_verdict(name, self.a.label, self.b.label, a_value, b_value, unit, v)

@@ -22,6 +22,8 @@ from pytest_distperf.figures.wording import bound_text
 from pytest_distperf.spec.settings import MAX_LOOKS
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+# What one step of adaptive repeats adds, by method: an interleaved pair, or a candidate run against stored ones
+SAMPLE_UNITS = {"paired": "pairs", "unpaired": "runs"}
 OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
 DIRECTIONS = ("at_most", "at_least", "above")  # the good side of the limit: <=, >=, >
 METHODS = ("paired", "unpaired", "exact")
@@ -55,6 +57,11 @@ class Estimate:
         return self.lo is None or self.hi is None
 
     @property
+    def unit(self) -> str:
+        """'pairs' or 'runs': what the estimate counts (SAMPLE_UNITS)."""
+        return SAMPLE_UNITS.get(self.method, "pairs")
+
+    @property
     def seen(self) -> int:
         return max(self.n_available, self.n_pairs)
 
@@ -62,7 +69,7 @@ class Estimate:
         if self.method == "exact":
             return "exact"
         paired = self.method == "paired"
-        return bound_text(self.ratio, self.lo, self.hi, self.n_pairs, "pairs" if paired else "runs",
+        return bound_text(self.ratio, self.lo, self.hi, self.n_pairs, self.unit,
                           self.pair_cv if paired else self.run_cv, "pair-to-pair" if paired else "run-to-run",
                           self.next_look, digits=digits, decided=decided)
 
@@ -262,6 +269,9 @@ def decide(estimate: Estimate, limit: float, direction: str = "at_most") -> Verd
     """PASS when the interval lies within the limit, FAIL when it lies beyond it, INCONCLUSIVE otherwise."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if estimate.method == "exact" and math.isnan(estimate.ratio):
+        # NaN compares false both ways: the tests below would hold it neither within nor beyond the limit
+        return Verdict(FAIL, limit, direction, estimate, f"nan vs {limit:.3g}: not a number, never within a limit")
     lo = 0.0 if estimate.lo is None else estimate.lo
     hi = math.inf if estimate.hi is None else estimate.hi
     good, bad = {"at_most": (hi <= limit, lo > limit), "at_least": (lo >= limit, hi < limit),

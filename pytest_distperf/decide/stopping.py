@@ -72,7 +72,7 @@ class Clock:
 def progress_text(v: Verdict, next_look: int) -> str:
     """'inconclusive after 3 pairs (1.06 [0.97, 1.16] vs 1.10), running pairs 4-6 for the look at 6'."""
     e = v.estimate
-    unit = "pairs" if e.method == "paired" else "runs"
+    unit = e.unit
     first = e.seen + 1
     span = f"{unit[:-1]} {first}" if first == next_look else f"{unit} {first}-{next_look}"
     return (f"inconclusive after {e.n_pairs} {unit} ({e.text(2)} vs {v.limit:.2f}), running {span} for the look "
@@ -84,13 +84,14 @@ def next_step(pairs: int, budget: Budget) -> int:
     return min((k for k in budget.looks if k > pairs), default=0)
 
 
-def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
+def stop_reason(pairs: int, budget: Budget, clock: Clock, unit: str = "pairs") -> str | None:
     """Why no pairs may start toward the next planned look (None: they may): the pair budget, or pairs that would
     end (at the mean duration of those added so far) past a budget, the deadline or, for a third or later look,
-    the test's share of the session."""
+    the test's share of the session. `unit`: what the budget counts, "pairs" (paired comparisons) or "runs" (the
+    unpaired baseline gate's candidate runs): decision.SAMPLE_UNITS."""
     target = next_step(pairs, budget)
     if not target:
-        return f"max {budget.max_pairs} {'pairs' if budget.max_pairs != 1 else 'pair'}"
+        return f"max {budget.max_pairs} {unit if budget.max_pairs != 1 else unit[:-1]}"
     expected = statistics.fmean(clock.pair_seconds) * (target - pairs) if clock.pair_seconds else 0.0
     if budget.seconds is not None and clock.elapsed() + expected > budget.seconds:
         return f"wall-clock budget {budget.seconds:g} s"
@@ -107,10 +108,12 @@ def stop_reason(pairs: int, budget: Budget, clock: Clock) -> str | None:
 
 def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callable[[T], int],
                add_pair: Callable[[], None] | None, budget: Budget, clock: Clock,
-               progress: Callable[[T, int], None] | None = None) -> tuple[T, str]:
+               progress: Callable[[T, int], None] | None = None,
+               unit: str | Callable[[T], str] = "pairs") -> tuple[T, str]:
     """The one stopping rule of adaptive repeats: look; while `pending` holds of the look and the budget allows,
     add pairs (or runs) up to the next planned look and look again. Returns the last look and why it stopped:
-    "decided", "fixed runs" (no `add_pair`) or stop_reason's words. `seen`: the pairs the look was over."""
+    "decided", "fixed runs" (no `add_pair`) or stop_reason's words. `seen`: the pairs the look was over; `unit`:
+    what they are, "pairs" or "runs" (or a function of the look giving it), for stop_reason's words."""
     while True:
         current = look()
         if not pending(current):
@@ -118,7 +121,7 @@ def look_until(look: Callable[[], T], pending: Callable[[T], bool], seen: Callab
         if add_pair is None:
             return current, "fixed runs"
         n = seen(current)
-        why = stop_reason(n, budget, clock)
+        why = stop_reason(n, budget, clock, unit(current) if callable(unit) else unit)
         if why:
             return current, why
         target = next_step(n, budget)
@@ -138,5 +141,6 @@ def until_decided(look: Callable[[], Verdict], add_pair: Callable[[], None] | No
     """One quantity's verdict under look_until. `look` decides on all the data there is (runs may be shared with
     other tests); the estimate is the planned look's, so every look is covered by the repeated intervals."""
     v, why = look_until(look, lambda v: v.outcome == INCONCLUSIVE, lambda v: v.estimate.seen, add_pair, budget,
-                        clock or Clock(), (lambda v, target: progress(progress_text(v, target))) if progress else None)
+                        clock or Clock(), (lambda v, target: progress(progress_text(v, target))) if progress else None,
+                        lambda v: v.estimate.unit)  # pairs for a paired estimate, runs for an unpaired one
     return replace(v, stopped=why)

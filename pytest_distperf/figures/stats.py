@@ -28,7 +28,15 @@ def relative_spread(values: Sequence[float]) -> float | None:
 
 
 def max_relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
-    """Largest |a_i - b_i| / |b_i| over two loss curves of the same length (b the reference)."""
+    """Largest |a_i - b_i| / |b_i| over two loss curves of the same length (b the reference); NaN or inf where
+    either curve is not finite somewhere (never "within" a limit: the curves are not comparable)."""
     if len(a) != len(b):
         raise ValueError(f"loss curves differ in length ({len(a)} vs {len(b)})")
-    return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=0.0)
+    diffs = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)]
+    # max() keeps its first element against a later NaN (every comparison with NaN is false): look for one first
+    return math.nan if any(math.isnan(d) for d in diffs) else max(diffs, default=0.0)
+
+
+def first_non_finite(xs: Sequence[float]) -> int | None:
+    """The index of the first NaN or infinite value (None: all finite)."""
+    return next((i for i, x in enumerate(xs) if not math.isfinite(x)), None)

@@ -9,6 +9,7 @@ without pytest.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -82,9 +83,12 @@ class Setting:
 def _positive(value: Any, kind: Callable[[Any], Any], where: str) -> Any:
     try:
         v = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         v = 0
-    if v <= 0 or (kind is int and isinstance(value, float) and not value.is_integer()):
+    # `not v > 0`, not `v <= 0`: NaN compares false both ways. inf is no count, limit or budget either (a budget's
+    # "none" is the unset option), and True is no count (int(True) == 1).
+    if (isinstance(value, bool) or not v > 0 or not math.isfinite(v)
+            or (kind is int and isinstance(value, float) and not value.is_integer())):
         what = "a positive integer" if kind is int else "a positive number"
         raise SettingsError(f"{where}: expected {what}, got {value!r}") from None
     return v
@@ -253,6 +257,10 @@ class Settings:
                                   ini=False, metavar="URL")
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     world_size_override: bool = False  # --distperf-world-size was given on the command line
+    # where repeats / max_repeats were given ("--distperf-repeats=5", "ini option distperf_max_repeats=4"); "": the
+    # default (first_look: a default repeats shrinks to max_repeats, a given one above it is an error)
+    repeats_given: str = ""
+    max_repeats_given: str = ""
 
 
 def declared() -> list[Setting]:
@@ -313,9 +321,22 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
         values[s.name] = s.parse(value, where[s.name])
     cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
     _check_cluster(cluster, where)
-    values["repeats"] = min(values["repeats"], values["max_repeats"])  # the budget bounds the first look too
+    given = {name: "" if where[name].startswith("default") else f"{where[name]}={values[name]}"
+             for name in ("repeats", "max_repeats")}
+    values["repeats"] = first_look(values["repeats"], given["repeats"], values["max_repeats"],
+                                   given["max_repeats"] or f"{where['max_repeats']}={values['max_repeats']}", "")
     return Settings(enabled=enabled, cluster=cluster, world_size_override=where["world_size"].startswith("--"),
-                    **values)
+                    repeats_given=given["repeats"], max_repeats_given=given["max_repeats"], **values)
+
+
+def first_look(repeats: int, repeats_given: str, max_repeats: int, max_repeats_given: str, where: str) -> int:
+    """The first look's runs: the budget bounds it too. The default repeats shrink to max_repeats; repeats given
+    (an option, ini key or marker argument: `repeats_given` names it, "" for the default) above it are an error,
+    not a silent cut."""
+    if repeats > max_repeats and repeats_given:
+        raise SettingsError(f"{where}{repeats_given} is more than {max_repeats_given}: the first look's runs count "
+                            f"toward the most a verdict may take; lower the one or raise the other")
+    return min(repeats, max_repeats)
 
 
 _ONLY = {"torchrun": ("rdzv_endpoint", "agents"),
@@ -365,7 +386,13 @@ def plan_test(settings: Settings, marker_kwargs: dict[str, Any], gpus: int, wher
     ws = settings.world_size if settings.world_size_override else ws
     timeout, test_budget = marked("timeout", settings.timeout), marked("test_budget", settings.test_budget)
     max_repeats = marked("max_repeats", settings.max_repeats)
-    repeats = min(marked("repeats", settings.repeats), max_repeats)
+    repeats = marked("repeats", settings.repeats)
+    in_marker = {name: f"distperf({name}={value})" for name, value in (("repeats", repeats),
+                                                                        ("max_repeats", max_repeats))
+                 if marker_kwargs.get(name) is not None}
+    repeats = first_look(repeats, in_marker.get("repeats", settings.repeats_given), max_repeats,
+                         in_marker.get("max_repeats", settings.max_repeats_given or
+                                       f"default distperf_max_repeats={max_repeats}"), f"{where}: ")
     nodes = marked("nodes", settings.cluster.nodes)
     if ws % nodes:
         raise SettingsError(f"{where}: world size {ws} does not split over {nodes} nodes "
