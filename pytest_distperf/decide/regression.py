@@ -91,7 +91,7 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
                  f"for the look at {target}")
 
     _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
-                                 say if progress else None)
+                                 say if progress else None, unit)
     return f"{runs()} runs recorded" if save_mode and why == "decided" else why
 
 
