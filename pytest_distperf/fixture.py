@@ -95,10 +95,11 @@ class DistPerf:
     def __init__(self, settings: Settings, plan: TestPlan, ledger: "SessionLedger", nodeid: str, base_dir: str,
                  say: Say | None = None, verbose: bool = False, gate: "Gate | None" = None,
                  deadline: float | None = None, pairs_share: tuple[Any, str] | None = None,
-                 check_budget: Callable[[str], None] | None = None):
+                 check_budget: Callable[[str], None] | None = None, root: str | None = None):
         assert plan.device is not None, "a skipped test gets no distperf fixture"
         self.settings, self.plan, self.ledger, self.nodeid, self.base_dir = settings, plan, ledger, nodeid, base_dir
         self.say, self.verbose = say, verbose  # verbose (-v): also each job's progress, waits and pairs
+        self.root = root  # the project's root: a script job's script is named relative to it
         self.records: list[Record] = []  # the test's records (report/document.py), read by the plugin
         self.gate = gate  # this test's gate (decide/regression.Gate); None without --distperf
         self._clock_warnings = ClockWarnings(settings.lock_gpu_clocks)  # GPU clocks in the timed steps
@@ -214,7 +215,7 @@ class DistPerf:
         optimizer steps (pytest_distperf.rank.script_steps): `warmup` of them, then `steps` timed, then the
         work phase's and the probes'; then the script is ended. run/measure/compare/probe take it like any job."""
         with userjobs.naming(self.nodeid):
-            ref = userjobs.script_ref(script, args, launcher, env, cwd, self.device)
+            ref = userjobs.script_ref(script, args, launcher, env, cwd, self.device, self.root)
             if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
                 raise UsageError(f"distperf.script_job(warmup={warmup!r}): the first timed step starts at a warm-up "
                                  f"step's end (a step's start is the previous step's end): at least 1")

@@ -301,7 +301,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
                   str(tmp_path_factory.getbasetemp()), say=_terminal_writer(config), verbose=config.get_verbosity() > 0,
                   gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),
-                  check_budget=session.check_budget)
+                  check_budget=session.check_budget, root=_project_root(config))
     request.node.stash[fixture_key] = dp
     yield dp
     session.test_seconds.append(dp.clock.elapsed())  # what later tests' shares reserve for each (pairs_share)

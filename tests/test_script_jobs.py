@@ -333,3 +333,18 @@ def test_a_script_jobs_key_is_its_name_arguments_environment_and_launcher_not_it
     assert job(sha256="1" * 64, path="/b/train.py").config_hash() == key  # an edited script, another checkout
     for other in (dict(args=("--steps", "41")), dict(env=()), dict(launcher="accelerate"), dict(name="t.py")):
         assert job(**other).config_hash() != key, other
+
+
+def test_a_script_is_named_relative_to_the_project_root_whichever_folder_pytest_runs_from(tmp_path, monkeypatch):
+    from pytest_distperf.spec.userjobs import script_ref
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "train.py").write_text("print('hi')\n")
+    names = set()
+    for folder in (tmp_path, tmp_path / "sub"):
+        monkeypatch.chdir(folder)
+        ref = script_ref(tmp_path / "sub" / "train.py", (), "torchrun", None, None, "cpu", root=str(tmp_path))
+        names.add(ref.name)
+    assert names == {"sub/train.py"}  # one name, so one baseline key
+    outside = script_ref(tmp_path / "sub" / "train.py", (), "torchrun", None, None, "cpu", root=str(tmp_path / "x"))
+    assert outside.name == str(tmp_path / "sub" / "train.py")

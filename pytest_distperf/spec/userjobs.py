@@ -121,8 +121,11 @@ def strategy_options(strategy: str, options: dict[str, Any] | None) -> dict[str,
     return dict(options or {})
 
 
-def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device: str) -> ScriptRef:
-    """A script job's script, checked here, named relative to the working folder (the same in every checkout)."""
+def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device: str,
+               root: str | None = None) -> ScriptRef:
+    """A script job's script, checked here, named relative to the project's root (the folder the baselines folder
+    starts from, the working folder by default): the same name in every checkout, from whichever folder pytest
+    runs."""
     import os
 
     where = "distperf.script_job"
@@ -142,7 +145,8 @@ def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device
         raise UsageError(f"{where}(env=...) must be a dict of strings, got {env!r}")
     if cwd is not None and not os.path.isdir(os.fspath(cwd)):
         raise UsageError(f"{where}(cwd={os.fspath(cwd)!r}): no such folder")
-    name = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+    name = os.path.relpath(path, root or os.getcwd())
+    name = path if name.startswith("..") else name
     return ScriptRef(path=path, name=name, args=tuple(args), launcher=launcher,
                      env=tuple(sorted((env or {}).items())), cwd=os.path.abspath(os.fspath(cwd)) if cwd else None,
                      sha256=file_sha256(path))
