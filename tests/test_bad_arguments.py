@@ -212,3 +212,15 @@ def test_the_stop_reason_counts_runs_for_the_unpaired_gate_and_pairs_for_compari
 
 
 Design6 = d.Design(max_pairs=6)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda p: p.assert_collectives_within("all_gather", NAN), "ProbeAssertions.assert_collectives_within(nan)"),
+    (lambda p: p.assert_overlap_at_least(-0.5), "ProbeAssertions.assert_overlap_at_least(-0.5)"),
+    (lambda p: p.assert_copy_bytes_within("DtoH", 1e6, "2"), "ProbeAssertions.assert_copy_bytes_within('2')"),
+])
+def test_probe_check_limits_are_usage_errors_at_the_call(call, needle):
+    from pytest_distperf.decide.probe_checks import ProbeAssertions
+
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        call(ProbeAssertions.__new__(ProbeAssertions))  # the limit is checked first: no probed run needed

@@ -163,14 +163,15 @@ def _device(side: JobRuns) -> str:
     return side.runs[0].spec.device
 
 
-def _limit(method: str, value: Any, zero: bool = False) -> float:
+def check_limit(method: str, value: Any, zero: bool = False) -> float:
     """A check's limit, checked at the call, before any pair is added: a finite number above 0 (`zero`: 0 too).
     NaN passes no comparison (a check against it only ever says inconclusive), a string fails deep inside."""
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
             or not (value > 0 or (zero and value == 0))):
         what = "a finite number >= 0 (a relative tolerance, e.g. 1e-3)" if zero else (
             "a finite number > 0 (the largest A/B ratio that passes, e.g. 1.1)")
-        raise UsageError(f"Comparison.{method}({value!r}): expected {what}, got {value!r}")
+        raise UsageError(f"{method if '.' in method else 'Comparison.' + method}({value!r}): expected {what}, "
+                         f"got {value!r}")
     return float(value)
 
 
@@ -253,7 +254,7 @@ class Comparison:
     def assert_step_time_within(self, k: float) -> Check:
         """Fail unless A's step time is at most k x B's: decided on the interval of the pair ratios."""
         __tracebackhide__ = True
-        k = _limit("assert_step_time_within", k)
+        k = check_limit("assert_step_time_within", k)
         return self._ratio_check("step_time", k, _step_times, lambda s: s.figures.step_time, "s", _step_line,
                                  "step time")
 
@@ -262,7 +263,7 @@ class Comparison:
         (`train_memory`), with host RSS growth shown beside it, never decided on (it counts imports and one-time
         allocations). The check is named after the figure that decided it. Skips where it was not measured."""
         __tracebackhide__ = True
-        k = _limit("assert_memory_within", k)
+        k = check_limit("assert_memory_within", k)
         metric = memory_metric(_device(self.a))
         _memories(self.a, metric), _memories(self.b, metric)  # skip before any pair is added
         other = secondary_memory_metric(_device(self.a))
@@ -280,7 +281,7 @@ class Comparison:
         """Fail unless A's GPU kernel time per step (compute + memcpy/memset) is at most k x B's: a figure the host's
         noise does not move. Skips where it was not measured (CPU jobs)."""
         __tracebackhide__ = True
-        k = _limit("assert_gpu_time_within", k)
+        k = check_limit("assert_gpu_time_within", k)
         _work(self.a, "gpu_time"), _work(self.b, "gpu_time")  # skip before any pair is added
         return self._ratio_check("gpu_time", k, lambda s: _work(s, "gpu_time"), lambda s: s.figures.work["gpu_time"],
                                  "s", _gpu_line, "GPU kernel time")
@@ -288,7 +289,7 @@ class Comparison:
     def assert_flops_within(self, k: float) -> Check:
         """Fail unless A's FLOPs per step are at most k x B's (exact counts: no interval)."""
         __tracebackhide__ = True
-        k = _limit("assert_flops_within", k)
+        k = check_limit("assert_flops_within", k)
         fa, fb = max(_work(self.a, "flops_per_step")), max(_work(self.b, "flops_per_step"))
         ratio = fa / fb if fb else float("inf")
         return self._exact_check("flops", fa, fb, ratio, k, "FLOP", lambda: (
@@ -299,7 +300,7 @@ class Comparison:
         """Same seed, same batches: the loss curves of every run of A and every run of B agree within rtol at
         every step (exact: no interval)."""
         __tracebackhide__ = True
-        rtol = _limit("assert_losses_match", rtol, zero=True)
+        rtol = check_limit("assert_losses_match", rtol, zero=True)
         self._finite_losses(rtol)
         pairs = list(itertools.product(range(len(self.a.runs)), range(len(self.b.runs))))
         diffs = [max_relative_difference(self.a.runs[i].losses, self.b.runs[j].losses) for i, j in pairs]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_distperf.errors import DistPerfCheckFailed
-from pytest_distperf.decide.checks import Check
+from pytest_distperf.decide.checks import Check, check_limit
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.decision import FAIL
 from pytest_distperf.rank.probes.results import ProbeResult
@@ -121,6 +121,7 @@ class ProbeAssertions:
     def assert_collectives_within(self, kind: str, k: float) -> ProbeCheck:
         """Fail unless A's calls per step of `kind` (e.g. "all_gather") are at most k x B's."""
         __tracebackhide__ = True
+        k = check_limit("ProbeAssertions.assert_collectives_within", k)
         b = self._other()
         alone = [s.label for s in (self.a, b) if s.runs[0].spec.world_size < 2]
         if alone:  # one rank gathers, reduces and scatters nothing: 0 vs 0 would read as a pass
@@ -136,6 +137,7 @@ class ProbeAssertions:
     def assert_overlap_at_least(self, floor: float) -> ProbeCheck:
         """Fail unless at least `floor` of A's NCCL kernel time runs under compute kernels (CUDA)."""
         __tracebackhide__ = True
+        floor = check_limit("ProbeAssertions.assert_overlap_at_least", floor, zero=True)
         results = self.a.need("overlap")
         fractions = [o.fraction for o in results if o is not None and o.fraction is not None]
         if not fractions:
@@ -221,6 +223,8 @@ class ProbeAssertions:
     def assert_copy_bytes_within(self, kind: str, expected_bytes: float, k: float) -> ProbeCheck:
         """Fail unless `kind` copies ("DtoH", "HtoD", "DtoD") move at most k x `expected_bytes` per step (CUDA)."""
         __tracebackhide__ = True
+        k = check_limit("ProbeAssertions.assert_copy_bytes_within", k)
+        expected_bytes = check_limit("ProbeAssertions.assert_copy_bytes_within(expected_bytes=...)", expected_bytes)
         placements = self._copies()
         worst = max(p.copy(kind).bytes_per_step for p in placements)
         ratio = worst / expected_bytes if expected_bytes > 0 else float("inf")
