@@ -168,8 +168,7 @@ def check_limit(method: str, value: Any, zero: bool = False) -> float:
     NaN passes no comparison (a check against it only ever says inconclusive), a string fails deep inside."""
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
             or not (value > 0 or (zero and value == 0))):
-        what = "a finite number >= 0 (a relative tolerance, e.g. 1e-3)" if zero else (
-            "a finite number > 0 (the largest A/B ratio that passes, e.g. 1.1)")
+        what = "a finite number >= 0" if zero else "a finite number > 0"
         raise UsageError(f"{method if '.' in method else 'Comparison.' + method}({value!r}): expected {what}, "
                          f"got {value!r}")
     return float(value)
