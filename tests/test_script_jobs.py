@@ -50,6 +50,22 @@ dist.destroy_process_group()
 """
 
 
+FAILS_AT_THIRD_STEP = """
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(30):
+    model(torch.ones(4, 16)).sum().backward()
+    opt.step()
+    dist.barrier()
+    if step == 2 and dist.get_rank() == 1:
+        FAILURE
+"""
+
+
 def _script(extra: str = "pass") -> str:
     return TRAIN.replace("EXTRA", extra)
 
@@ -107,20 +123,9 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
             if "MARK" in __import__("os").environ:
                 pytest_distperf.step()
     """)
-    pytester.makepyfile(aborts="""
-        import os
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        model = torch.nn.Linear(16, 16)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(30):
-            model(torch.ones(4, 16)).sum().backward()
-            opt.step()
-            dist.barrier()
-            if step == 2 and dist.get_rank() == 1:
-                os.abort()  # a native crash: no Python error, only faulthandler's stacks
-    """)
+    # rank 1 fails at its third step: natively (faulthandler's stacks only), or with the script's own exception
+    for name, failure in (("aborts", "os.abort()"), ("raises", 'raise ValueError("the script\'s own error")')):
+        pytester.makepyfile(**{name: FAILS_AT_THIRD_STEP.replace("FAILURE", failure)})
     pytester.makepyfile(forever="""
         import os
         import time
@@ -135,20 +140,6 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
         with open(f"pid{dist.get_rank()}", "w") as f:
             f.write(str(os.getpid()))
         spin()
-    """)
-    pytester.makepyfile(raises="""
-        import torch
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        model = torch.nn.Linear(16, 16)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(30):
-            model(torch.ones(4, 16)).sum().backward()
-            opt.step()
-            if step == 2 and dist.get_rank() == 1:
-                raise ValueError("the script's own error")
-            dist.barrier()
     """)
     pytester.makepyfile(test_scripts="""
         import pytest

@@ -63,6 +63,9 @@ def install(job_dir: str) -> None:
     previous_hook = sys.excepthook
 
     def keep_error(kind: Any, value: Any, tb: Any) -> None:
+        # when it raised, as the harness's ranks write it: of two ranks that raised within a second, the one whose
+        # exit broke the other's collective is the root cause (launcher.root_cause)
+        jobfiles.write_failure_time(job_dir, rank)
         if _WATCH is not None:
             _WATCH.script_error = "".join(traceback.format_exception(kind, value, tb))
         previous_hook(kind, value, tb)
