@@ -111,10 +111,10 @@ def test_a_row_whose_count_changed_stands_out_even_when_its_time_is_within_its_n
     assert "no row changed beyond its noise" not in e.lines()[0]
 
 
-def test_rows_of_the_clock_a_failed_figure_reads_come_first_and_a_summed_rest_after_named_rows():
+def test_rows_of_the_clock_a_failed_figure_reads_come_first_and_a_summed_rest_last():
     # a CUDA table: an added sort shows as a new kernel (GPU clock) and as host ops that moved more microseconds
     # (the host's clock); under a failed gpu_time the kernel heads the explanation, and the host family's summed
-    # rest, which names nothing, comes after the host rows that do
+    # rest, which names nothing, comes last
     def run(sort: bool, jitter: float) -> dict[str, list[float]]:
         t = {"kernel:gemm": [4.0, 0.001], "cpu:aten::mm": [4.0, 0.0003 + jitter], "cpu:(other)": [10.0, 0.00002]}
         if sort:
@@ -125,12 +125,14 @@ def test_rows_of_the_clock_a_failed_figure_reads_come_first_and_a_summed_rest_af
     base, cand = [run(False, 0.0), run(False, 0.00001)], [run(True, 0.0), run(True, 0.00001)]
     failed = [("aten_ops_per_step", "count"), ("gpu_time", "time"), ("kernels_per_step", "count")]
     assert ex.explain_by(failed) == ("time", ("",))
-    names = [r.name for r in ex.explain(base, cand, *ex.explain_by(failed)).rows]
-    assert names[:3] == ["kernel:radixSort", "cpu:aten::sort", "cpu:(other)"]
+    e = ex.explain(base, cand, *ex.explain_by(failed))
+    names = [r.name for r in e.rows]
+    assert names[:2] == ["kernel:radixSort", "cpu:aten::sort"]
+    assert names[-1] == "cpu:(other)" and not e.rows[-1].stands_out  # it grew, but names nothing: never stands out
     # step_time reads every clock: all families alike, by |change|; the summed rest still after the named rows
     assert ex.explain_by([("step_time", "time")]) == ("time", ())
     names = [r.name for r in ex.explain(base, cand, *ex.explain_by([("step_time", "time")])).rows]
-    assert names[:3] == ["cpu:aten::sort", "kernel:radixSort", "cpu:(other)"]
+    assert names[:2] == ["cpu:aten::sort", "kernel:radixSort"] and names[-1] == "cpu:(other)"
     assert ex.explain_by([]) == ("time", ()) and ex.explain_by([("aten_ops_per_step", "count")]) == ("count", ("", tt.CPU))
 
 
@@ -451,3 +453,29 @@ def test_the_json_report_holds_a_jobs_diff_once_and_reads_it_back_into_each_verd
     assert d["explanations"] == {"ddp tiny x2 cpu": diff} and [v["explained"] for v in d["verdicts"]] == [
         True, True, False] and not any("explanation" in v for v in d["verdicts"])
     assert [v.explanation for v in TestDocument.from_json(d).verdicts] == [diff, diff, None]
+
+
+def test_a_row_some_reference_runs_cut_is_read_from_the_runs_that_kept_it():
+    # a host loop of 100 adds: aten::add, 3 a step before, was cut from one baseline run's table (its time near the
+    # cut-off); the candidate's 103 a step are far above every cut-off: the count changed, it is not "cut"
+    kept = {f"op:k{i}": [1.0, 0.001 + 0.0001 * i] for i in range(3)}
+    base = [{**kept, "op:add": [3.0, 0.0011]}, {**kept, tt.OTHER: [3.0, 0.0009]}, {**kept, "op:add": [3.0, 0.0012]}]
+    cand = [{**kept, "op:add": [103.0, 0.02]}, {**kept, "op:add": [103.0, 0.021]}, {**kept, "op:add": [103.0, 0.02]}]
+    e = ex.explain(base, cand, *ex.explain_by([("aten_ops_per_step", "count")]))
+    add = e.rows[0]
+    assert add.name == "op:add" and add.status == "" and add.count_changed
+    assert (add.reference_count, add.candidate_count) == (3.0, 103.0)
+    assert add.reference_time == pytest.approx(0.00115)  # the median of the two runs that kept it
+
+
+def test_a_summed_rest_never_stands_out_and_a_change_under_the_material_share_says_so():
+    # an A/A: (other) moved more than its spread (many small rows, each within its noise), but names nothing
+    base = [_run(mm=(2, 0.100), add=(3, 0.0020)) | {tt.OTHER: [280.0, 0.0003]},
+            _run(mm=(2, 0.101), add=(3, 0.0021)) | {tt.OTHER: [280.0, 0.0004]}]
+    cand = [_run(mm=(2, 0.1005), add=(3, 0.0030)) | {tt.OTHER: [280.0, 0.0005]},
+            _run(mm=(2, 0.1002), add=(3, 0.0031)) | {tt.OTHER: [280.0, 0.0006]}]
+    e = ex.explain(base, cand)
+    assert not e.any_beyond_noise and e.rows[-1].name == tt.OTHER
+    # aten::add moved 1 ms, ten times its noise, but under 1 % of a ~100 ms step: it does not stand out, and says why
+    line = next(x for x in e.lines() if "op:add" in x)
+    assert "beyond its noise (0.1 ms) but under 1% of the step" in line

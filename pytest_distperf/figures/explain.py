@@ -2,16 +2,20 @@
 
 Per row: the median over runs of its count and time per step on each side, the change in time and its share of
 the summed change of its family (a share can pass 100 % when rows moved in opposite directions; the module: rows
-hold the op/kernel rows' time again, by module, so each family sums on its own). A row's noise is the larger
-side's max - min of its time over the runs (unknown with one run a side): a rough, deliberately wide band. A row
-stands out when |change| > noise and at least MATERIAL of the reference step's table, or when its per-step counts
-do not overlap between the sides (counts are the same every step of an unchanged run). Rows in no reference run
-are "new", in no candidate run "gone"; a row a trimmed table may have summed into ``(other)`` is "cut" (absent
-there, and nowhere twice that table's smallest kept row): its absence says nothing and it never stands out. Rows
-rank by |change| in time, or, where only counts failed, by |change| in count, the rows whose counts changed first
-(a flops: row's count is its module's FLOPs a step, exact). The rows of the clock a failed figure reads come first (`explain_by`): under a failed
-gpu_time, a CUDA table's kernel rows before its host rows, whose microseconds are another clock's; a family's
-summed rest, ``(other)``, comes after the rows that name something.
+hold the op/kernel rows' time again, by module, so each family sums on its own). A run's table is trimmed to its
+slowest rows (rank/time_table.trimmed), so a small row may be missing from some runs: a side's figures for a row
+come from its runs that kept it (a count is exact, so one kept run gives it; a kept time is the upper part of that
+side's spread). A row in no run of one side is "new" (no reference run) or "gone" (no candidate run), unless it is
+small enough, wherever it is seen, that every table of that side may have cut it (nowhere above twice such a
+table's smallest kept row): then it is "cut", its absence says nothing and it never stands out. A row's noise is
+the larger side's max - min of its time over the runs that hold it (unknown with one a side): a rough,
+deliberately wide band. A row stands out when |change| > noise and at least MATERIAL of the reference step's
+table, or when its per-step counts do not overlap between the sides (counts are the same every step of an
+unchanged run). A family's summed rest, ``(other)``, names nothing: it never stands out and ranks last. Rows rank
+by |change| in time, or, where only counts failed, by |change| in count (each row's share of the count's change),
+the rows whose counts changed first (a flops: row's count is its module's FLOPs a step, exact). The rows of the
+clock a failed figure reads come first (`explain_by`): under a failed gpu_time, a CUDA table's kernel rows before
+its host rows, whose microseconds are another clock's.
 """
 
 from __future__ import annotations
@@ -98,7 +102,9 @@ class Explanation:
         out = [head]
         for r in self.shown(top):
             mark = ("noise unknown (one run a side)" if r.noise is None else
-                    f"{'beyond' if r.beyond_noise else 'within'} its noise ({_ms(r.noise)})")
+                    f"beyond its noise ({_ms(r.noise)})" if r.beyond_noise else
+                    f"beyond its noise ({_ms(r.noise)}) but under {MATERIAL:.0%} of the step"
+                    if abs(r.change) > r.noise and r.status != "cut" else f"within its noise ({_ms(r.noise)})")
             if r.count_changed:
                 mark = f"count changed; time {mark}"
             share = _share(r)
@@ -210,22 +216,27 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     step = statistics.median(sum(v[1] for n, v in t.items() if family(n) == "") for t in ref)
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
-        rc, rt, cc, ct = ([float(t[name][i]) if name in t else 0.0 for t in side]
-                          for side in (ref, cand) for i in (0, 1))
+        fam = family(name)
+        # A side's figures come from its tables that hold the row; a table that cut it holds no figure for it
+        # (counts are exact, so the kept runs give the count; a kept time is the upper part of that side's spread).
+        held = [[t for t in side if name in t] for side in (ref, cand)]
+        least = min(size(name, t[name]) for side in held for t in side)
+        status = "new" if not held[0] else "gone" if not held[1] else ""
+        if status and any(least <= 2 * cut[(id(t), fam)] for t in (ref if status == "new" else cand)):
+            status = "cut"  # in no table of one side, and small enough that every one of them may have cut it
+        # a side that holds the row nowhere ran it in none of its runs (or cut it everywhere): 0 in each
+        rc, rt, cc, ct = ([float(t[name][i]) for t in h] or [0.0] * len(side)
+                          for h, side in zip(held, (ref, cand)) for i in (0, 1))
         spreads = [_spread(rt), _spread(ct)]
         noise = None if None in spreads else max(s for s in spreads if s is not None)
         change = statistics.median(ct) - statistics.median(rt)
-        status = ("new" if not any(name in t for t in ref) else "gone" if not any(name in t for t in cand) else "")
-        least = min(size(name, t[name]) for t in ref + cand if name in t)
-        if any(name not in t and least <= 2 * cut[(id(t), family(name))] for t in ref + cand):
-            status = "cut"
-        count_changed = (status != "cut" and name not in OTHERS.values()
-                         and (max(rc) < min(cc) or max(cc) < min(rc)))
+        rest = name in OTHERS.values()  # a family's summed rest names nothing: it explains nothing
+        count_changed = status != "cut" and not rest and (max(rc) < min(cc) or max(cc) < min(rc))
         rows.append(ExplainRow(name=name, reference_count=statistics.median(rc), reference_time=statistics.median(rt),
                                candidate_count=statistics.median(cc), candidate_time=statistics.median(ct),
                                change=change, noise=noise,
-                               beyond_noise=(status != "cut" and noise is not None and abs(change) > noise
-                                             and abs(change) >= MATERIAL * step),
+                               beyond_noise=(status != "cut" and not rest and noise is not None
+                                             and abs(change) > noise and abs(change) >= MATERIAL * step),
                                share=None, status=status, count_changed=count_changed))
     totals = {fam: sum(r.change for r in rows if family(r.name) == fam) for fam in OTHERS}
     for r in rows:  # a share of its own family's change: the module: rows hold the op/kernel rows' time again
@@ -233,7 +244,7 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
         r.share = r.change / total if total else None
 
     def tier(r: ExplainRow) -> tuple[bool, bool, bool]:
-        return not r.stands_out, bool(first) and family(r.name) not in first, r.name in OTHERS.values()
+        return r.name in OTHERS.values(), not r.stands_out, bool(first) and family(r.name) not in first
 
     if by == "count":  # by each row's share of the count's change
         rows.sort(key=lambda r: (*tier(r), not r.count_changed, -abs(r.candidate_count - r.reference_count),
