@@ -102,10 +102,18 @@ def check_row(test: TestDocument, c: Check) -> VerdictRow:
                       outcome, "; ".join(notes))
 
 
+def limit_cell(v: MetricVerdict) -> str:
+    """The verdict's limit as the terminal words it: one-sided, the worsening that fails ('+5.0%', not '± 5.0%'),
+    'exact' for a count."""
+    if v.threshold is None:
+        return "–"
+    return "exact" if v.metric_kind == "count" else f"{v.threshold:+.1%}"
+
+
 def verdict_row(test: TestDocument, v: MetricVerdict) -> VerdictRow:
     outcome = record_outcome(v.status, test_outcome(test) == "xfail")
     fails = v.fails and outcome != "fail"  # e.g. 'new' under --distperf-require-baseline
-    limit = f"± {v.threshold:.1%}" if v.threshold is not None else "–"
+    limit = limit_cell(v)
     delta = "–" if v.delta is None else f"{v.delta:+.1%}"
     arrow = " base → head " if v.reference else " → "  # head vs base (decide/against.py): both commits
     value = f"{delta} ({fmt_unit(v.baseline, v.unit)}{arrow}{fmt_unit(v.current, v.unit)})"

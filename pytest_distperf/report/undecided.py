@@ -23,8 +23,9 @@ def _pct(x: float, sign: str = "") -> str:
 
 
 def undecided_text(record: Verdict) -> str:
-    """'+62 % estimated, undecided: this machine's run-to-run is 22 % (...)' for a baseline verdict,
-    '1.06x estimated against a 1.10x limit, undecided: pair-to-pair variation is 14 % (...)' for a check."""
+    """'+62 % estimated, undecided: this machine's run-to-run is 22 % (...)' for a baseline verdict (or the stored
+    runs' where theirs is larger), '1.06x estimated against a 1.10x limit, undecided: pair-to-pair variation is
+    14 % (...)' for a check."""
     interval = record.interval_text()  # the words every report uses where the design cannot bound it
     stopped = record.stopped or ""
     stop = f"; stopped: {stopped}" if stopped and stopped not in ("decided", "fixed runs") else ""
@@ -33,16 +34,34 @@ def undecided_text(record: Verdict) -> str:
         cv, noise = ((record.pair_cv, "pair-to-pair variation") if record.method == "paired" and record.pair_cv
                      is not None else (record.run_cv_a, "run-to-run"))
         runs, limit = (f"{record.pairs} pairs; " if record.pairs else ""), " the limit"
+        noise = f"this machine's {noise} is {_pct(cv)}" if cv is not None else "too few runs to measure the noise"
     else:
         delta = record.delta
         head = f"{_pct(delta, '+')} estimated" if delta is not None else "change not estimated"
-        cv, noise = (record.current_cv if record.current_cv is not None else record.baseline_cv), "run-to-run"
-        runs = f"{record.current_runs} runs; " if record.current_runs else ""
+        noise, runs = _noisier_side(record)
         limit = f" the {record.threshold:+.1%} limit" if record.threshold is not None else " the limit"
-    noise = f"this machine's {noise} is {_pct(cv)}" if cv is not None else "too few runs to measure the noise"
     if not interval.startswith("["):  # words: the design could not bound it (wording.bound_text)
         return f"{head}, undecided: {noise} ({interval}{stop})"
     return f"{head}, undecided: {noise} ({runs}interval {interval} holds{limit}{stop})"
+
+
+def _noisier_side(v: MetricVerdict) -> tuple[str, str]:
+    """The run-to-run spread of the side that widens the interval most (the larger; both when they round alike),
+    naming it, and the runs behind it: a quiet run against noisy stored runs is the stored runs' to fix."""
+    other = "the base's" if v.reference else "the stored runs'"
+    current, reference = v.current_cv, v.baseline_cv
+    runs = f"{v.current_runs} runs; " if v.current_runs else ""
+    if current is None and reference is None:
+        return "too few runs to measure the noise", runs
+    if current is not None and (reference is None or round(current * 100) > round(reference * 100)):
+        return f"this machine's run-to-run is {_pct(current)}", runs
+    assert reference is not None  # both None returned above
+    if not v.reference and v.baseline_runs:
+        runs = f"{v.current_runs} runs against {v.baseline_runs} stored; " if v.current_runs else ""
+    if current is None or round(reference * 100) > round(current * 100):
+        now = f", this machine's now {_pct(current)}" if current is not None else ""
+        return f"{other} run-to-run is {_pct(reference)}{now}", runs
+    return f"run-to-run is {_pct(current)} on both sides (this machine's and {other})", runs
 
 
 def subject(record: Verdict) -> str:
