@@ -583,4 +583,32 @@ def test_history_command_reports_an_unwritable_output_in_one_line(tmp_path):
         done = subprocess.run([sys.executable, "-m", "pytest_distperf", "history", str(db), f"{flag}=/proc/x.out"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr
-        assert done.stderr.splitlines() == [f"error: {flag}: cannot write /proc/x.out: No such file or directory"]
+        assert done.stderr.splitlines() == [f"error: {flag}: cannot write /proc/x.out: folder /proc is not "
+                                             f"writable (No such file or directory)"]
+        assert done.stdout == ""  # checked before the history is read and printed
+
+
+def test_history_command_checks_its_outputs_before_printing_anything(tmp_path, capsys):
+    """A bad --html/--json fails at once, as the pytest options' do, not after the whole report is printed."""
+    from pytest_distperf.__main__ import main
+
+    db = tmp_path / "history.db"
+    record_session(str(db), load())
+    folder = tmp_path / "out"
+    folder.mkdir()
+    cases = {("--html", str(folder)): f"error: --html: {folder} is a folder; give a file path",
+             ("--json", str(db)): f"error: --json: {db} is the history URL database; the report would replace every "
+                                  f"session's history: give another file"}
+    for (flag, path), expected in cases.items():
+        assert main(["history", str(db), flag, path]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.splitlines()) == ("", [expected])
+    assert main(["history", str(db), "--json", str(tmp_path / "t.json")]) == 0
+    assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 't.json'}\n")
+
+
+def test_history_command_on_a_folder_says_so_as_the_pytest_option_does(tmp_path, capsys):
+    from pytest_distperf.__main__ import main
+
+    assert main(["history", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: history URL: {tmp_path} is a folder; give a file path"]

@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from pytest_distperf.errors import FileError
-from pytest_distperf.store.history import HistoryError, trends
+from pytest_distperf.store.history import HistoryError, database_file, trends
+from pytest_distperf.store.outputs import OutputPathError
 from pytest_distperf.store.history.trend import Trend, render_text
 
 
@@ -33,11 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--html", args.html)) if path]
     try:
+        _check_outputs(outputs, args.url)  # before the history is read and printed, not after
         found = trends(args.url, test=args.test, job=args.job, metric=args.metric, machine_class=args.machine_class,
                        alpha=args.alpha, min_size=args.min_size, min_change=args.min_change,
                        option="history URL")
-    except HistoryError as e:
+    except (HistoryError, OutputPathError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.stdout.write(render_text(found, points=args.points))
@@ -51,6 +54,17 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"wrote {path}")
     return 0
+
+
+def _check_outputs(outputs: list[tuple[str, str]], url: str) -> None:
+    """Each output can be written as a file (as the pytest options' are checked), none over another or over the
+    history database read: OutputPathError naming the option."""
+    from pytest_distperf.store.outputs import check_apart, check_file
+
+    for flag, path in outputs:
+        check_file(path, flag)
+    database = database_file(url, "history URL") if outputs else None
+    check_apart(outputs, history=("history URL", database) if database else None)
 
 
 def _write_json(path: str, found: list[Trend]) -> None:

@@ -132,12 +132,8 @@ class HistoryStore:
         it again at its end); returns where it is, password hidden."""
         resolved = resolve_url(url, option)
         if resolved.get_backend_name() == "sqlite":
-            from pytest_distperf.store.outputs import OutputPathError, check_file
-
-            try:  # the file, or the folder it will be created in (SQLite also writes its journal beside it)
-                check_file(resolved.database, option)
-            except OutputPathError as e:
-                raise HistoryUrlError(str(e)) from None
+            _check_file(resolved.database, option)  # the file, or the folder it will be created in (SQLite
+            # also writes its journal beside it)
             if not os.path.exists(resolved.database) or os.path.getsize(resolved.database) == 0:
                 return redact_text(resolved.render_as_string(hide_password=False))  # made at the end (opening an
                 # empty file would already write SQLite's header)
@@ -218,6 +214,8 @@ class HistoryStore:
     # -- plumbing --------------------------------------------------------------------------------------------
     def _prepare_sqlite_file(self, create: bool) -> None:
         path = self.url.database
+        if os.path.lexists(path) and not os.path.isfile(path):  # a folder: check's words, not SQLite's "unable to
+            _check_file(path, self.option)  # open database file"
         if not create and not os.path.exists(path):
             raise HistoryError(f"{self.option}: no history database at {path}")
         parent = os.path.dirname(path)
@@ -252,6 +250,17 @@ class HistoryStore:
                     raise
                 raise HistoryError(f"{self.option}: {self.where}: {_first_line(e.orig)}") from e
         raise AssertionError("unreachable")
+
+
+def _check_file(path: str, option: str) -> None:
+    """outputs.check_file's check and words for a SQLite file ('... is a folder; give a file path'), as a
+    HistoryUrlError: for the database a session appends to, and for one that is read."""
+    from pytest_distperf.store.outputs import OutputPathError, check_file
+
+    try:
+        check_file(path, option)
+    except OutputPathError as e:
+        raise HistoryUrlError(str(e)) from None
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
