@@ -290,14 +290,16 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     plan = request.node.stash.get(plan_key, None)
     if plan is None:
         plan = plan_test(session.settings, {}, visible_gpu_count(), request.node.nodeid)
-    gate = None
+    gate, bad_baseline = None, None
     if session.gate is not None:
         policy = request.node.stash.get(policy_key, session.gate.settings.policy)
         try:  # the test's baseline file is read now: a bad one fails the test before any job starts
             with _warnings_at_the_test(request.node):
                 gate = session.gate_for(request.node.nodeid, str(request.node.path), plan, policy)
         except BaselineError as e:
-            pytest.fail(f"distperf baseline: {e}", pytrace=False)
+            bad_baseline = str(e)
+    if bad_baseline is not None:  # failed outside the except: else pytest prints the message twice, chained
+        pytest.fail(f"distperf baseline: {bad_baseline}", pytrace=False)
     dp = DistPerf(session.settings, plan, session.ledger, request.node.nodeid,
                   str(tmp_path_factory.getbasetemp()), say=_terminal_writer(config), verbose=config.get_verbosity() > 0,
                   gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),

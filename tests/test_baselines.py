@@ -352,8 +352,11 @@ def test_bad_baseline_files_fail_their_tests_before_any_job_and_stay_byte_identi
     # (--distperf-save moves an unusable file aside and writes a new one: tests/test_security.py)
     result = pytester.runpytest(*INNER_OPTS)
     result.assert_outcomes(errors=4)
+    out = result.stdout.str()
+    assert "During handling of the above exception" not in out  # the error once, not chained to itself
     for case, path in files.items():
         result.stdout.fnmatch_lines([f"*distperf baseline: {path}: *{BAD_FILES[case][1][:20]}*"])
+        assert out.count(f"{path}: ") == 1
         assert path.read_bytes() == BAD_FILES[case][0].replace(b"t.py::test_a", f"test_bad.py::test_{case}".encode())
     assert "ddp tiny x2 cpu  1x2" not in result.stdout.str()  # no job ran
 
@@ -469,6 +472,80 @@ def test_a_truncated_baseline_says_where_its_json_ends(tmp_path):
     with pytest.raises(BaselineError, match=r"corrupt \(not valid JSON: Expecting value at line 2 column 10 "
                                             r"\(char 31\)\)"):
         Store(str(tmp_path)).load(str(path), "t.py::test_a")
+
+
+def test_a_merge_conflicted_baseline_says_so_and_where(tmp_path):
+    """JSON's own error points at line 9 without saying that a merge left its markers there."""
+    path = tmp_path / "m" / "t--test_a.json"
+    path.parent.mkdir()
+    lines = json.dumps(sample_file("t.py::test_a").to_dict(), indent=2, sort_keys=True).splitlines()
+    at = next(i for i, line in enumerate(lines) if '"torch"' in line)
+    ours, theirs = ["<<<<<<< HEAD", lines[at], "======="], ['    "torch": "2.1"', ">>>>>>> feature"]
+    conflicted = lines[:at] + ours + theirs + lines[at + 1:]
+    path.write_text("\n".join(conflicted) + "\n")
+    with pytest.raises(BaselineReplaceable) as e:
+        Store(str(tmp_path)).load(str(path), "t.py::test_a")
+    assert str(e.value).startswith(f"{path}: corrupt (not valid JSON: ")
+    assert f"; contains git merge-conflict markers (line {at + 1}): resolve the conflict" in str(e.value)
+    path.write_text('{"format_version": 1,\n "test": x}')  # no markers: no hint; a '=' inside a line is none either
+    with pytest.raises(BaselineError) as e:
+        Store(str(tmp_path)).load(str(path), "t.py::test_a")
+    assert "merge-conflict" not in str(e.value)
+    path.write_text('{"a":\n  "=======" x}')
+    with pytest.raises(jsonio.CorruptFileError) as e:
+        jsonio.read_json(str(path))
+    assert "merge-conflict" not in str(e.value)
+
+
+def test_a_save_over_a_usable_baseline_returns_what_it_replaced(tmp_path):
+    """Saved.replaced is read under the lock the write holds: what is reported replaced is what was replaced."""
+    store = Store(str(tmp_path))
+    first = sample_file("t.py::test_a", runs=(0.1, 0.11, 0.105, 0.1, 0.1, 0.1))
+    first.environment = {"git_commit": "a" * 40, "host": "box1"}
+    saved = store.save_over(first)
+    assert saved.replaced is None and saved.aside is None and saved.written is first
+    second = sample_file("t.py::test_a", runs=(0.2, 0.21, 0.2))
+    second.saved_at, second.environment = "2025-02-01T00:00:00+00:00", {"git_commit": "b" * 40, "host": "box2"}
+    saved = store.save_over(second)
+    assert saved.path == first_path(store) and saved.replaced is not None and saved.aside is None
+    assert saved.replaced.provenance() == {"saved_at": "2025-01-01T00:00:00+00:00", "git_commit": "a" * 40,
+                                           "host": "box1", "runs": {"ddp tiny x2 cpu": 6}}
+    assert store.load(saved.path, "t.py::test_a").jobs["ddp tiny x2 cpu"].runs == 3  # type: ignore[union-attr]
+    # an unusable file there is moved aside (never deleted), with why
+    with open(saved.path, "w") as f:
+        f.write("{")
+    saved = store.save_over(first)
+    assert saved.replaced is None and saved.aside and "truncated" in (saved.unusable or "")
+    assert open(saved.aside).read() == "{" and store.load(saved.path, "t.py::test_a") is not None
+
+
+def first_path(store: Store) -> str:
+    return store.path_for("cpu-test-2core-1node-ws2", "t.py::test_a")
+
+
+def test_a_script_jobs_file_hash_is_kept_beside_its_config_and_the_config_diff_names_fields(tmp_path):
+    store = Store(str(tmp_path))
+    doc = sample_file("t.py::test_a")
+    job = doc.jobs["ddp tiny x2 cpu"]
+    job.script_sha256 = "f" * 64
+    loaded = store.load(store.save(doc), "t.py::test_a")
+    assert loaded is not None and loaded.jobs["ddp tiny x2 cpu"].script_sha256 == "f" * 64
+    assert "script_sha256" not in JobEntry("j", "h", {}, {}).to_dict()  # not a script job: the format as before
+    raw = json.loads(open(first_path(store)).read())
+    raw["jobs"]["ddp tiny x2 cpu"]["script_sha256"] = 7
+    with open(first_path(store), "w") as f:
+        json.dump(raw, f)
+    with pytest.raises(BaselineError, match=r"at jobs\['ddp tiny x2 cpu'\].script_sha256: expected a string"):
+        store.load(first_path(store), "t.py::test_a")
+    # what differs, by field, old -> new; nested fields by their path; long values shortened
+    stored = JobEntry("j", "h", {"steps": 8, "script": {"args": ["--steps", "200"], "name": "s.py"}}, {})
+    assert stored.config_changes({"steps": 16, "script": {"args": ["--steps", "200", "--hidden", "64"],
+                                                           "name": "s.py"}, "probes": ["comms"]}) == [
+        'probes (unset) -> ["comms"]', 'script.args ["--steps", "200"] -> ["--steps", "200", "--hidden", "64"]',
+        "steps 8 -> 16"]
+    [long] = stored.config_changes({"steps": 8, "script": {"args": ["x" * 50], "name": "s.py"}})
+    assert long.endswith('-> ["' + 'x' * 35 + '...')
+    assert JobEntry("j", "h", {}, {}).config_changes({"steps": 8}) == []  # an old entry without its config
 
 
 def test_readme_states_the_format_versions_the_code_reads():

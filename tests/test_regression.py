@@ -213,6 +213,52 @@ def test_a_changed_config_is_not_comparable_rather_than_a_regression():
     assert not is_failing(v, Policy()) and is_failing(v, Policy(require_baseline=True))
 
 
+def test_a_changed_config_names_the_fields_that_changed_old_to_new():
+    entry = JobEntry("job", "old-hash", {"steps": 8, "script": {"args": ["--steps", "200"], "name": "s.py"}},
+                     {"step_time": time_series([100, 101, 99])})
+    now = {"steps": 16, "script": {"args": ["--steps", "200", "--hidden", "64"], "name": "s.py"}}
+    [v] = decide_job("t", "job", entry, "new-hash", {"step_time": time_series([200, 201, 199])}, Policy(), "",
+                     config=now)
+    assert v.status == "not comparable"
+    assert v.note == ('the job\'s configuration changed since the baseline: script.args ["--steps", "200"] -> '
+                      '["--steps", "200", "--hidden", "64"]; steps 8 -> 16 (hash old-hash -> new-hash)')
+    # the note is in the terminal's table notes (it fails nothing, so no failure message carries it)
+    other = decide_job("t", "job", entry, "new-hash", {"step_time": time_series([200, 201, 199]),
+                                                        "train_memory": mem([MiB] * 3)}, Policy(), "", config=now)
+    lines = render([TestDocument.from_records("t.py::test_x", "passed", 1.0, [u.landed(Policy()) for u in other])])
+    assert lines.count(f"  job: {v.note}") == 1  # the job's, once
+
+
+def test_a_changed_script_is_said_beside_a_failure_and_a_config_change():
+    entry = JobEntry("job", "h", {}, {"step_time": time_series([100, 101, 99] * 2)}, script_sha256="a" * 64)
+    slower = {"step_time": time_series([130, 131, 129] * 2)}
+    [v] = decide_job("t", "job", entry, "h", slower, Policy(), "", script_sha256="b" * 64)
+    assert v.status == "fail" and v.note.endswith(
+        f"; the script's content changed since the baseline (sha256 {'a' * 12} -> {'b' * 12})")
+    [v] = decide_job("t", "job", entry, "h2", slower, Policy(), "", script_sha256="b" * 64)
+    assert v.status == "not comparable" and "the script's content changed since the baseline" in v.note
+    same = {"step_time": time_series([100, 101, 99] * 2)}
+    [v] = decide_job("t", "job", entry, "h", same, Policy(), "", script_sha256="b" * 64)
+    assert v.status == "pass" and "script" not in v.note  # said where it explains something
+    for stored, now in (("a" * 64, "a" * 64), (None, "b" * 64), ("a" * 64, None)):  # same, or unknown on a side
+        entry.script_sha256 = stored
+        [v] = decide_job("t", "job", entry, "h", slower, Policy(), "", script_sha256=now)
+        assert v.status == "fail" and "script" not in v.note
+
+
+def test_suggested_commands_quote_node_ids_for_the_shell():
+    """zsh takes a parametrized id's brackets for a glob: the command is shell-quoted wherever it is shown."""
+    from pytest_distperf.decide.regression import save_command
+
+    nodeid = "tests/test_05_loader.py::test_loader[spawn]"
+    assert save_command(nodeid) == "pytest --distperf --distperf-save 'tests/test_05_loader.py::test_loader[spawn]'"
+    assert save_command("t.py::test_x", ["--distperf-max-repeats", "8"]) == (
+        "pytest --distperf --distperf-save --distperf-max-repeats 8 t.py::test_x")
+    [v] = decide_job(nodeid, "job", None, "h", {"step_time": time_series([100, 101])}, Policy(), "new")
+    lines = render([TestDocument.from_records(nodeid, "passed", 1.0, [v])])
+    assert lines[-1].endswith(f": {save_command(nodeid)}")
+
+
 def test_verdict_records_round_trip():
     from pytest_distperf.decide.verdicts import MetricVerdict
 
@@ -408,6 +454,51 @@ def test_the_gate_saves_up_to_the_budget_extends_undecided_jobs_and_warns_on_ver
     path.write_text(json.dumps(doc))
     with pytest.warns(BaselineEnvironmentWarning, match=r"torch 0.0.1 -> "):
         make_gate(tmp_path, save=False)
+
+
+def test_a_save_over_an_existing_baseline_says_what_it_replaced(tmp_path):
+    """Not refused (it was asked for), never unsaid: the terminal and the JSON report name what the file held."""
+    from pytest_distperf.decide.regression import GateContext
+    from pytest_distperf.decide.stopping import Budget
+    from pytest_distperf.spec.job import JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
+    for runs, expect_replaced in ((6, False), (3, True)):
+        _, gate = make_gate(tmp_path, save=True)
+        gate.budget = Budget(max_pairs=runs)
+        gate.check(job, [fake_run(job, 100 + i % 2) for i in range(runs)])
+        landing = gate.finish(test_passed=True)
+        assert bool(landing.context.replaced) == expect_replaced
+    first = json.loads(open(gate.path).read())  # the file as the second save left it
+    replaced = landing.context.replaced
+    assert replaced["file"] == os.path.relpath(gate.path, tmp_path) and replaced["dropped"] == []
+    assert replaced["was"]["runs"] == {"ddp tiny x2 cpu": 6} and replaced["now"]["runs"] == {"ddp tiny x2 cpu": 3}
+    assert replaced["now"]["saved_at"] == first["saved_at"]
+    text = landing.context.replaced_text()
+    was = replaced["was"]
+    assert text == (f"{replaced['file']}: replaced a baseline of 6 runs (saved {was['saved_at']} at commit "
+                    f"{(was['git_commit'] or '?')[:12]} on host {was['host'] or '?'}) with 3 runs (saved "
+                    f"{first['saved_at']} at commit {(was['git_commit'] or '?')[:12]} on host {was['host'] or '?'}); "
+                    f"fewer runs than before (ddp tiny x2 cpu 6 -> 3)")
+    assert ("distperf.baseline.replaced", text) in landing.properties
+    doc = TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records, landing.context)
+    lines = render([doc])
+    assert lines[-2].startswith("saved baselines that replaced one (1): the old contents are gone from the folder")
+    assert lines[-1] == f"  {text}"
+    # the JSON report carries it, and reads it back
+    back = TestDocument.from_json(json.loads(json.dumps(doc.to_json())))
+    assert back.context is not None and back.context.replaced == replaced
+    assert GateContext(machine_class="m", machine={}, environment={}).replaced_text() == ""
+    # a job the new save no longer holds is named
+    other = JobSpec(world_size=2, device="cpu", strategy="ddp", options={"bucket_cap_mb": 1}, steps=4)
+    _, gate = make_gate(tmp_path, save=True)
+    gate.budget = Budget(max_pairs=3)
+    gate.check(other, [fake_run(other, 100) for _ in range(3)])
+    landing = gate.finish(test_passed=True)
+    assert landing.context.replaced["dropped"] == ["ddp tiny x2 cpu"]
+    assert landing.context.replaced_text().endswith(" with 3 runs (saved " + landing.context.replaced["now"][
+        "saved_at"] + f" at commit {(was['git_commit'] or '?')[:12]} on host {was['host'] or '?'}); no longer "
+        f"holds ddp tiny x2 cpu")
 
 
 def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from pytest_distperf.errors import (BaselineEnvironmentWarning, BaselineNoisyWarning, BaselineReplacedWarning,
                                     BaselineUnmatchedWarning, DistPerfInconclusive, warn)
 from pytest_distperf.launch import fingerprint
 from pytest_distperf.store.baselines import (BaselineError, BaselineFile, BaselineReplaceable, JobEntry, MetricSeries,
-                                             Store, explain_tables, job_identity, metrics_from_runs, now_iso)
+                                             Saved, Store, explain_tables, job_identity, metrics_from_runs, now_iso)
 from pytest_distperf.decide import stopping
 from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
@@ -31,11 +31,13 @@ from pytest_distperf.figures.units import fmt_pct
 
 
 def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, current: dict[str, MetricSeries],
-               policy: Policy, missing_reason: str, design: Design = Design(),
-               device: str | None = None) -> list[MetricVerdict]:
+               policy: Policy, missing_reason: str, design: Design = Design(), device: str | None = None,
+               config: dict[str, Any] | None = None, script_sha256: str | None = None) -> list[MetricVerdict]:
     """The verdicts of one job's metrics against its stored entry; with the job's `device`, memory on the device's
-    memory figure, the secondary one riding on its verdict."""
+    memory figure, the secondary one riding on its verdict. `config` (the job's now) names what changed in a
+    changed configuration; `script_sha256` (a script job's file now) says when the script changed."""
     stored = entry.metrics if entry is not None and entry.config_hash == config_hash else {}
+    script = script_change(entry, script_sha256)
     out = []
     for name in job_metrics(current, policy, device):
         v = decide_metric(test, label, name, stored.get(name), current[name], policy, design)
@@ -43,10 +45,40 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
             v.note = missing_reason
         elif entry.config_hash != config_hash:
             v.status = "not comparable"
-            v.note = f"the job's configuration changed (hash {entry.config_hash} -> {config_hash})"
+            v.note = config_change(entry, config_hash, config)
+        if script and v.status in ("fail", "not comparable"):  # the first place to look for why
+            v.note = (v.note + "; " if v.note else "") + script
         v.secondary = secondary_text(name, device, stored, current)
         out.append(v)
     return out
+
+
+MAX_CHANGES_SHOWN = 4
+
+
+def config_change(entry: JobEntry, config_hash: str, config: dict[str, Any] | None) -> str:
+    """'the job's configuration changed since the baseline: steps 8 -> 16 (hash ... -> ...)': the fields that
+    differ, old -> new; the hashes alone where the stored entry holds no config to compare."""
+    changes = entry.config_changes(config) if config is not None else []
+    shown = "; ".join(changes[:MAX_CHANGES_SHOWN]) + (
+        f"; and {len(changes) - MAX_CHANGES_SHOWN} more" if len(changes) > MAX_CHANGES_SHOWN else "")
+    return (f"the job's configuration changed since the baseline{': ' + shown if shown else ''} "
+            f"(hash {entry.config_hash} -> {config_hash})")
+
+
+def script_change(entry: JobEntry | None, script_sha256: str | None) -> str:
+    """'the script's content changed since the baseline (sha256 ...)' when the stored and current hashes of a
+    script job's file differ; '' otherwise (also for a baseline saved before the hash was kept)."""
+    old = entry.script_sha256 if entry is not None else None
+    if not old or not script_sha256 or old == script_sha256:
+        return ""
+    return f"the script's content changed since the baseline (sha256 {old[:12]} -> {script_sha256[:12]})"
+
+
+def save_command(nodeid: str, args: Sequence[str] = ()) -> str:
+    """The command that records `nodeid`'s baseline, each word shell-quoted: a parametrized id's brackets are a
+    glob to zsh, and an id may hold spaces."""
+    return shlex.join(["pytest", "--distperf", "--distperf-save", *args, nodeid])
 
 
 def note_deciding_figure(verdicts: list[MetricVerdict], figures: JobFigures) -> None:
@@ -117,8 +149,24 @@ class GateSession:
         return self._environments[device]
 
     def accept_command(self, nodeid: str) -> str:
-        return " ".join(["pytest", "--distperf", "--distperf-save", *map(shlex.quote, self.settings.accept_args),
-                         shlex.quote(nodeid)])
+        return save_command(nodeid, self.settings.accept_args)
+
+
+def replacement(file: str, old: BaselineFile, new: BaselineFile) -> dict[str, Any]:
+    """What a save over an existing baseline replaced, for the reports (GateContext.replaced): each file's
+    provenance as it records it, and the jobs the old one held that the new one does not."""
+    return {"file": file, "was": old.provenance(), "now": new.provenance(),
+            "dropped": sorted(set(old.jobs) - set(new.jobs))}
+
+
+def _provenance_text(p: dict[str, Any]) -> str:
+    counts = sorted(set((p.get("runs") or {}).values()))
+    runs = ("no jobs" if not counts else f"{counts[0]} run{'s' if counts[0] != 1 else ''}" if len(counts) == 1
+            else f"{counts[0]}-{counts[-1]} runs")
+    if len(p.get("runs") or {}) > 1:
+        runs += f" a job ({len(p['runs'])} jobs)"
+    return (f"{runs} (saved {p.get('saved_at') or '?'} at commit {(p.get('git_commit') or '?')[:12]} on host "
+            f"{p.get('host') or '?'})")
 
 
 @dataclass
@@ -133,10 +181,28 @@ class GateContext:
     baseline_environment: dict[str, Any] | None = None
     environment_changes: list[str] = field(default_factory=list)  # versions changed since the baseline
     saved: str | None = None  # the baseline file --distperf-save wrote
+    replaced: dict[str, Any] | None = None  # what that save wrote over (replacement); None: no baseline was there
     against: dict[str, Any] | None = None  # head vs base: BaseCheckout.to_json
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def replaced_text(self) -> str:
+        """'<file>: replaced a baseline of 6 runs (saved ..., at commit ... on host ...) with 3 runs (...)' and
+        what the new file no longer holds; '' when the save replaced none."""
+        r = self.replaced
+        if not r:
+            return ""
+        was, now = r.get("was") or {}, r.get("now") or {}
+        text = (f"{r.get('file') or self.saved}: replaced a baseline of {_provenance_text(was)} with "
+                f"{_provenance_text(now)}")
+        fewer = [f"{job} {n} -> {now['runs'][job]}" for job, n in (was.get("runs") or {}).items()
+                 if job in (now.get("runs") or {}) and now["runs"][job] < n]
+        if fewer:
+            text += f"; fewer runs than before ({', '.join(fewer)})"
+        if r.get("dropped"):
+            text += f"; no longer holds {', '.join(r['dropped'])}"
+        return text
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GateContext | None":
@@ -191,14 +257,12 @@ class BaselineGate:
         self.environment = session.environment(device)
         self.key = session.store.key_for(test_file, nodeid) if test_file else nodeid
         self.path = session.store.path_for(self.machine.name, self.key)
-        # --distperf-save over an unusable file: moved aside when the new one is written (_save)
-        self.unusable: str | None = None
         try:
             self.baseline: BaselineFile | None = session.store.load(self.path, self.key)  # BaselineError
-        except BaselineReplaceable as e:
+        except BaselineReplaceable:
             if not session.settings.save:
                 raise
-            self.baseline, self.unusable = None, str(e)
+            self.baseline = None  # --distperf-save: moved aside when the new one is written (Store.save_over)
         # No file, but the folder holds others: said when a job is decided (a test with no gated job stays quiet).
         self.unmatched = None if self.baseline else session.store.unmatched_note(self.machine.name, self.key)
         self.unmatched_said = False
@@ -210,6 +274,7 @@ class BaselineGate:
                 f"{', '.join(self.env_changes)}"))
         self.jobs: dict[str, JobRuns] = {}  # by key: the label, plus the injection knobs when the job carries any
         self.identity: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (clean label, config hash, config)
+        self.scripts: dict[str, str] = {}  # key -> a script job's file hash (the config leaves it out)
         self.verdicts: list[MetricVerdict] = []
         self.stopped: dict[str, str] = {}  # job key -> why it got no more runs
         self.budget = Budget()
@@ -228,6 +293,8 @@ class BaselineGate:
             base = f"{label} #{n}"
         key = base + injection
         self.identity.setdefault(key, (base, config_hash, config))
+        if job.script is not None and job.script.sha256:
+            self.scripts.setdefault(key, job.script.sha256)
         return self.jobs.setdefault(key, JobRuns(key))
 
     def _entry(self, key: str) -> JobEntry | None:
@@ -245,8 +312,9 @@ class BaselineGate:
             if not self.unmatched_said:  # once per test; every verdict keeps the note
                 self.unmatched_said = True
                 warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"))
-        out = decide_job(self.nodeid, m.label, self._entry(m.label), self.identity[m.label][1],
-                         metrics_from_runs(m.runs), self.policy, reason, self.budget.design(), self.device)
+        _, config_hash, config = self.identity[m.label]
+        out = decide_job(self.nodeid, m.label, self._entry(m.label), config_hash, metrics_from_runs(m.runs),
+                         self.policy, reason, self.budget.design(), self.device, config, self.scripts.get(m.label))
         for v in out:
             v.stopped = self.stopped.get(m.label, "")
         if m.runs:
@@ -279,14 +347,20 @@ class BaselineGate:
             if not test_passed or not self.jobs:
                 return GateOutcome(False, None, props, context, records)
             jobs = {key: JobEntry(label=key, config_hash=self.identity[key][1], config=self.identity[key][2],
-                                  metrics=metrics_from_runs(m.runs), explain=explain_tables(m.runs))
+                                  metrics=metrics_from_runs(m.runs), explain=explain_tables(m.runs),
+                                  script_sha256=self.scripts.get(key))
                     for key, m in self.jobs.items()}
             try:
-                saved = context.saved = self._save(jobs)
+                saved = self._save(jobs)
             except BaselineError as e:
                 return GateOutcome(True, f"distperf --distperf-save: {e}", props, context, records)
-            props.append(("distperf.baseline.saved", saved))
-            return GateOutcome(False, None, props, context, records + self._detectable_changes(saved, jobs))
+            context.saved = saved.path
+            props.append(("distperf.baseline.saved", saved.path))
+            if saved.replaced is not None:  # never unsaid: the reports name what the file held
+                context.replaced = replacement(os.path.relpath(saved.path, self.session.rootdir), saved.replaced,
+                                               saved.written)
+                props.append(("distperf.baseline.replaced", context.replaced_text()))
+            return GateOutcome(False, None, props, context, records + self._detectable_changes(saved.path, jobs))
         for v in self.verdicts:
             if v.status == "inconclusive" and not self.policy.strict:
                 warn(DistPerfInconclusive(f"{self.nodeid}: baseline {describe_verdict(v, self.policy)[0]}; "
@@ -319,17 +393,16 @@ class BaselineGate:
                     f"runs (--distperf-max-repeats)"))
         return [r.saved_as(self.nodeid, rel) for r in found]
 
-    def _save(self, jobs: dict[str, JobEntry]) -> str:
+    def _save(self, jobs: dict[str, JobEntry]) -> Saved:
         doc = BaselineFile(test=self.key, machine_class=self.machine.name, machine=self.machine.to_dict(),
                            environment=self.environment, saved_at=now_iso(), jobs=jobs)
-        if self.unusable:
-            aside = self.session.store.move_aside(self.path, self.key)
-            if aside:
-                warn(BaselineReplacedWarning(
-                    f"{self.nodeid}: the baseline {os.path.relpath(self.path, self.session.rootdir)} could not be "
-                    f"used ({self.unusable}); moved it aside to {os.path.basename(aside)} (nothing deleted) and "
-                    f"saved a new one"))
-        return self.session.store.save(doc)
+        saved = self.session.store.save_over(doc)
+        if saved.aside:
+            warn(BaselineReplacedWarning(
+                f"{self.nodeid}: the baseline {os.path.relpath(self.path, self.session.rootdir)} could not be "
+                f"used ({saved.unusable}); moved it aside to {os.path.basename(saved.aside)} (nothing deleted) and "
+                f"saved a new one"))
+        return saved
 
     def _context(self) -> GateContext:
         return GateContext(

@@ -21,7 +21,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from filelock import FileLock, Timeout
 
@@ -108,27 +108,43 @@ def write_json_atomic(path: str, obj: Any, *, lock: bool = True) -> None:
 def write_text_atomic(path: str, text: str, *, lock: bool = False) -> None:
     """Write `text` (UTF-8) to `path` whole or not at all, as write_json_atomic does: a report page or comment
     that a reader never sees half written."""
-    folder = os.path.dirname(os.path.abspath(path))
+    _make_folder(os.path.dirname(os.path.abspath(path)))
+    with folder_lock(path) if lock else contextlib.nullcontext():
+        try:
+            write_bytes_atomic(path, text.encode("utf-8"), mode=0o644)  # a committed file is world-readable
+        except OSError as e:
+            raise FileError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _make_folder(folder: str) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise FileError(f"cannot create folder {folder}: {e.strerror or e}") from None
     if not os.path.isdir(folder):
         raise FileError(f"{folder} is not a folder")
-    guard = FileLock(os.path.join(folder, LOCK_NAME), timeout=LOCK_TIMEOUT_SECONDS) if lock else None
+
+
+@contextlib.contextmanager
+def folder_lock(path: str) -> Iterator[None]:
+    """Hold the lock file of `path`'s folder (made if missing) as a writer of `path`, so concurrent writers
+    serialise (a reader that must see what a write replaces holds it across both); crashed writers' temp files
+    are removed under it. FileError naming `path` when the lock cannot be had."""
+    folder = os.path.dirname(os.path.abspath(path))
+    _make_folder(folder)
+    guard = FileLock(os.path.join(folder, LOCK_NAME), timeout=LOCK_TIMEOUT_SECONDS)
     try:
-        if guard is not None:
-            guard.acquire()
-            remove_stale_tmp(folder)  # only under the lock: a live writer's temp file is never touched
-        write_bytes_atomic(path, text.encode("utf-8"), mode=0o644)  # a committed file is world-readable
+        guard.acquire()
     except Timeout:
         raise FileError(f"{path}: gave up waiting {LOCK_TIMEOUT_SECONDS:g} s for the lock "
-                            f"{os.path.join(folder, LOCK_NAME)} (another writer holds it)") from None
+                        f"{os.path.join(folder, LOCK_NAME)} (another writer holds it)") from None
     except OSError as e:
         raise FileError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        remove_stale_tmp(folder)  # only under the lock: a live writer's temp file is never touched
+        yield
     finally:
-        if guard is not None and guard.is_locked:
-            guard.release()
+        guard.release()
 
 
 def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
@@ -217,7 +233,22 @@ def read_json(path: str, max_bytes: int | None = None) -> Any:
     except json.JSONDecodeError as e:
         # e.msg alone can end mid-phrase ("Unterminated string starting at"): its position completes it
         where = f"{e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno} (char {e.pos})"
+        hint = _conflict_hint(text)
         if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
             raise CorruptFileError(f"{path}: truncated (the JSON ends at byte {len(data)} before it is complete: "
-                                   f"{where})") from None
-        raise CorruptFileError(f"{path}: corrupt (not valid JSON: {where})") from None
+                                   f"{where}){hint}") from None
+        raise CorruptFileError(f"{path}: corrupt (not valid JSON: {where}){hint}") from None
+
+
+_CONFLICT = re.compile(r"^(<<<<<<<|=======|>>>>>>>)(?:[ \t\r]|$)", re.MULTILINE)
+
+
+def _conflict_hint(text: str) -> str:
+    """'; contains git merge-conflict markers (line 9)' for a file a merge left half-resolved: JSON's own error
+    points at the marker's line without saying what it is."""
+    m = _CONFLICT.search(text)
+    if m is None:
+        return ""
+    line = text.count("\n", 0, m.start()) + 1
+    return (f"; contains git merge-conflict markers (line {line}): resolve the conflict, keeping one side, or "
+            f"delete the file")

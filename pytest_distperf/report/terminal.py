@@ -9,6 +9,7 @@ from pytest_distperf.figures.wording import pair_to_pair, short_test
 from pytest_distperf.figures.quantities import TIME_PARTS, JobFigures, time_split_text
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
+from pytest_distperf.decide.regression import save_command
 from pytest_distperf.decide.verdicts import MetricVerdict, DetectableChange
 from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.rank.probes.results import ProbeSummary
@@ -183,9 +184,10 @@ def _probes_section(tests: list[TestDocument]) -> list[str]:
 def _baselines_section(tests: list[TestDocument]) -> list[str]:
     verdicts = [(t.nodeid, v) for t in tests for v in t.verdicts if not v.reference]
     shown = [(nodeid, v) for nodeid, v in verdicts if v.status != "new"]
-    # the failed and undecided verdicts' notes are in the failure message and the warning; a pass's only here
+    # the failed and undecided verdicts' notes are in the failure message and the warning; a pass's, and a changed
+    # configuration's that fails nothing (what changed), only here
     return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current"),
-                          lambda v: v.status == "pass") if shown else []
+                          lambda v: v.status == "pass" or v.status == "not comparable" and not v.fails) if shown else []
 
 
 def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
@@ -209,7 +211,9 @@ def _verdict_lines(shown: list[tuple[str, MetricVerdict]], explained: list[Metri
         if v.secondary:
             secondaries.setdefault(f"{v.job} {v.metric}", v.secondary)
     lines = _table(["test", "job", "metric", *sides, "Δ %", "98% interval", "status"], _merge_shared(rows))
-    lines += [f"  {v.job} {v.metric}: {v.note}" for _, v in shown if v.note and noted(v)]
+    # a changed configuration is the job's, the same on each of its metrics: said once
+    lines += dict.fromkeys(f"  {v.job}: {v.note}" if v.status == "not comparable" else f"  {v.job} {v.metric}: {v.note}"
+                           for _, v in shown if v.note and noted(v))
     return lines + _secondary_lines(secondaries) + explanation_lines(explained, sides)
 
 
@@ -238,17 +242,23 @@ def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
         return []
     return ([f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
             + [f"  {job} ({len(metrics)} metrics) in {short_test(nodeid)}: "
-               f"pytest --distperf --distperf-save {nodeid}" for (nodeid, job), metrics in unrecorded.items()])
+               f"{save_command(nodeid)}" for (nodeid, job), metrics in unrecorded.items()])
 
 
 def _saved_section(tests: list[TestDocument]) -> list[str]:
-    """What each baseline just saved lets the gate decide (decide/verdicts.DetectableChange)."""
+    """What each baseline just saved lets the gate decide (decide/verdicts.DetectableChange), then each save that
+    replaced a baseline, with what that held: never unsaid."""
     rows = [_saved_row(t.nodeid, r) for t in tests for r in t.saved]
-    if not rows:
-        return []
-    return (["saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
-            + _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above", "unchanged passes"],
-                     rows))
+    replaced = [t.context.replaced_text() for t in tests if t.context is not None and t.context.replaced]
+    lines = []
+    if rows:
+        lines = (["saved baselines: what each lets the gate decide against as many runs as the budget, as spread"]
+                 + _table(["test", "job", "metric", "runs", "run-to-run", "limit", "fails above",
+                           "unchanged passes"], rows))
+    if replaced:
+        lines += [f"saved baselines that replaced one ({len(replaced)}): the old contents are gone from the folder "
+                  f"(git has them where the baselines are committed)"] + [f"  {text}" for text in replaced]
+    return lines
 
 
 def time_split_lines(splits: list[tuple[str, dict[str, float]]]) -> list[str]:

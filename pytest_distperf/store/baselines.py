@@ -3,12 +3,13 @@
 A file holds, per job the test measured (keyed by its label plus any injection knobs: ' +extra_work=0.4'), the
 hash of the job's configuration and, per metric, its unit, direction, kind, one value per run and each run's raw
 step samples; `explain` (optional, so the format stays version 1) holds each run's operator/kernel table, what a
-failing verdict's "what changed" is diffed against.
+failing verdict's "what changed" is diffed against; `script_sha256` (optional too) a script job's file hash.
 
 Reading never writes: an unusable file raises BaselineError naming it and stays byte-identical; an older format
 is brought up to date in memory. What picks the decision rule is not taken on the file's word: a known metric's
 kind and direction must be its definition's, and the file's machine class its folder's. Writes are atomic under
-the folder's lock, so concurrent writers (xdist workers, two sessions) never lose or tear an entry.
+the folder's lock, so concurrent writers (xdist workers, two sessions) never lose or tear an entry; a save says
+what it replaced (Saved), so no baseline is overwritten unsaid.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any, Iterable
 
 from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.fs import jsonio
-from pytest_distperf.fs.jsonio import LOCK_NAME
 from pytest_distperf.spec.job import JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.rank.time_table import FLOPS, Table, run_table
@@ -101,13 +101,43 @@ class JobEntry:
     config: dict[str, Any]
     metrics: dict[str, MetricSeries]
     explain: list[Table] | None = None  # each run's operator/kernel table; None: saved before tables existed
+    # A script job's file hash: not part of the config (a changed script is gated against its baseline), kept so
+    # a verdict can say the script changed. None: not a script job, or saved before it was kept.
+    script_sha256: str | None = None
+
+    @property
+    def runs(self) -> int:
+        """The runs the job was recorded over (its metrics' most: a count may be missing from a run)."""
+        return max((len(m.runs) for m in self.metrics.values()), default=0)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"config_hash": self.config_hash, "config": self.config,
                              "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
         if self.explain is not None:
             d["explain"] = self.explain
+        if self.script_sha256:
+            d["script_sha256"] = self.script_sha256
         return d
+
+    def config_changes(self, config: dict[str, Any]) -> list[str]:
+        """The fields where `config` (the job now) differs from the stored one, each 'path old -> new' with the
+        values shortened: 'steps 8 -> 16', 'script.args ["--steps", "200"] -> [...]'. Empty when the stored entry
+        holds no config (an old file) or none differs."""
+        return _differences(self.config, config) if self.config else []
+
+
+_UNSET = object()
+
+
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [line for key in sorted(set(old) | set(new), key=str)
+                for line in _differences(old.get(key, _UNSET), new.get(key, _UNSET),
+                                         f"{where}.{key}" if where else str(key))]
+    if old == new:
+        return []
+    shown = lambda v: "(unset)" if v is _UNSET else _short(v, 40)  # noqa: E731
+    return [f"{where or 'config'} {shown(old)} -> {shown(new)}"]
 
 
 @dataclass
@@ -118,6 +148,12 @@ class BaselineFile:
     environment: dict[str, Any]
     saved_at: str
     jobs: dict[str, JobEntry] = field(default_factory=dict)
+
+    def provenance(self) -> dict[str, Any]:
+        """What a report says of the file, as it records it: when, at which commit, on which host, each job's runs."""
+        return {"saved_at": self.saved_at or None, "git_commit": self.environment.get("git_commit") or None,
+                "host": self.environment.get("host") or None,
+                "runs": {label: job.runs for label, job in self.jobs.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         return FORMAT.stamp({"test": self.test, "machine_class": self.machine_class,
@@ -247,9 +283,9 @@ def _non_finite(doc: Any, where: str = "the top level") -> str | None:
     return None
 
 
-def _short(v: Any) -> str:
+def _short(v: Any, limit: int = 60) -> str:
     text = json.dumps(v, default=repr)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _check_traits(path: str, where: str, name: str, kind: str, direction: str) -> None:
@@ -302,9 +338,11 @@ def parse(doc: Any, path: str) -> BaselineFile:
             metrics[name] = MetricSeries(
                 unit=check.str_(m.get("unit"), f"{mat}.unit"), direction=direction,
                 kind=kind, runs=check.measurements(m.get("runs"), f"{mat}.runs", kind), samples=samples)
+        script = job.get("script_sha256")
         jobs[label] = JobEntry(label=label, config_hash=check.str_(job.get("config_hash"), f"{at}.config_hash"),
                                config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics,
-                               explain=_explain(check, job.get("explain"), f"{at}.explain"))
+                               explain=_explain(check, job.get("explain"), f"{at}.explain"),
+                               script_sha256=None if script is None else check.str_(script, f"{at}.script_sha256"))
     return BaselineFile(test=check.str_(doc.get("test"), "test"),
                         machine_class=check.str_(doc.get("machine_class"), "machine_class"),
                         machine=check.obj(doc.get("machine", {}), "machine"),
@@ -326,6 +364,32 @@ def file_name_for(nodeid: str) -> str:
     if safe != readable or len(safe) > 150:
         safe = f"{safe[:150]}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}"
     return safe + ".json"
+
+
+@dataclass
+class Saved:
+    """What Store.save_over did: the file written and what it holds, the usable baseline it replaced (None: there
+    was none), and where an unusable file there was moved aside, with why it could not be used."""
+
+    path: str
+    written: BaselineFile
+    replaced: BaselineFile | None = None
+    aside: str | None = None
+    unusable: str | None = None
+
+
+def _move_aside(path: str) -> str:
+    """Rename an unusable baseline to `<name>.corrupt-<UTC time>` (call it under the folder's lock)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside, n = f"{path}.corrupt-{stamp}", 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{path}.corrupt-{stamp}-{n}"
+    try:
+        os.rename(path, aside)
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot move the unusable file aside: {e.strerror or e}") from None
+    return aside
 
 
 class Store:
@@ -376,32 +440,6 @@ class Store:
                                       f"to its machine class's folder or delete it")
         return baseline
 
-    def move_aside(self, path: str, key: str) -> str | None:
-        """Under the folder's lock: rename an unusable baseline to `<name>.corrupt-<UTC time>` (never deleted);
-        None when it has become usable (or gone) meanwhile."""
-        from filelock import FileLock, Timeout
-
-        folder = os.path.dirname(path)
-        try:
-            with FileLock(os.path.join(folder, LOCK_NAME), timeout=jsonio.LOCK_TIMEOUT_SECONDS):
-                try:
-                    self.load(path, key)
-                    return None
-                except BaselineReplaceable:
-                    pass
-                stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-                aside, n = f"{path}.corrupt-{stamp}", 1
-                while os.path.lexists(aside):
-                    n += 1
-                    aside = f"{path}.corrupt-{stamp}-{n}"
-                os.rename(path, aside)
-                return aside
-        except Timeout:
-            raise BaselineError(f"{path}: gave up waiting for the lock {os.path.join(folder, LOCK_NAME)} to move "
-                                f"the unusable file aside") from None
-        except OSError as e:
-            raise BaselineError(f"{path}: cannot move the unusable file aside: {e.strerror or e}") from None
-
     def unmatched_note(self, machine_class: str, key: str) -> str | None:
         """A note when this test has no file but its machine-class folder holds what looks like its baseline under
         an old key: a baseline whose test is gone from where it was recorded and that has this test's name (a
@@ -446,9 +484,25 @@ class Store:
         return not function or re.search(rf"\bdef\s+{re.escape(function)}\s*\(", source) is not None
 
     def save(self, baseline: BaselineFile) -> str:
+        return self.save_over(baseline).path
+
+    def save_over(self, baseline: BaselineFile) -> Saved:
+        """Write `baseline` as its test's file and say what it replaced. The file there is read and replaced under
+        the folder's lock, so what is reported replaced is what the write replaced (another writer's, if one came
+        in between). An unusable file is moved aside to `<name>.corrupt-<UTC time>` (never deleted); a newer
+        format's, a symlink or a folder is left as it is (BaselineError)."""
         path = self.path_for(baseline.machine_class, baseline.test)
-        write_json_atomic(path, baseline.to_dict())
-        return path
+        replaced, aside, unusable = None, None, None
+        try:
+            with jsonio.folder_lock(path):
+                try:
+                    replaced = self.load(path, baseline.test)
+                except BaselineReplaceable as e:
+                    aside, unusable = _move_aside(path), str(e)
+                jsonio.write_json_atomic(path, baseline.to_dict(), lock=False)
+        except FileError as e:
+            raise BaselineError(str(e)) from None
+        return Saved(path, baseline, replaced, aside, unusable)
 
     def check_writable(self, machine_classes: Iterable[str] = ()) -> None:
         """BaselineError, before any job runs, when --distperf-save could not write the baselines folder or these
