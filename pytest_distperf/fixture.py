@@ -214,6 +214,7 @@ class DistPerf:
         this host, `env` added to the environment, in `cwd` (the script's folder by default). Its steps are its
         optimizer steps (pytest_distperf.rank.script_steps): `warmup` of them, then `steps` timed, then the
         work phase's and the probes'; then the script is ended. run/measure/compare/probe take it like any job."""
+        __tracebackhide__ = True  # a usage error points at the test's call
         with userjobs.naming(self.nodeid):
             ref = userjobs.script_ref(script, args, launcher, env, cwd, self.device, self.root)
             if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:

@@ -126,6 +126,23 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
     # rank 1 fails at its third step: natively (faulthandler's stacks only), or with the script's own exception
     for name, failure in (("aborts", "os.abort()"), ("raises", 'raise ValueError("the script\'s own error")')):
         pytester.makepyfile(**{name: FAILS_AT_THIRD_STEP.replace("FAILURE", failure)})
+    pytester.makepyfile(gan="""
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        g, d = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+        opt_g, opt_d = torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())
+        for _ in range(30):
+            fake = g(torch.randn(4, 8))
+            opt_d.zero_grad()
+            d(fake.detach()).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            d(fake).mean().backward()
+            opt_g.step()
+        dist.destroy_process_group()
+    """)
     pytester.makepyfile(forever="""
         import os
         import time
@@ -170,9 +187,15 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
 
         def test_aborted(distperf):  # the rank that died of a signal is the root cause, not the peer it broke
             distperf.run(distperf.script_job("aborts.py", steps=3, warmup=1))
+
+        def test_two_optimizers(distperf):  # the discriminator's steps; both models' parameters
+            run = distperf.run(distperf.script_job("gan.py", steps=3, warmup=1))
+            assert [len(r.step_times) for r in run.ranks] == [3, 3]
+            assert run.ranks[0].num_params == 8 * 16 + 16 + 16 + 1, run.ranks[0].num_params
+            assert run.ranks[0].extra["launch"]["optimizer"] == "Adam, Adam"
     """)
     result = pytester.runpytest(*INNER)
-    result.assert_outcomes(passed=2, failed=5)
+    result.assert_outcomes(passed=3, failed=5)
     result.stdout.fnmatch_lines(["*rank 1*", "*raises.py raised after 3 optimizer steps (the job needs up to*",
                                  "*ValueError: the script's own error*"])
     # every rank's stacks at the timeout, and no rank left running
@@ -184,6 +207,9 @@ def test_scripts_that_end_early_hide_their_steps_or_mark_them(pytester: pytest.P
         "*train.py ended after 4 optimizer steps, without an exception; the job needs up to 14*",
         "*by_hand.py ended without a step distperf could see*not torch.optim.Optimizers: __main__.Sgd.*pytest_distperf.step()*",
     ])
+    # a script that exited 0 is not said to have exited 1 (torchrun's exit is 0, or unseen when it was ended)
+    short = [line for line in result.outlines if "torchrun train.py --steps 4 x2 cpu failed" in line]
+    assert short and not any("exited with code 1" in line for line in short), short
     result.stdout.fnmatch_lines([
         "*distperf job torchrun aborts.py x2 cpu failed: rank 1 died of SIGABRT (root cause)*",
         "Fatal Python error: Aborted",
@@ -339,3 +365,148 @@ def test_a_script_is_named_relative_to_the_project_root_whichever_folder_pytest_
     assert names == {"sub/train.py"}  # one name, so one baseline key
     outside = script_ref(tmp_path / "sub" / "train.py", (), "torchrun", None, None, "cpu", root=str(tmp_path / "x"))
     assert outside.name == str(tmp_path / "sub" / "train.py")
+
+
+def test_a_relative_script_or_cwd_is_found_from_the_project_root_not_the_folder_pytest_runs_in(tmp_path, monkeypatch):
+    from pytest_distperf.errors import UsageError
+    from pytest_distperf.spec.userjobs import script_ref
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path / "sub")  # `cd sub && pytest test_x.py`
+    ref = script_ref("sub/train.py", (), "torchrun", None, "sub", "cpu", root=str(tmp_path))
+    assert (ref.path, ref.name, ref.cwd) == (str(tmp_path / "sub" / "train.py"), "sub/train.py", str(tmp_path / "sub"))
+    with pytest.raises(UsageError, match="no such file .*a relative path is found from the project root"):
+        script_ref("train.py", (), "torchrun", None, None, "cpu", root=str(tmp_path))
+    with pytest.raises(UsageError, match="cwd='nowhere'.*no such folder"):
+        script_ref("sub/train.py", (), "torchrun", None, "nowhere", "cpu", root=str(tmp_path))
+
+
+def test_a_usage_error_points_at_the_tests_call_not_the_plugins_frames(pytester: pytest.Pytester):
+    pytester.makepyfile(test_missing="""
+        def test_missing(distperf):
+            distperf.script_job("missing.py")
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(['>*distperf.script_job("missing.py")', "E*UsageError: test_missing.py::test_missing: "
+                                 "distperf.script_job('missing.py'): no such file*", "test_missing.py:2: UsageError"])
+    for frame in ("contextlib.py", "userjobs.py", "fixture.py"):
+        assert frame not in result.stdout.str(), frame
+
+
+def _watch(tmp_path: Path, warmup: int = 100) -> "object":
+    """A StepWatch outside a job: what at_exit and the optimizer hook read of the job."""
+    from types import SimpleNamespace
+
+    from pytest_distperf.rank.script_steps import StepWatch
+
+    job = SimpleNamespace(script=SimpleNamespace(name="train.py"), warmup_steps=warmup, steps=3, work_steps=3,
+                          measure_once=True, probes=(), probe_steps=3, device="cpu")
+    return StepWatch(str(tmp_path), job, 0)
+
+
+def test_several_optimizers_step_on_the_first_and_are_sized_together(tmp_path):
+    """A GAN's two optimizers (one tensor in both): the steps are the first one's, the parameters (that tensor
+    once), the optimizer state and the training state are both's; an optimizer the script drops is not kept."""
+    import gc
+
+    import torch
+
+    from pytest_distperf import strategies
+    from pytest_distperf.rank import work
+
+    watch = _watch(tmp_path)
+    g, d, shared = torch.nn.Linear(4, 8), torch.nn.Linear(8, 1), torch.nn.Parameter(torch.zeros(8))
+    opt_g = torch.optim.Adam([*g.parameters(), shared])
+    opt_d = torch.optim.Adam([*d.parameters(), shared])
+    for _ in range(3):
+        (d(g(torch.ones(2, 4)) + shared).sum()).backward()
+        for opt in (opt_g, opt_d):
+            opt.step()
+            watch.on_optimizer_step(opt, (), {})
+    assert watch.steps_seen == 3 and watch.optimizer is opt_g
+    both = watch._optimizers()
+    assert both.names() == "Adam, Adam"
+    assert sum(p.numel() for p in both.parameters()) == 4 * 8 + 8 + 8 + 1 + 8
+    alone = strategies.optimizer_state_bytes(opt_g) + strategies.optimizer_state_bytes(opt_d)
+    assert strategies.optimizer_state_bytes(both) == alone - shared.numel() * 4  # the tensor once, both its states
+    assert work.state_bytes(both, both) > work.state_bytes(None, opt_g)
+    del opt_d, opt, both
+    gc.collect()
+    assert watch._optimizers().names() == "Adam"
+
+
+def test_a_script_that_ends_inside_a_phase_closes_it_before_writing_its_error(tmp_path):
+    """The FLOP counter of the work phase is left when the script ends inside it, and a phase that fails to close
+    is told after the script's own news."""
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from pytest_distperf.rank import work
+
+    watch = _watch(tmp_path)
+    watch.steps_seen = 7
+    watch.after = work.passes(3, lambda: None, torch.device("cpu"), counts=True)
+    next(watch.after)
+    for _ in range(6):  # past the instruction counter's pass, if this machine has one, into the counting pass
+        if _get_current_dispatch_mode_stack():
+            break
+        watch.after.send(None)
+    assert _get_current_dispatch_mode_stack(), "the counting pass is active"
+    watch.at_exit()
+    assert not _get_current_dispatch_mode_stack() and watch.after is None
+    assert (tmp_path / "error-rank0.txt").read_text().startswith("train.py ended after 7 optimizer steps")
+
+    def stuck() -> "object":
+        try:
+            yield 0
+        finally:
+            raise RuntimeError("the profiler would not stop")
+
+    watch = _watch(tmp_path)
+    watch.script_error = "ValueError: the script's own"
+    watch.after = stuck()
+    next(watch.after)
+    watch.at_exit()
+    text = (tmp_path / "error-rank0.txt").read_text()
+    assert text.startswith("train.py raised after 0 optimizer steps") and "ValueError: the script's own" in text
+    assert text.endswith("(closing the phases after timing at the script's end raised RuntimeError: the profiler "
+                         "would not stop)")
+
+
+@pytest.mark.parametrize("launcher, rc, raised, said", [
+    ("torchrun", 0, False, "exited with code 0"),  # torchrun exits 0 only when every rank did
+    ("torchrun", -15, False, "left an error, its exit code seen by the script's launcher only"),
+    ("torchrun", 1, True, "exited with code 1"),  # Python's exit after the script's exception
+    ("python", 0, False, "exited with code 0"),  # the agent's own process is rank 0
+])
+def test_a_script_rank_that_left_an_error_is_said_to_exit_with_its_real_code_or_none(tmp_path, monkeypatch, launcher,
+                                                                                    rc, raised, said):
+    from pytest_distperf.agents.script import collect
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import _failure_message
+
+    monkeypatch.setenv(jobfiles.KEY_ENV, "ab" * 32)
+    job = JobSpec(world_size=1, device="cpu", script=ScriptRef(path="/a/train.py", name="train.py", args=(),
+                                                                launcher=launcher, env=(), sha256="0" * 64))
+    jobfiles.write_rank_error(str(tmp_path), 0, "train.py ended after 8 optimizer steps, without an exception")
+    if raised:
+        jobfiles.write_failure_time(str(tmp_path), 0)
+    failures = collect(str(tmp_path), 1, rc, launcher).failures
+    message = _failure_message(job, str(tmp_path), failures)
+    assert message.startswith(f"distperf job {job.describe()} failed: rank 0 {said} (root cause)"), message
+
+
+def test_launcher_python_on_a_script_that_starts_no_other_rank_says_what_to_use(tmp_path, monkeypatch):
+    from pytest_distperf.errors import JobError
+    from pytest_distperf.launch import jobfiles
+    from pytest_distperf.launch.launcher import _collect
+
+    monkeypatch.setenv(jobfiles.KEY_ENV, "ab" * 32)
+    job = JobSpec(world_size=2, device="cpu", script=ScriptRef(path="/a/train.py", name="train.py", args=(),
+                                                                launcher="python", env=(), sha256="0" * 64))
+    jobfiles.write_result(str(tmp_path), jobfiles.AgentResult(values={0: "measured"}))
+    with pytest.raises(JobError, match="rank 1 never started.*\n.*expects its framework .* to start the other ranks.*"
+                                       "launcher='torchrun'.*world_size=1"):
+        _collect(job, str(tmp_path))

@@ -36,14 +36,17 @@ def script_command(job: JobSpec, job_dir: str) -> tuple[list[str], dict[str, str
     return command, env, script.cwd or os.path.dirname(script.path)
 
 
-def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
-    """The AgentResult of a script job from the files its ranks left."""
+def collect(job_dir: str, world_size: int, rank0_exitcode: int, launcher: str | None = None) -> "object":
+    """The AgentResult of a script job from the files its ranks left. `launcher`: the script's (distperf.script_job),
+    None for a job launched as Lightning's users launch it (rank.script)."""
     values = jobfiles.read_rank_values(job_dir)
     errors = jobfiles.rank_error_files(job_dir)
+    raised = jobfiles.read_failure_times(job_dir)
     failures = []
     for rank, path in sorted(errors.items()):
+        code, sig = _exit(rank, rank in raised, launcher, rank0_exitcode)
         with open(path, errors="replace") as f:
-            failures.append(jobfiles.RankFailure(rank=rank, exitcode=1, signal=None, message=f.read(),
+            failures.append(jobfiles.RankFailure(rank=rank, exitcode=code, signal=sig, message=f.read(),
                                                  timestamp=int(os.path.getmtime(path))))
     # A rank that died of a signal left no error, only its stacks (faulthandler): it is the root cause, not the
     # peers whose connections it broke.
@@ -70,6 +73,19 @@ def collect(job_dir: str, world_size: int, rank0_exitcode: int) -> "object":
                 failures.append(jobfiles.RankFailure(rank=rank, exitcode=-1, signal=None, timestamp=now, message=why))
         return jobfiles.AgentResult(failures=failures)
     return jobfiles.AgentResult(values=values)
+
+
+def _exit(rank: int, raised: bool, launcher: str | None, rc: int) -> tuple[int, str | None]:
+    """(exit code, signal) of a rank that left an error, where this agent knows them; (-1, None) where it does not
+    (launcher._failure_message says so): a script's ranks are waited for by the script's launcher, and a script that
+    ended early may well have exited 0."""
+    if launcher is None or raised:
+        return 1, None  # rank.script returns 1 after its error; Python exits 1 after an exception the script raised
+    if launcher == "python" and rank == 0:  # the process this agent started is rank 0 itself
+        return rc, jobfiles.signal_name(-rc) if rc < 0 else None
+    if launcher != "python" and rc == 0:
+        return 0, None  # torchrun, deepspeed and accelerate exit 0 only when every rank did
+    return -1, None
 
 
 def main(job_dir: str) -> int:
@@ -107,7 +123,7 @@ def main(job_dir: str) -> int:
     while time.monotonic() < deadline and any(
             pid_alive(pid) for rank, pid in jobfiles.started_ranks(job_dir).items() if rank != 0):
         time.sleep(0.05)
-    jobfiles.write_result(job_dir, collect(job_dir, job.world_size, rc))
+    jobfiles.write_result(job_dir, collect(job_dir, job.world_size, rc, job.script.launcher if job.script else None))
     return 0 if rc == 0 else 1
 
 

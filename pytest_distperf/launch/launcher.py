@@ -214,7 +214,12 @@ def _collect(job: JobSpec, job_dir: str) -> dict[int, Any]:
         started = jobfiles.started_ranks(job_dir)
         left = ", ".join(f"rank {r} " + (f"started (pid {started[r]})" if r in started else "never started") +
                          (", marked returned" if jobfiles.has_returned(job_dir, r) else "") for r in missing)
-        raise JobError(f"ranks {missing} of {job.describe()} returned nothing ({left})\n"
+        hint = ""
+        if job.script is not None and job.script.launcher == "python" and not set(missing) & set(started):
+            hint = ("\nlauncher='python' runs the script once, as rank 0, and expects its framework (e.g. Lightning's "
+                    "Trainer) to start the other ranks; this script started none: use launcher='torchrun' to start "
+                    "every rank, or world_size=1")
+        raise JobError(f"ranks {missing} of {job.describe()} returned nothing ({left}){hint}\n"
                        f"{_stderr_tails(job, job_dir)}\njob folder: {job_dir}", job_dir)
     return values
 
@@ -260,7 +265,8 @@ def _rank_failed(job: JobSpec, job_dir: str, reported: list[jobfiles.RankFailure
 
 def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFailure], late: bool = False) -> str:
     root = root_cause(failures, jobfiles.read_failure_times(job_dir))
-    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {root.how()} (root cause)"]
+    errors = jobfiles.rank_error_files(job_dir)
+    lines = [f"distperf job {job.describe()} failed: rank {root.rank} {_how(root, errors, brief=False)} (root cause)"]
     if late:
         lines.append(f"(its exit was not reported {FATAL_REPORT_GRACE_SECONDS:g} s after the signal -- a core dump "
                      f"being written? -- so every rank was ended)")
@@ -268,10 +274,18 @@ def _failure_message(job: JobSpec, job_dir: str, failures: list[jobfiles.RankFai
     lines += ["", (stack or root.message).rstrip(), ""]
     others = [f for f in failures if f is not root]
     if others:
-        lines.append("other ranks: " + ", ".join(f"rank {f.rank} {f.brief()}" for f in others))
+        lines.append("other ranks: " + ", ".join(f"rank {f.rank} {_how(f, errors, brief=True)}" for f in others))
     lines.append(_stderr_tails(job, job_dir))
     lines.append(f"job folder (logs of every rank): {job_dir}")
     return "\n".join(lines)
+
+
+def _how(failure: jobfiles.RankFailure, errors: dict[int, str], brief: bool) -> str:
+    """How a failed rank ended. A script's rank that left an error with exit code -1: its exit was seen by the
+    script's launcher, not by distperf (agents/script.py), so no code is claimed for it."""
+    if failure.exitcode == -1 and not failure.signal and failure.rank in errors:
+        return "left an error" if brief else "left an error, its exit code seen by the script's launcher only"
+    return failure.brief() if brief else failure.how()
 
 
 def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:

@@ -6,15 +6,18 @@ in the process that runs the job's script, before the script's first line.
 
 Steps are the optimizer steps torch's global hook reports (`torch.optim.optimizer.register_optimizer_step_post_hook`
 fires for every `torch.optim.Optimizer` subclass, as Kineto's on-demand tracing counts a script's steps). With
-gradient accumulation one step is one optimizer step; with several optimizers, the steps of the first one that
-steps. A script whose update the hook cannot see (weights updated by hand, an optimizer that is not a
-`torch.optim.Optimizer`) calls `pytest_distperf.step()` once a step instead.
+gradient accumulation one step is one optimizer step; with several optimizers (a GAN's generator and
+discriminator), the steps of the first one that steps, while the size and memory figures (parameters, optimizer
+state, training state) cover every optimizer that stepped, a tensor that two of them update counted once. A script
+whose update the hook cannot see (weights updated by hand, an optimizer that is not a `torch.optim.Optimizer`)
+calls `pytest_distperf.step()` once a step instead.
 
 At each step boundary: the warm-up steps pass; then the timed window (timing.MeteredWindow, as for every job: a
 lap a step); then the work phase's passes (rank/work.py) and the probes (rank/probes/runner.py) over the next
 steps; then the rank leaves its result in the job folder, waits for the other ranks (a barrier on the script's
 process group, when it has one) and ends the script with SystemExit(0). A script that ends first leaves an error
-saying how many steps it took and how many were needed.
+saying how many steps it took and how many were needed, after closing the phase it ended in (a profiler or FLOP
+counter left active through the interpreter's shutdown can crash it).
 
 Import-light: `step()` is public API; torch is imported by install().
 """
@@ -26,6 +29,7 @@ import os
 import sys
 import time
 import traceback
+import weakref
 from typing import Any, Generator
 
 _WATCH: "StepWatch | None" = None
@@ -80,7 +84,9 @@ class StepWatch:
 
         self.job_dir, self.job, self.rank = job_dir, job, rank
         self.steps_seen = 0
-        self.optimizer: Any = None
+        self.optimizer: Any = None  # the first optimizer that stepped: its steps are the job's
+        # every optimizer that stepped, in that order; weakly, so one the script drops is not kept alive
+        self.optimizers: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
         self.by_marker = False  # pytest_distperf.step() marks the steps: optimizer hooks are ignored
         self.done = False
         self.script_error: str | None = None
@@ -104,6 +110,10 @@ class StepWatch:
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.by_marker or self.done:
             return
+        try:
+            self.optimizers.setdefault(optimizer)
+        except TypeError:  # not weakly referable: its steps may still count, its figures are left out
+            pass
         if self.optimizer is None:
             self.optimizer = optimizer
         elif optimizer is not self.optimizer:
@@ -146,7 +156,7 @@ class StepWatch:
         elif warmup < n <= warmup + steps:
             self.window.lap()
             if n == warmup + steps:
-                self.readings = self.window.finish()
+                self.readings, self.window = self.window.finish(), None
                 self.after_started = time.perf_counter()
                 self.after = self._after_timing()
                 self._advance(first=True)
@@ -167,15 +177,20 @@ class StepWatch:
         from pytest_distperf.rank.probes.runner import probe_passes
 
         work = probes = None
+        optimizers = self._optimizers()
         if self.job.work_steps:
-            params = _OptimizerParams(self.optimizer) if self.optimizer is not None else None
-            work = yield from work_phase.passes(self.job.work_steps, self._sync, self.device, model=params,
-                                                optimizer=self.optimizer, counts=self.job.measure_once)
+            work = yield from work_phase.passes(self.job.work_steps, self._sync, self.device, model=optimizers,
+                                                optimizer=optimizers, counts=self.job.measure_once)
         if self.job.probes:
             probes = yield from probe_passes(probes=self.job.probes, steps=self.job.probe_steps, sync=self._sync,
-                                             device=self.device, optimizer=self.optimizer,
+                                             device=self.device, optimizer=optimizers,
                                              group_size=self.job.world_size, rank=self.rank, job_dir=self.job_dir)
         return work, probes
+
+    def _optimizers(self) -> "_Optimizers | None":
+        """Every optimizer that stepped and is still alive, as one; None when none did."""
+        live = list(self.optimizers.keys())
+        return _Optimizers(live) if live else None
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -189,18 +204,18 @@ class StepWatch:
         from pytest_distperf.rank.results import RankResult
 
         self.done = True
-        optimizer = self.optimizer
-        params = list(_OptimizerParams(optimizer).parameters()) if optimizer is not None else []
+        optimizers = self._optimizers()
+        params = list(optimizers.parameters()) if optimizers is not None else []
         result = RankResult(
             rank=self.rank, **self.readings.result_fields(), losses=[], host_rss_before_build=self.rss_before,
-            optimizer_state_bytes=strategies.optimizer_state_bytes(optimizer) if optimizer is not None else 0,
+            optimizer_state_bytes=strategies.optimizer_state_bytes(optimizers) if optimizers is not None else 0,
             num_params=sum(p.numel() for p in params), tokens_per_step=0,
             build_seconds=self.first_step_at - self.started, build_started_at=self.started_at,
             warmup_seconds=self.warmup_seconds, work=work, probes=probes,
             after_seconds=time.perf_counter() - self.after_started,
             extra={"launch": {"profile": "script", "started_by": self.job.script.launcher,
                               "steps_by": "pytest_distperf.step()" if self.by_marker else "torch's optimizer hook",
-                              "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+                              "optimizer": optimizers.names() if optimizers is not None else None,
                               "script_sha256": self.job.script.sha256,
                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}})
         jobfiles.write_rank_value(self.job_dir, self.rank, result)
@@ -217,6 +232,7 @@ class StepWatch:
             return
         from pytest_distperf.launch import jobfiles
 
+        unclosed = self._close()
         script = self.job.script.name
         what = "pytest_distperf.step() calls" if self.by_marker else "optimizer steps"
         needed = (f"the job needs up to {self.needed} ({self.job.warmup_steps} warm-up + {self.job.steps} timed + "
@@ -233,23 +249,63 @@ class StepWatch:
             text = (f"{script} ended after {self.steps_seen} {what}, without an exception; {needed}: let the script "
                     f"run longer (its own arguments) or ask for fewer (distperf.script_job(steps=..., warmup=...)); "
                     f"if it stopped on an error of its own (sys.exit), its output below says why")
-        jobfiles.write_rank_error(self.job_dir, self.rank, text)
+        jobfiles.write_rank_error(self.job_dir, self.rank, text + unclosed)
+
+    def _close(self) -> str:
+        """Close the phase the script ended in (the timed window, or the passes after it: a profiler, a FLOP
+        counter), so none is active through the interpreter's shutdown. Never raises: what failed to close is
+        returned as a line for the error, after the script's own news."""
+        failed = []
+        after, window, self.after, self.window = self.after, self.window, None, None
+        for what, close in (("the phases after timing", after.close if after is not None else None),
+                            ("the timed window", window.abandon if window is not None else None)):
+            if close is None:
+                continue
+            try:
+                close()
+            except BaseException as e:  # the script's end is reported whatever closing raised
+                failed.append(f"\n(closing {what} at the script's end raised {type(e).__name__}: {e})")
+        return "".join(failed)
 
 
-class _OptimizerParams:
-    """The parameters an optimizer updates, as a model's parameters() (work.state_bytes reads them and their
-    gradients): a script's model is not known to the harness, its optimizer is."""
+class _Optimizers:
+    """The optimizers that stepped, as one optimizer (param_groups, state: what strategies.optimizer_state_bytes,
+    work.state_bytes and the probes read) and as a model (parameters(): a script's model is not known to the
+    harness, its optimizers are). A tensor several of them update is one parameter; each keeps its own state."""
 
-    def __init__(self, optimizer: Any):
-        self.optimizer = optimizer
+    def __init__(self, optimizers: list[Any]):
+        self.optimizers = optimizers
+        self.state = _States(optimizers)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # read when asked: DeepSpeed's ZeRO-3 refills its groups
+        return [{"params": list(self.parameters())}]
 
     def parameters(self) -> Any:
         seen: set[int] = set()
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield p
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        yield p
+
+    def names(self) -> str:
+        return ", ".join(type(o).__name__ for o in self.optimizers)
+
+
+class _States:
+    """The optimizers' `state` dicts read as one (keys and values of each in turn): two optimizers' states of the
+    same tensor are both kept, where one merged dict would keep one."""
+
+    def __init__(self, optimizers: list[Any]):
+        self.optimizers = optimizers
+
+    def keys(self) -> list[Any]:
+        return [k for o in self.optimizers for k in o.state.keys()]
+
+    def values(self) -> list[Any]:
+        return [v for o in self.optimizers for v in o.state.values()]
 
 
 def _not_optimizers() -> str:

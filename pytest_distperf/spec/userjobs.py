@@ -17,13 +17,20 @@ from pytest_distperf.spec.job import FunctionRef, ScriptRef, file_sha256
 
 @contextlib.contextmanager
 def naming(nodeid: str) -> Iterator[None]:
-    """Prefix a usage error raised inside with the test's node id (the type is kept)."""
+    """Prefix a usage error raised inside with the test's node id (the same error: type and attributes kept)."""
+    __tracebackhide__ = True  # the test's call is the error's place
     try:
         yield
     except UsageError as e:
-        if str(e).startswith(nodeid):
-            raise
-        raise type(e)(f"{nodeid}: {e}") from None
+        if not str(e).startswith(nodeid):
+            e.args = (f"{nodeid}: {e}",)
+        raise  # the same error: contextlib gives back its own traceback, without this frame and contextlib's
+
+
+def _usage_error(excinfo: Any) -> bool:
+    """A __tracebackhide__ for the checks of the user's arguments: their usage errors point at the test's call, any
+    other error keeps the frame."""
+    return excinfo.errisinstance(UsageError)
 
 
 def function_ref(obj: Callable[..., Any] | str, where: str, kind: str) -> FunctionRef:
@@ -125,13 +132,16 @@ def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device
                root: str | None = None) -> ScriptRef:
     """A script job's script, checked here, named relative to the project's root (the folder the baselines folder
     starts from, the working folder by default): the same name in every checkout, from whichever folder pytest
-    runs."""
+    runs. A relative script or `cwd` is found from that root too, so the path and the name agree."""
     import os
 
+    __tracebackhide__ = _usage_error
     where = "distperf.script_job"
-    path = os.path.abspath(os.fspath(script))
+    root = os.path.abspath(root or os.getcwd())
+    path = os.path.normpath(os.path.join(root, os.fspath(script)))  # an absolute script stays as it is
     if not os.path.isfile(path):
-        raise UsageError(f"{where}({os.fspath(script)!r}): no such file ({path})")
+        raise UsageError(f"{where}({os.fspath(script)!r}): no such file ({path}; a relative path is found from the "
+                         f"project root, {root})")
     if launcher not in profiles.SCRIPT_LAUNCHERS:
         raise UsageError(f"{where}(launcher={launcher!r}) is not one of "
                          f"{', '.join(map(repr, profiles.SCRIPT_LAUNCHERS))}")
@@ -143,10 +153,12 @@ def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device
     if env is not None and (not isinstance(env, dict)
                             or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
         raise UsageError(f"{where}(env=...) must be a dict of strings, got {env!r}")
-    if cwd is not None and not os.path.isdir(os.fspath(cwd)):
-        raise UsageError(f"{where}(cwd={os.fspath(cwd)!r}): no such folder")
-    name = os.path.relpath(path, root or os.getcwd())
+    folder = os.path.normpath(os.path.join(root, os.fspath(cwd))) if cwd is not None else None
+    if folder is not None and not os.path.isdir(folder):
+        raise UsageError(f"{where}(cwd={os.fspath(cwd)!r}): no such folder ({folder}; a relative path is found from "
+                         f"the project root)")
+    name = os.path.relpath(path, root)
     name = path if name.startswith("..") else name
     return ScriptRef(path=path, name=name, args=tuple(args), launcher=launcher,
-                     env=tuple(sorted((env or {}).items())), cwd=os.path.abspath(os.fspath(cwd)) if cwd else None,
+                     env=tuple(sorted((env or {}).items())), cwd=folder,
                      sha256=file_sha256(path))
