@@ -479,3 +479,18 @@ def test_a_summed_rest_never_stands_out_and_a_change_under_the_material_share_sa
     # aten::add moved 1 ms, ten times its noise, but under 1 % of a ~100 ms step: it does not stand out, and says why
     line = next(x for x in e.lines() if "op:add" in x)
     assert "beyond its noise (0.1 ms) but under 1% of the step" in line
+
+
+def test_a_row_in_one_run_of_a_side_and_none_of_the_other_is_no_change():
+    # an A/A: one candidate run's table holds a small row (a range's self time about the cut-off) that the side's
+    # other runs and every reference run lack: its presence is noise, not a change
+    kept = {f"op:k{i}": [1.0, 0.001 + 0.0001 * i] for i in range(3)}
+    base = [{**kept, tt.OTHER: [5.0, 0.0001]}] * 3
+    cand = [{**kept, "op:GeluBackward0": [1.5, 0.005], tt.OTHER: [5.0, 0.0001]}] + [{**kept, tt.OTHER: [5.0, 0.0001]}] * 2
+    e = ex.explain(base, cand, *ex.explain_by([("aten_ops_per_step", "count")]))
+    row = next(r for r in e.rows if r.name == "op:GeluBackward0")
+    assert row.status == "cut" and not row.stands_out and not e.any_beyond_noise
+    # in two of the three candidate runs, far above every cut-off, and in no reference run: new
+    cand[1] = cand[0]
+    row = next(r for r in ex.explain(base, cand, by="count").rows if r.name == "op:GeluBackward0")
+    assert row.status == "new" and row.count_changed and row.candidate_count == 1.5

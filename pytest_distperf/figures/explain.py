@@ -5,11 +5,11 @@ the summed change of its family (a share can pass 100 % when rows moved in oppos
 hold the op/kernel rows' time again, by module, so each family sums on its own). A run's table is trimmed to its
 slowest rows (rank/time_table.trimmed), so a small row may be missing from some runs: a side's figures for a row
 come from its runs that kept it (a count is exact, so one kept run gives it; a kept time is the upper part of that
-side's spread). A row in no run of one side is "new" (no reference run) or "gone" (no candidate run), unless it is
-small enough, wherever it is seen, that every table of that side may have cut it (nowhere above twice such a
-table's smallest kept row): then it is "cut", its absence says nothing and it never stands out. A row's noise is
-the larger side's max - min of its time over the runs that hold it (unknown with one a side): a rough,
-deliberately wide band. A row stands out when |change| > noise and at least MATERIAL of the reference step's
+side's spread). A row in no run of the reference is "new", in no run of the candidate "gone", unless a table of
+that side may have cut it (the row, wherever seen, within twice that table's smallest kept row) or the other side
+holds it in no more than half its runs (a small row's self time that flickers about the cut-off): then it is
+"cut", its absence says nothing and it never stands out. A row's noise is the larger side's max - min of its time over the
+runs that give a figure for it (unknown with one a side): a rough, deliberately wide band. A row stands out when |change| > noise and at least MATERIAL of the reference step's
 table, or when its per-step counts do not overlap between the sides (counts are the same every step of an
 unchanged run). A family's summed rest, ``(other)``, names nothing: it never stands out and ranks last. Rows rank
 by |change| in time, or, where only counts failed, by |change| in count (each row's share of the count's change),
@@ -217,14 +217,17 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
     rows: list[ExplainRow] = []
     for name in sorted(set().union(*ref, *cand)):
         fam = family(name)
-        # A side's figures come from its tables that hold the row; a table that cut it holds no figure for it
-        # (counts are exact, so the kept runs give the count; a kept time is the upper part of that side's spread).
         held = [[t for t in side if name in t] for side in (ref, cand)]
-        least = min(size(name, t[name]) for side in held for t in side)
-        status = "new" if not held[0] else "gone" if not held[1] else ""
-        if status and any(least <= 2 * cut[(id(t), fam)] for t in (ref if status == "new" else cand)):
-            status = "cut"  # in no table of one side, and small enough that every one of them may have cut it
-        # a side that holds the row nowhere ran it in none of its runs (or cut it everywhere): 0 in each
+        least = min(size(name, t[name]) for h in held for t in h)
+        # A side's figures come from its tables that hold the row (a count is exact, so one kept run gives it; a
+        # kept time is the upper part of that side's spread); a side that holds it nowhere ran it not at all, unless
+        # one of its tables may have cut it.
+        status = ""
+        if not held[0] or not held[1]:
+            absent, present = (ref, held[1]) if not held[0] else (cand, held[0])
+            side_size = len(cand if absent is ref else ref)
+            status = ("cut" if any(least <= 2 * cut[(id(t), fam)] for t in absent) or 2 * len(present) <= side_size
+                      else "new" if absent is ref else "gone")
         rc, rt, cc, ct = ([float(t[name][i]) for t in h] or [0.0] * len(side)
                           for h, side in zip(held, (ref, cand)) for i in (0, 1))
         spreads = [_spread(rt), _spread(ct)]

@@ -48,8 +48,10 @@ the figure that decides a host-bound step.
   tables (store/baselines.explain_tables).
 
 Per run: each row's count and time averaged over the profiled steps, then the mean over the ranks (a rank
-without the row counts 0). The TOP_ROWS rows with the most time are kept, the rest summed into one ``(other)``
-row, so a stored baseline stays small; a row that fell into ``(other)`` in some run reads 0 there.
+without the row did not run it: 0 there; ranks keep every row, so none is cut on one rank only). Then the TOP_ROWS
+rows with the most time are kept, the rest summed into one ``(other)`` row, so a stored baseline stays small; a
+row that fell into ``(other)`` in some run is missing there (figures/explain.py reads such a row from the runs
+that kept it).
 """
 
 from __future__ import annotations
@@ -332,11 +334,12 @@ def module_rows(flop_counts: Mapping[str, Mapping[Any, int]], steps: int) -> Tab
 
 
 def rank_table(trace: Any, cuda: bool) -> Table:
-    """One rank's table: its rows per step (averaged over the trace's steps), the top TOP_ROWS kept."""
+    """One rank's table: its rows per step (averaged over the trace's steps), every row: a run's table trims the
+    mean over its ranks (`run_table`), so a row one rank kept and another cut never averages in a 0."""
     steps = max(1, len(trace.steps))
     rows = {**({**gpu_rows(trace), **cuda_host_rows(trace)} if cuda else cpu_rows(trace)),
             **module_time_rows(trace, cuda)}
-    return trimmed({name: [c / steps, t / steps] for name, (c, t) in rows.items()})
+    return {name: [_round(c / steps), _round(t / steps)] for name, (c, t) in rows.items()}
 
 
 def trimmed(table: Mapping[str, Sequence[float]], top: int = TOP_ROWS) -> Table:
@@ -361,8 +364,8 @@ def _round(x: float) -> float:
 
 
 def run_table(rank_tables: Sequence[Mapping[str, Sequence[float]] | None]) -> Table | None:
-    """A run's table: per row the mean over its ranks (a rank without the row counts 0); None when a rank has
-    no table (a run measured before the table existed, or without a work phase)."""
+    """A run's table: per row the mean over its ranks (a rank without the row did not run it: 0 there), then
+    trimmed; None when a rank has no table (a run measured before the table existed, or without a work phase)."""
     if not rank_tables or any(t is None for t in rank_tables):
         return None
     n = len(rank_tables)

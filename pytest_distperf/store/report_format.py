@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from pytest_distperf.rank.time_table import run_table
+from pytest_distperf.rank.time_table import run_table, trimmed
 from pytest_distperf.fs.jsonio import Format
 from pytest_distperf.figures.quantities import node_step_medians, rank_probe_metrics, run_figures, step_time_of
 
@@ -31,7 +31,9 @@ def run_to_dict(run: "RunResult") -> dict[str, Any]:
         "extra": json.loads(json.dumps(k.extra, default=repr)),
         "probes": rank_probe_metrics(k),
         "gpu_window": k.gpu_window.to_json() if getattr(k, "gpu_window", None) is not None else None,  # clocks
-        "work": asdict(k.work) if getattr(k, "work", None) is not None else None,  # per profiled step
+        # per profiled step; a rank's table as compact as a run's (the run's own, below, is what explains)
+        "work": ({**asdict(k.work), "explain": trimmed(k.work.explain) if k.work.explain else k.work.explain}
+                 if getattr(k, "work", None) is not None else None),
     } for k in run.ranks]
     figures = run_figures(run)
     load = run.host_other_load
