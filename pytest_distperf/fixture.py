@@ -71,6 +71,7 @@ def _job_keywords(strategy: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _count(where: str, keyword: str, value: Any, least: int) -> int:
     """A verb's count keyword, checked at the call (not in every rank): an int (not a bool) >= least."""
+    __tracebackhide__ = True  # the test's call is the error's place
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UsageError(f"{where}({keyword}=...) must be an integer of at least {least}, got {value!r}")
     return value
@@ -158,6 +159,7 @@ class DistPerf:
         `options`: the strategy's own options (e.g. {"stage": 3}), kept apart from the harness's arguments.
         `probes`: e.g. ("comms", "overlap", "placement"), measured over `probe_steps` profiled steps
         after the timing phase (pytest_distperf.rank.probes)."""
+        __tracebackhide__ = userjobs.hides_usage_error  # a usage error points at the test's call
         options = userjobs.strategy_options(strategy, options)
         with userjobs.naming(self.nodeid):
             full_options = strategies.validate(strategy, options)
@@ -198,6 +200,7 @@ class DistPerf:
         """A job of the user's own step: `make_step(*args, **kwargs)` runs in every rank (process group up) and
         returns `step()`, one whole training iteration. Measured like a strategy job: warm-up, timing, memory,
         probes, the breakdown of the phases it marks (pytest_distperf.phase); run/measure/compare/probe take it."""
+        __tracebackhide__ = userjobs.hides_usage_error  # a usage error points at the test's call
         with userjobs.naming(self.nodeid):
             ref = userjobs.function_ref(make_step, "distperf.step_job", "step factory")
             args, kwargs = userjobs.check_step_arguments(args, kwargs, "distperf.step_job")
@@ -229,6 +232,8 @@ class DistPerf:
     def _spec(self, where: str, world_size: int | None, probes: Any, probe_steps: int, **fields: Any) -> JobSpec:
         """A measured job on the test's device: its probes (the test's by default) checked here, not in the ranks."""
         from pytest_distperf.spec import probes as probe_names
+
+        __tracebackhide__ = userjobs.hides_usage_error  # a usage error points at the test's call; any other keeps this frame
 
         probes = probe_names.validate(probes, f"{where}(probes=...)") if probes is not None else self.plan.probes
         # Every verb's counts, checked here once: in the ranks steps=0 divides by zero and warmup=-1 indexes

@@ -393,6 +393,20 @@ def test_a_usage_error_points_at_the_tests_call_not_the_plugins_frames(pytester:
                                  "distperf.script_job('missing.py'): no such file*", "test_missing.py:2: UsageError"])
     for frame in ("contextlib.py", "userjobs.py", "fixture.py"):
         assert frame not in result.stdout.str(), frame
+    # the other verbs' count checks alike
+    pytester.makepyfile(test_counts="""
+        def test_step(distperf):
+            distperf.step_job("os:getcwd", steps=0)
+
+        def test_job(distperf):
+            distperf.job("ddp", warmup=-1)
+    """)
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "test_counts.py")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["E*UsageError: *distperf.step_job(steps=...) must be an integer of at least 1, got 0",
+                                 "E*UsageError: *distperf.job(warmup=...) must be an integer of at least 0, got -1"],
+                                consecutive=False)
+    assert "fixture.py" not in result.stdout.str()
 
 
 def _watch(tmp_path: Path, warmup: int = 100) -> "object":

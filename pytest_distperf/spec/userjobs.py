@@ -27,7 +27,7 @@ def naming(nodeid: str) -> Iterator[None]:
         raise  # the same error: contextlib gives back its own traceback, without this frame and contextlib's
 
 
-def _usage_error(excinfo: Any) -> bool:
+def hides_usage_error(excinfo: Any) -> bool:
     """A __tracebackhide__ for the checks of the user's arguments: their usage errors point at the test's call, any
     other error keeps the frame."""
     return excinfo.errisinstance(UsageError)
@@ -135,7 +135,7 @@ def script_ref(script: Any, args: Any, launcher: str, env: Any, cwd: Any, device
     runs. A relative script or `cwd` is found from that root too, so the path and the name agree."""
     import os
 
-    __tracebackhide__ = _usage_error
+    __tracebackhide__ = hides_usage_error
     where = "distperf.script_job"
     root = os.path.abspath(root or os.getcwd())
     path = os.path.normpath(os.path.join(root, os.fspath(script)))  # an absolute script stays as it is
