@@ -110,10 +110,11 @@ class StepWatch:
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.by_marker or self.done:
             return
-        try:
-            self.optimizers.setdefault(optimizer)
-        except TypeError:  # not weakly referable: its steps may still count, its figures are left out
-            pass
+        if self.window is None:  # noted in warm-up and after timing: the timed steps do nothing but the step
+            try:
+                self.optimizers.setdefault(optimizer)
+            except TypeError:  # not weakly referable: its steps may still count, its figures are left out
+                pass
         if self.optimizer is None:
             self.optimizer = optimizer
         elif optimizer is not self.optimizer:
