@@ -73,3 +73,16 @@ def test_paths_that_can_be_written_pass_and_nothing_is_left_behind(tmp_path):
     check_file(str(tmp_path / "new" / "deeper" / "report.json"), "--distperf-json")
     check_folder(str(tmp_path / "baselines" / "cpu-x"), "--distperf-save")
     assert sorted(os.listdir(tmp_path)) == []  # the checks create nothing that stays
+
+
+def test_a_folder_that_refuses_writes_its_mode_allows_is_not_blamed_on_its_mode(tmp_path, monkeypatch):
+    # what an immutable folder (chattr +i) gives: EPERM while the mode grants writing
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputPathError, match=r"operation not permitted, though mode 07\d\d, .* allows writing: "
+                                              r"the folder may be immutable \(`lsattr -d "):
+        check_file(str(tmp_path / "report.json"), "--distperf-json")

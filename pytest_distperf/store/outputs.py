@@ -107,6 +107,10 @@ def _check_folder_chain(folder: str, what: str, goal: str | None) -> None:
 def _reason(e: OSError, path: str) -> str:
     if e.errno == errno.EROFS:
         return "read-only file system"
+    if e.errno == errno.EPERM and os.access(path, os.W_OK):
+        # the mode allows writing, so something beside it refuses: an immutable attribute, or a security policy
+        return (f"operation not permitted, though {_mode(path)} allows writing: the folder may be immutable "
+                f"(`lsattr -d {path}`) or refused by a security policy")
     if e.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied ({_mode(path)})"
     return e.strerror or str(e)
