@@ -229,6 +229,20 @@ def test_a_changed_config_names_the_fields_that_changed_old_to_new():
     assert lines.count(f"  job: {v.note}") == 1  # the job's, once
 
 
+def test_a_job_missing_from_the_baseline_names_the_nearest_stored_job_and_how_it_differs():
+    """A script's arguments are part of its job's name: changed arguments read as that change, not only as new."""
+    from pytest_distperf.decide.regression import nearest_job
+
+    def entry(label, args, steps=10):
+        return JobEntry(label, "h", {"steps": steps, "script": {"args": args, "name": "s.py"}}, {})
+    stored = {"a": entry("a", ["--lr", "1"]), "b": entry("b", ["--lr", "2"], steps=20), "c": entry("c", [], 99)}
+    now = {"steps": 10, "script": {"args": ["--lr", "3"], "name": "s.py"}}
+    assert nearest_job(stored, now) == ('; the nearest there, a, differs in: script.args ["--lr", "1"] -> '
+                                        '["--lr", "3"]')
+    far = {"steps": 1, "strategy": "ddp", "shape": "x", "world_size": 4, "device": "cuda"}
+    assert nearest_job(stored, far) == "" and nearest_job(stored, None) == "" and nearest_job({}, now) == ""
+
+
 def test_a_changed_script_is_said_beside_a_failure_and_a_config_change():
     entry = JobEntry("job", "h", {}, {"step_time": time_series([100, 101, 99] * 2)}, script_sha256="a" * 64)
     slower = {"step_time": time_series([130, 131, 129] * 2)}

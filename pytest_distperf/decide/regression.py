@@ -66,6 +66,20 @@ def config_change(entry: JobEntry, config_hash: str, config: dict[str, Any] | No
             f"(hash {entry.config_hash} -> {config_hash})")
 
 
+def nearest_job(stored: dict[str, JobEntry], config: dict[str, Any] | None) -> str:
+    """'; the nearest there, <label>, differs in: script.args [...] -> [...]': the stored job whose configuration
+    differs from this one's in the fewest fields, so a job renamed by a changed argument or option reads as that
+    change, not only as new. '' when none is within MAX_CHANGES_SHOWN fields."""
+    if not config:
+        return ""
+    found = [(len(changes), label, changes) for label, entry in stored.items()
+             if entry.config and 0 < len(changes := entry.config_changes(config)) <= MAX_CHANGES_SHOWN]
+    if not found:
+        return ""
+    _, label, changes = min(found)
+    return f"; the nearest there, {label}, differs in: {'; '.join(changes)}"
+
+
 def script_change(entry: JobEntry | None, script_sha256: str | None) -> str:
     """'the script's content changed since the baseline (sha256 ...)' when the stored and current hashes of a
     script job's file differ; '' otherwise (also for a baseline saved before the hash was kept)."""
@@ -305,14 +319,14 @@ class BaselineGate:
         return self.baseline.jobs.get(key) or self.baseline.jobs.get(self.identity[key][0])
 
     def _decide(self, m: JobRuns) -> list[MetricVerdict]:
+        _, config_hash, config = self.identity[m.label]
         reason = (f"no baseline for this test on machine class {self.machine.name}" if self.baseline is None
-                  else "this job is not in the baseline")
+                  else "this job is not in the baseline" + nearest_job(self.baseline.jobs, config))
         if self.unmatched:
             reason = self.unmatched
             if not self.unmatched_said:  # once per test; every verdict keeps the note
                 self.unmatched_said = True
                 warn(BaselineUnmatchedWarning(f"{self.nodeid}: {self.unmatched}"))
-        _, config_hash, config = self.identity[m.label]
         out = decide_job(self.nodeid, m.label, self._entry(m.label), config_hash, metrics_from_runs(m.runs),
                          self.policy, reason, self.budget.design(), self.device, config, self.scripts.get(m.label))
         for v in out:
