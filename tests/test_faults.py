@@ -199,6 +199,7 @@ def test_a_hung_rank_times_out_with_every_ranks_stack(pytester, tag):
         "*--- rank 1 stderr*",
         "*in hang_in_rank_one*",
     ])
+    result.stdout.fnmatch_lines(["*(last progress: running hang_in_rank_one)*"])  # rank 0's phase, without -v too
     # From the inner test's start: the job timeout (12 s) is the floor; measured 13.7-14.8 s (8 rounds quiet, 6 with
     # two busy loops, 1 with four), the stack dump and the ends of the ranks included: 12 s of headroom above it.
     assert 12 <= seconds < 12 + 15

@@ -90,7 +90,7 @@ def main(job_dir: str) -> int:
     from pytest_distperf.rank import worker
 
     device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
-    progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
+    progress = jobfiles.Progress(job_dir) if rank == 0 else None  # read by -v and by a timeout's message
     try:
         value = worker.run_strategy(job, rank, rank, device, job_dir, progress)
     except BaseException as e:

@@ -53,9 +53,11 @@ def rank_main(job_dir: str) -> Any:
         if PROFILES[job.launch_profile].pin_cpu:  # launched as the user launches: no pinning (spec/profiles.py)
             _pin_to_own_cores(local_rank, int(os.environ["LOCAL_WORLD_SIZE"]))
         dist.init_process_group("gloo")
-    progress = jobfiles.Progress(job_dir) if (rank == 0 and job.progress) else None
+    progress = jobfiles.Progress(job_dir) if rank == 0 else None  # read by -v and by a timeout's message
     try:
         if job.function is not None:
+            if progress:
+                progress.update(f"running {job.function.qualname}")
             value = resolve_function(job.function)(*job.args, **job.kwargs)
         else:
             value = run_strategy(job, rank, local_rank, device, job_dir, progress)
