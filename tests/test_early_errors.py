@@ -86,3 +86,9 @@ def test_a_folder_that_refuses_writes_its_mode_allows_is_not_blamed_on_its_mode(
     with pytest.raises(OutputPathError, match=r"operation not permitted, though mode 07\d\d, .* allows writing: "
                                               r"the folder may be immutable \(`lsattr -d "):
         check_file(str(tmp_path / "report.json"), "--distperf-json")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_whose_file_system_makes_no_files_is_named_as_such():
+    with pytest.raises(OutputPathError, match=r"folder /proc is not writable \(its file system creates no files there"):
+        check_file("/proc/report.json", "--distperf-json")

@@ -113,6 +113,8 @@ def _reason(e: OSError, path: str) -> str:
                 f"(`lsattr -d {path}`) or refused by a security policy")
     if e.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied ({_mode(path)})"
+    if e.errno == errno.ENOENT and os.path.isdir(path):  # the folder is there: its file system makes no new files
+        return "its file system creates no files there: a virtual file system such as /proc or /sys?"
     return e.strerror or str(e)
 
 
