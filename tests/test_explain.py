@@ -91,10 +91,120 @@ def test_the_diff_ranks_by_change_flags_new_and_gone_rows_and_gives_shares():
     assert top.change == pytest.approx(0.0205) and top.noise == pytest.approx(0.001)
     assert gone.status == "gone" and gone.change == pytest.approx(-0.001) and gone.beyond_noise
     assert not any(r.beyond_noise for r in e.rows if r.name in ("op:mm", "op:add"))
-    assert sum(r.share for r in e.rows) == pytest.approx(1.0) and top.share > 1.0  # "gone" moved the other way
-    assert "op:sort [new]: 0x 0 ms -> 1x 20.5 ms (+20.5 ms" in e.lines()[1]
+    # shares over the rows that stand out: each in range, signed by direction, their sizes add up to 100 %
+    assert sum(abs(r.share) for r in e.rows if r.share is not None) == pytest.approx(1.0)
+    assert top.share == pytest.approx(0.0205 / 0.0215) and gone.share == pytest.approx(-0.001 / 0.0215)
+    assert all(r.share is None for r in e.rows if r.name in ("op:mm", "op:add"))  # within their noise: none
+    assert "op:sort [new]: 0x 0 ms -> 1x 20.5 ms (+20.5 ms, 95% of the change beyond noise;" in e.lines()[1]
+    assert "op:old [gone]: 1x 1 ms -> 0x 0 ms (-1 ms, shrank: 5% of the change beyond noise;" in e.lines()[2]
     assert ex.Explanation.from_json(e.to_json()) == e
 
+
+
+def _rows(**rows: tuple[float, float, float, float]) -> dict[str, list[float]]:
+    return {name.replace("__", ":"): list(v) for name, v in rows.items()}
+
+
+def _user_trial_sides(by_side: int = 3) -> tuple[list[dict], list[dict]]:
+    """A matmul added in a CPU step (a user's trial): aten::mm 5 -> 23 a step and its aten::t and transpose more
+    often, both cheap; gloo's all-reduce and the host's own time shrank by more than mm grew, each within its noise."""
+    base, cand = [], []
+    for i in range(by_side):
+        j = (i % 3) - 1  # -1, 0, 1: each side's spread
+        base.append({"op:aten::mm": [5.0, 0.000132 + 0.00001 * j], "op:aten::t": [10.0, 0.00002 + 0.000002 * j],
+                     "op:aten::transpose": [10.0, 0.00001 + 0.000001 * j],
+                     "collective:gloo:all_reduce": [1.0, 0.020 + 0.004 * j], "host:(outside operators)":
+                     [1.0, 0.015 + 0.003 * j], "op:aten::add": [3.0, 0.001 + 0.0001 * j]})
+        cand.append({"op:aten::mm": [23.0, 0.000846 + 0.00001 * j], "op:aten::t": [46.0, 0.0000762 + 0.000002 * j],
+                     "op:aten::transpose": [46.0, 0.0000429 + 0.000001 * j],
+                     "collective:gloo:all_reduce": [1.0, 0.0161 + 0.004 * j], "host:(outside operators)":
+                     [1.0, 0.0116 + 0.003 * j], "op:aten::add": [3.0, 0.001 + 0.0001 * j]})
+    return base, cand
+
+
+@pytest.mark.parametrize("failed", [[("step_time", "time")], [("aten_ops_per_step", "count")]])
+def test_a_grown_row_among_noisy_rows_that_shrank_more_has_a_positive_share_and_ranks_first(failed):
+    # the net change of the family is negative (the noisy rows shrank by ~7 ms), yet aten::mm grew 0.714 ms beyond
+    # its noise: its share is of the change beyond noise, positive, and it heads the ranking under either verdict
+    # (the cheap aten::t, whose count changed more, is a small part of it)
+    base, cand = _user_trial_sides()
+    e = ex.explain(base, cand, *ex.explain_by(failed))
+    mm = e.rows[0]
+    assert mm.name == "op:aten::mm" and mm.beyond_noise and mm.change == pytest.approx(0.000714)
+    assert sum(r.change for r in e.rows) < 0  # the net change: what made its old share negative
+    assert mm.share == pytest.approx(0.714 / (0.714 + 0.0562 + 0.0329))
+    assert [r.name for r in e.rows[:3]] == ["op:aten::mm", "op:aten::t", "op:aten::transpose"]
+    assert all(0 < r.share <= 1 for r in e.rows[:3])
+    noisy = [r for r in e.rows if r.name in ("collective:gloo:all_reduce", "host:(outside operators)")]
+    assert all(not r.stands_out and r.share is None for r in noisy)
+    assert all(r.stands_out for r in e.rows[:3]) and not any(r.stands_out for r in e.rows[3:])
+    line = e.lines()[1]
+    assert line.startswith("  op:aten::mm: 5x 0.132 ms -> 23x 0.846 ms (+0.714 ms, 89% of the change beyond noise;")
+    within = next(x for x in e.lines() if "gloo:all_reduce" in x)
+    assert "of the change" not in within and "within its noise" in within
+
+
+def test_replaced_rows_share_the_change_in_range_each_signed_by_its_direction():
+    # a dtype change on a GPU: one kernel gone, two new ones in its place, a third kernel unchanged but noisy
+    def run(new: bool, j: float) -> dict[str, list[float]]:
+        t = {"kernel:gemm_noisy": [4.0, 0.002 + 0.0002 * j]}
+        if new:
+            t.update({"kernel:gemm_bf16": [2.0, 0.0000167 + 1e-7 * j], "kernel:cast_bf16": [2.0, 0.00001 + 1e-7 * j]})
+        else:
+            t["kernel:gemm_f32"] = [2.0, 0.0000853 + 1e-7 * j]
+        return t
+
+    base, cand = [run(False, j) for j in (-1, 0, 1)], [run(True, j) for j in (1, -1, 0)]
+    e = ex.explain(base, cand, *ex.explain_by([("gpu_time", "time")]))
+    by = {r.name: r for r in e.rows}
+    gone, new, cast = by["kernel:gemm_f32"], by["kernel:gemm_bf16"], by["kernel:cast_bf16"]
+    assert (gone.status, new.status, cast.status) == ("gone", "new", "new")
+    assert all(-1 <= r.share <= 1 for r in (gone, new, cast)) and by["kernel:gemm_noisy"].share is None
+    assert gone.share < 0 < new.share and cast.share > 0
+    assert sum(abs(r.share) for r in (gone, new, cast)) == pytest.approx(1.0)
+    assert [r.name for r in e.rows[:3]] == ["kernel:gemm_f32", "kernel:gemm_bf16", "kernel:cast_bf16"]
+    text = "\n".join(e.lines())
+    assert "kernel:gemm_f32 [gone]: 2x 0.0853 ms -> 0x 0 ms (-0.0853 ms, shrank: 76% of the change beyond noise;" \
+        in text
+    assert "(+0.0167 ms, 15% of the change beyond noise;" in text
+    assert all(cell[6] in ("–", "76%", "15%", "9%") for cell in e.cells())  # the HTML table: sizes, no sign
+
+
+def test_the_pr_comment_names_the_row_that_carries_the_change():
+    from pytest_distperf.decide.verdicts import MetricVerdict
+    from pytest_distperf.report.document import SessionDocument, TestDocument
+    from pytest_distperf.report.pr_comment import render_pr_comment
+
+    base, cand = _user_trial_sides()
+    e = ex.explain(base, cand, *ex.explain_by([("aten_ops_per_step", "count")]))
+    v = MetricVerdict(test="t.py::test_x", job="ddp tiny x2 cpu", metric="aten_ops_per_step", metric_kind="count",
+                      unit="", direction="lower", status="fail", baseline=1.0, current=2.0, explanation=e.to_json(),
+                      fails=True)
+    doc = SessionDocument([TestDocument("t.py::test_x", "failed", 1.0, verdicts=[v])], {}, {}).to_json()
+    comment = render_pr_comment(doc)
+    [line] = [x for x in comment.splitlines() if x.startswith("What changed in")]
+    assert line == ("What changed in ddp tiny x2 cpu: `op:aten::mm` +0.714 ms (89% of the change); "
+                    "`op:aten::t` +0.0562 ms (7% of the change); `op:aten::transpose` +0.0329 ms (4% of the change)")
+    # the same rows, in the same order, as the terminal's lines and the HTML report's table read back from the JSON
+    again = ex.Explanation.from_json(e.to_json())
+    top = ["op:aten::mm", "op:aten::t", "op:aten::transpose"]
+    assert again == e and [c[0] for c in again.cells()[:3]] == top
+    assert [x.split(": ")[0].strip() for x in again.lines()[1:4]] == top
+    assert [name for name, _, _ in again.contributions()] == top
+    # an older document (its shares of the net change, no ranking stored) is read under the one rule
+    old = e.to_json()
+    del old["by"], old["first"]
+    old["rows"] = [{**r, "share": -0.11} for r in reversed(old["rows"])]
+    assert ex.Explanation.from_json(old).short().startswith("`op:aten::mm` +0.714 ms (89% of the change)")
+
+
+def test_an_a_a_comparison_names_no_row_in_the_pr_comment():
+    base, _ = _user_trial_sides()
+    e = ex.explain(base, list(reversed(base)), *ex.explain_by([("step_time", "time")]))
+    assert not e.any_beyond_noise and all(r.share is None for r in e.rows)
+    assert e.short() == "no row changed beyond its noise"
+    assert e.lines()[0].endswith("no row changed beyond its noise")
+    assert all("of the change" not in x for x in e.lines())
 
 
 def test_a_row_whose_count_changed_stands_out_even_when_its_time_is_within_its_noise():
@@ -290,11 +400,11 @@ def test_a_module_whose_flops_changed_explains_a_flops_verdict_first():
     base = [{**_run(mm=(4, 0.010), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0]}] * 3
     cand = [{**_run(mm=(5, 0.012), add=(2, 0.001)), "flops:mlp": [1e6, 0.0], "flops:head": [2e5, 0.0],
              "flops:mlp.extra": [5e5, 0.0]}] * 3
-    e = ex.explain(base, cand, by="count")
+    e = ex.explain(base, cand, *ex.explain_by([("flops_per_step", "count")]))
     assert e.rows[0].name == "flops:mlp.extra" and e.rows[0].status == "new" and e.rows[0].count_changed
     assert next(r for r in e.rows if r.name == "flops:mlp").stands_out is False
     line = next(x for x in e.lines() if "flops:mlp.extra" in x)
-    assert "0 FLOP -> 5e+05 FLOP a step (+5e+05 FLOP; changed)" in line
+    assert "0 FLOP -> 5e+05 FLOP a step (+5e+05 FLOP, 100% of the FLOPs' change; changed)" in line
     assert all("flops:" not in name for name, _, _ in e.contributions())  # no time to draw
 
 
@@ -377,7 +487,7 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*distperf baseline gate failed for test_steps.py::test_step*",
                                  "*what changed (per step, median of 3 baseline / * current runs, ranks averaged*",
-                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change; count changed; "
+                                 "*op:aten::sort [[]new[]]: 0x 0 ms -> 2x * ms (+* ms, *% of the change beyond noise; count changed; "
                                  "time beyond its noise (* ms))"])
     test = json.loads((pytester.path / "report.json").read_text())["tests"][0]
     failed = [v for v in test["verdicts"] if v.get("fails")]
@@ -390,7 +500,7 @@ def test_a_step_that_gains_an_operator_fails_naming_it_as_what_changed(pytester:
     chart = html[html.index('class="chart contributions"'):]  # the contribution bars: the sort's, slower, first
     assert chart.index("op:aten::sort [new]") < chart.index("</svg>") and 'fill="#cf222e"' in chart
     comment = (pytester.path / "comment.md").read_text()
-    assert "What changed in step:usersteps:stepper x2 cpu: `op:aten::sort` +" in comment and "(new)" in comment
+    assert "What changed in step:usersteps:stepper x2 cpu: `op:aten::sort` +" in comment and "(new; " in comment
     # distperf_explain: every verdict compared against the baseline says what changed, a passing one too
     monkeypatch.delenv("DP_EXTRA_OP")
     clean = pytester.runpytest(*inner, "-o", "distperf_explain=true", "--distperf-json", "clean.json")
@@ -430,7 +540,8 @@ def test_head_vs_base_says_what_changed_under_a_failed_verdict():
     outcome = gate.finish(test_passed=True)
     assert outcome.failed and outcome.message is not None
     assert outcome.message.count("what changed (per step, median of 4 base / 4 head runs") == 1  # once a job
-    assert ("op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change; count changed; time beyond its noise"
+    assert ("op:sort [new]: 0x 0 ms -> 1x 100 ms (+100 ms, 100% of the change beyond noise; count changed; time "
+            "beyond its noise"
             in outcome.message)
     step_time = next(r for r in outcome.records if r.metric == "step_time")
     assert step_time.explanation["rows"][0]["name"] == "op:sort"

@@ -1,21 +1,32 @@
 """What changed: the diff of two sides' operator/kernel tables (rank/time_table.py defines the rows).
 
-Per row: the median over runs of its count and time per step on each side, the change in time and its share of
-the summed change of its family (a share can pass 100 % when rows moved in opposite directions; the module: rows
-hold the op/kernel rows' time again, by module, so each family sums on its own). A run's table is trimmed to its
-slowest rows (rank/time_table.trimmed), so a small row may be missing from some runs: a side's figures for a row
-come from its runs that kept it (a count is exact, so one kept run gives it; a kept time is the upper part of that
-side's spread). A row in no run of the reference is "new", in no run of the candidate "gone", unless a table of
-that side may have cut it (the row, wherever seen, within twice that table's smallest kept row) or the other side
-holds it in no more than half its runs (a small row's self time that flickers about the cut-off): then it is
-"cut", its absence says nothing and it never stands out. A row's noise is the larger side's max - min of its time over the
-runs that give a figure for it (unknown with one a side): a rough, deliberately wide band. A row stands out when |change| > noise and at least MATERIAL of the reference step's
-table, or when its per-step counts do not overlap between the sides (counts are the same every step of an
-unchanged run). A family's summed rest, ``(other)``, names nothing: it never stands out and ranks last. Rows rank
-by |change| in time, or, where only counts failed, by |change| in count (each row's share of the count's change),
-the rows whose counts changed first (a flops: row's count is its module's FLOPs a step, exact). The rows of the
-clock a failed figure reads come first (`explain_by`): under a failed gpu_time, a CUDA table's kernel rows before
-its host rows, whose microseconds are another clock's.
+Per row: the median over runs of its count and time per step on each side, the change in time and its share of its
+family's change (below; the module: rows hold the op/kernel rows' time again, by module, so each family is shared on
+its own). A run's table is trimmed to its slowest rows (rank/time_table.trimmed), so a small row may be missing from
+some runs: a side's figures for a row come from its runs that kept it (a count is exact, so one kept run gives it; a
+kept time is the upper part of that side's spread). A row in no run of the reference is "new", in no run of the
+candidate "gone", unless a table of that side may have cut it (the row, wherever seen, within twice that table's
+smallest kept row) or the other side holds it in no more than half its runs (a small row's self time that flickers
+about the cut-off): then it is "cut", its absence says nothing and it never stands out. A row's noise is the larger
+side's max - min of its time over the runs that give a figure for it (unknown with one a side): a rough,
+deliberately wide band. A row stands out when |change| > noise and at least MATERIAL of the reference step's table,
+or when its per-step counts do not overlap between the sides (counts are the same every step of an unchanged run; a
+new or gone row's count changed). A family's summed rest, ``(other)``, names nothing: it never stands out and ranks
+last.
+
+The share (`rank`, the one definition): a row that stands out gets its change over the sum of the absolute changes
+of the rows of its family that stand out (a flops: row's change is in FLOPs, its count; every other row's in
+seconds); a row within its noise gets none. Rows within their noise are what an A/A shows, so letting them into the
+sum would let noise that happens to cancel or to outweigh the real change give a grown row a negative share, or one
+over 100 %; over the rows that stand out, the absolute shares of a family add up to 100 %, each in [0, 100 %],
+signed by the row's direction (a replaced kernel: gone and new each a part of the same whole). Rows rank by that
+share: every row that stands out before every row within its noise, then by the size of the change, which within a
+family is the order of the shares (one sum) and across families, whose shares are of different sums (another clock),
+compares seconds; a flops: row after the time rows of its tier. Before that, the rows of the clock a failed figure
+reads come first (`explain_by`): under a failed gpu_time, a CUDA table's kernel rows before its host rows, whose
+microseconds are another clock's; and where only counts failed, the rows whose count changed before those whose time
+alone moved (a time that moved explains no count). The terminal, the JSON and HTML reports and the PR comment (its
+top three rows that stand out) all read this one order.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ class ExplainRow:
     change: float  # candidate_time - reference_time
     noise: float | None  # None: a side has one run
     beyond_noise: bool
-    share: float | None  # None when the summed change is 0
+    share: float | None  # in [-1, 1] (`rank`); None: within its noise, or its family's rows that stand out moved 0
     status: str = ""  # "new", "gone", "cut" or ""
     count_changed: bool = False
 
@@ -68,6 +79,8 @@ class Explanation:
     reference_runs: int
     candidate_runs: int
     missing: str = ""
+    by: str = "time"  # how the rows are ranked (`rank`, `explain_by`)
+    first: tuple[str, ...] = ()
 
     def shown(self, top: int, modules: int = SHOWN_MODULES) -> list[ExplainRow]:
         """The top rows of what ran (ops, kernels, collectives, FLOPs), then the module: rows that stand out: a
@@ -82,14 +95,20 @@ class Explanation:
     def to_json(self) -> dict[str, Any]:
         return {"rows": [r.to_json() for r in self.rows], "reference_runs": self.reference_runs,
                 "candidate_runs": self.candidate_runs, "missing": self.missing,
-                "method": "medians over runs; noise: larger side's max-min over runs; ranks averaged"}
+                "by": self.by, "first": list(self.first),
+                "method": "medians over runs; noise: larger side's max-min over runs; ranks averaged; share: a "
+                          "row's change over the summed absolute change of its family's rows that stand out"}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Explanation":
+        """Read back, shared and ranked again by `rank` (a document written before the ranking was stored ranks
+        every family alike, by time), so every reader reads the one ranking."""
         fields = set(ExplainRow.__dataclass_fields__)
-        return cls(rows=[ExplainRow(**{k: v for k, v in r.items() if k in fields}) for r in d.get("rows") or []],
-                   reference_runs=int(d.get("reference_runs") or 0),
-                   candidate_runs=int(d.get("candidate_runs") or 0), missing=str(d.get("missing") or ""))
+        by, first = str(d.get("by") or "time"), tuple(d.get("first") or ())
+        rows = [ExplainRow(**{k: v for k, v in r.items() if k in fields}) for r in d.get("rows") or []]
+        return cls(rows=rank(rows, by, first), reference_runs=int(d.get("reference_runs") or 0),
+                   candidate_runs=int(d.get("candidate_runs") or 0), missing=str(d.get("missing") or ""), by=by,
+                   first=first)
 
     def lines(self, sides: tuple[str, str] = ("baseline", "current"), top: int = SHOWN_ROWS) -> list[str]:
         """The top rows in words, as the failure message and the terminal show them."""
@@ -110,7 +129,7 @@ class Explanation:
             share = _share(r)
             if r.name.startswith(FLOPS):  # a module's own FLOPs a step (exact): no time, no noise
                 out.append(f"  {_label(r)}: {_flop(r.reference_count)} -> {_flop(r.candidate_count)} a step "
-                           f"({_signed_flop(r.candidate_count - r.reference_count)}; "
+                           f"({_signed_flop(r.candidate_count - r.reference_count)}{share}; "
                            f"{'changed' if r.count_changed else 'unchanged'})")
                 continue
             out.append(f"  {_label(r)}: {_count(r.reference_count)}x {_ms(r.reference_time)} -> "
@@ -131,10 +150,11 @@ class Explanation:
             name = _label(r)
             if r.name.startswith(FLOPS):
                 return [name, _flop(r.reference_count), "–", _flop(r.candidate_count), "–",
-                        _signed_flop(r.candidate_count - r.reference_count), "–", "exact",
+                        _signed_flop(r.candidate_count - r.reference_count),
+                        "–" if r.share is None else f"{abs(r.share):.0%}", "exact",
                         "count" if r.count_changed else "no"]
             return [name, _count(r.reference_count), _ms(r.reference_time), _count(r.candidate_count),
-                    _ms(r.candidate_time), _signed_ms(r.change), "–" if r.share is None else f"{r.share:.0%}",
+                    _ms(r.candidate_time), _signed_ms(r.change), "–" if r.share is None else f"{abs(r.share):.0%}",
                     "unknown" if r.noise is None else _ms(r.noise),
                     "yes" if r.beyond_noise else "count" if r.count_changed else "no"]
 
@@ -148,20 +168,38 @@ class Explanation:
                 for r in self.shown(top) if r.stands_out and not r.name.startswith(FLOPS)]
 
     def short(self, top: int = 3) -> str:
-        """The top rows in one line, as the PR comment lists them."""
+        """The top rows that stand out in one line, as the PR comment lists them: the head of the one ranking."""
         if self.missing:
             return "nothing to explain (" + self.missing.split(" (")[0] + ")"
-        return "; ".join(f"`{r.name}` " + (_signed_flop(r.candidate_count - r.reference_count)
-                                           if r.name.startswith(FLOPS) else _signed_ms(r.change))
-                         + (f" ({r.status})" if r.status else "")
-                         + ("" if r.stands_out else " within noise") for r in self.shown(top, modules=1))
+        shown = [r for r in self.shown(top, modules=1) if r.stands_out]
+        if not shown:
+            return "no row changed beyond its noise"
+
+        def one(r: ExplainRow) -> str:
+            notes = [r.status] if r.status else []
+            if r.share is not None:
+                notes.append(("shrank: " if r.share < 0 else "") + f"{abs(r.share):.0%} of {_whose(r)}")
+            return (f"`{r.name}` " + (_signed_flop(r.candidate_count - r.reference_count)
+                                     if r.name.startswith(FLOPS) else _signed_ms(r.change))
+                    + (f" ({'; '.join(notes)})" if notes else ""))
+
+        return "; ".join(one(r) for r in shown)
+
+
+_WHOSE = {MODULE: "the modules' change", CPU: "the host rows' change", FLOPS: "the FLOPs' change"}
+
+
+def _whose(r: ExplainRow) -> str:
+    return _WHOSE.get(family(r.name), "the change")
 
 
 def _share(r: ExplainRow) -> str:
+    """`, 81% of the change beyond noise` (a row that grew), `, shrank: 76% of ...` (one that shrank), or nothing
+    (a row within its noise: no share)."""
     if r.share is None:
         return ""
-    whose = "the modules' change" if family(r.name) == MODULE else "the change"
-    return f", {r.share:.0%} of {whose}"
+    beyond = "" if r.name.startswith(FLOPS) else " beyond noise"  # FLOPs are exact
+    return f", {'shrank: ' if r.share < 0 else ''}{abs(r.share):.0%} of {_whose(r)}{beyond}"
 
 
 def _label(r: ExplainRow) -> str:
@@ -241,20 +279,31 @@ def explain(reference_runs: Sequence[Mapping[str, Sequence[float]] | None],
                                beyond_noise=(status != "cut" and not rest and noise is not None
                                              and abs(change) > noise and abs(change) >= MATERIAL * step),
                                share=None, status=status, count_changed=count_changed))
-    totals = {fam: sum(r.change for r in rows if family(r.name) == fam) for fam in OTHERS}
-    for r in rows:  # a share of its own family's change: the module: rows hold the op/kernel rows' time again
-        total = totals[family(r.name)]
-        r.share = r.change / total if total else None
+    return Explanation(rank(rows, by, first), len(ref), len(cand), by=by, first=tuple(first))
 
-    def tier(r: ExplainRow) -> tuple[bool, bool, bool]:
-        return r.name in OTHERS.values(), not r.stands_out, bool(first) and family(r.name) not in first
 
-    if by == "count":  # by each row's share of the count's change
-        rows.sort(key=lambda r: (*tier(r), not r.count_changed, -abs(r.candidate_count - r.reference_count),
-                                 -abs(r.change), r.name))
-    else:
-        rows.sort(key=lambda r: (*tier(r), -abs(r.change), r.name))
-    return Explanation(rows, len(ref), len(cand))
+def _measured(r: ExplainRow) -> float:
+    """What a row's share is of: a flops: row's change in FLOPs (its count, exact), every other row's in seconds."""
+    return r.candidate_count - r.reference_count if r.name.startswith(FLOPS) else r.change
+
+
+def rank(rows: Sequence[ExplainRow], by: str = "time", first: Sequence[str] = ()) -> list[ExplainRow]:
+    """The rows with their shares set, in the one order every reader shows (module docstring): `by` "count" (only
+    counts failed) puts the rows whose count changed first among those that stand out; `first`, the families the
+    failed figures read."""
+    totals: dict[str, float] = {}
+    for r in rows:
+        if r.stands_out:
+            totals[family(r.name)] = totals.get(family(r.name), 0.0) + abs(_measured(r))
+    for r in rows:
+        total = totals.get(family(r.name), 0.0)
+        r.share = _measured(r) / total if r.stands_out and total else None
+
+    def key(r: ExplainRow) -> tuple:
+        return (r.name in OTHERS.values(), not r.stands_out, bool(first) and family(r.name) not in first,
+                by == "count" and not r.count_changed, r.name.startswith(FLOPS), -abs(_measured(r)), r.name)
+
+    return sorted(rows, key=key)
 
 
 def explain_by(failed: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:

@@ -143,7 +143,8 @@ def render_pr_comment(doc: Mapping[str, Any], html_url: str | None = None, html_
 
 
 def _explained_lines(session: SessionDocument) -> list[str]:
-    """What changed in each job with a failing verdict: its top three rows (figures/explain.py), a line a job."""
+    """What changed in each job with a failing verdict, a line a job: the top three rows that stand out of the one
+    ranking the terminal and the reports show (figures/explain.py: `Explanation.short`), each with its share."""
     found: dict[str, Explanation] = {}
     for t in session.tests:
         for v in t.verdicts:
