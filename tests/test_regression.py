@@ -556,3 +556,103 @@ def test_a_saved_baseline_says_what_it_lets_the_gate_decide(tmp_path):
     lines = "\n".join(render([TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records)]))
     assert "no baseline yet" not in lines  # it was just saved
     assert re.search(r"test_x +ddp tiny x2 cpu +step_time +6 +4\d.\d% +\+5.0% +\+\d+.\d% +no: interval ×/÷", lines)
+
+
+# -- a job's verdicts as the reports say them -------------------------------------------------------------------
+def test_a_verdict_stopped_by_another_figures_failure_says_so_and_names_no_next_look():
+    """A failed figure ends the job's runs: an undecided verdict of the job says it stopped there, never 'next look
+    at 6' (no further look runs)."""
+    from pytest_distperf.decide.regression import until_job_decided
+    from pytest_distperf.decide.stopping import Budget, Clock
+    from pytest_distperf.report.undecided import undecided_text
+
+    c = lambda *n: MetricSeries("flops", "lower", "count", list(n))  # noqa: E731
+    wall = decide_time([100, 101, 99] * 4, [150])  # one run: too few to bound, next look at 3
+    flops = decide_metric("t", "job", "flops_per_step", c(1000), c(1200), Policy())
+    assert wall.status == "inconclusive" and wall.next_look and flops.status == "fail"
+    assert "next look at" in wall.interval_text()
+
+    def extend() -> None:
+        raise AssertionError("no run may start once a figure failed")
+
+    why = until_job_decided(lambda: [wall, flops], lambda: 1, extend, Budget(max_pairs=12), Clock())
+    assert why == "flops_per_step failed"
+    wall.stopped = flops.stopped = why
+    assert wall.interval_text() == "1 run: too few to bound" and "next look" not in undecided_text(wall)
+    assert undecided_text(wall).endswith("(1 run: too few to bound; stopped: flops_per_step failed)")
+    lines = describe_verdict(wall, Policy())
+    assert lines[-1].endswith("; stopped: flops_per_step failed") and "next look" not in "\n".join(lines)
+    assert "stopped" not in "\n".join(describe_verdict(flops, Policy()))  # the failed one decided: no stop to say
+    # a budget's stop drops the next look too; a decided or still looking verdict keeps it
+    wall.stopped = "max 1 run"
+    assert "next look" not in wall.interval_text()
+    wall.stopped = ""
+    assert wall.interval_text().endswith("next look at 3")
+
+
+def test_a_count_says_the_runs_the_job_had_not_only_the_one_that_counted_it():
+    """Counts are measured in a job's first run of a session: the message says so, with the job's real run counts,
+    as the what-changed lines under it do ('median of 12 baseline / 3 current runs')."""
+    c = lambda *n: MetricSeries("ops", "lower", "count", list(n))  # noqa: E731
+    entry = JobEntry("job", "h", {}, {"step_time": time_series([100, 101, 99] * 4), "aten_ops_per_step": c(376)})
+    current = {"step_time": time_series([100, 101, 99]), "aten_ops_per_step": c(552)}
+    by = {v.metric: v for v in decide_job("t", "job", entry, "h", current, Policy(), "")}
+    ops = by["aten_ops_per_step"]
+    assert ops.status == "fail" and (ops.baseline_job_runs, ops.current_job_runs) == (12, 3)
+    lines = describe_verdict(ops, Policy())
+    assert lines[1:3] == ["  baseline 376 (counted in the first of 12 runs)",
+                          "  current  552 (counted in the first of 3 runs)"], lines
+    assert "(1 run)" not in "\n".join(lines)
+    # measured in every run: the candidate's worst, the reference's median
+    every = decide_metric("t", "job", "comms.all_reduce.calls_per_step", c(4, 4, 4), c(4, 5, 4), Policy())
+    assert describe_verdict(every, Policy())[1:3] == ["  baseline 4 (median of 3 runs)", "  current  5 (worst of 3 runs)"]
+    # head vs base: both sides' pairs
+    from pytest_distperf.decide.against import decide_pairs
+    from pytest_distperf.decide.decision import Design
+    from pytest_distperf.rank.results import WorkResult
+    from pytest_distperf.spec.job import JobSpec
+
+    job = JobSpec(world_size=2, device="cpu", strategy="ddp", steps=4)
+
+    def run(ms: float, ops: int | None):
+        r = fake_run(job, ms)
+        for rank in r.ranks:
+            rank.work = WorkResult(steps=2, state_bytes=30 * MiB, step_peak_bytes=[MiB] * 2,
+                                   aten_ops=[ops] * 2 if ops else None)
+        return r
+
+    pairs = [(run(100, 552 if i == 0 else None), run(100, 376 if i == 0 else None)) for i in range(3)]
+    [ops] = [v for v in decide_pairs("t", "job", pairs, Policy(), Design()) if v.metric == "aten_ops_per_step"]
+    lines = describe_verdict(ops, Policy(), ("base", "head"))
+    assert lines[1:3] == ["  base 376 (counted in the first of 3 runs)", "  head 552 (counted in the first of 3 runs)"]
+
+
+def test_no_baseline_yet_shows_the_nearest_stored_job_and_a_save_command_with_the_machine_class_options(tmp_path):
+    """The terminal's 'no baseline yet' section: under the job, the nearest stored job and how it differs; the
+    command repeats the options that decide where the baseline goes (world size, device, baselines folder)."""
+    from pytest_distperf.decide.policy import GateSettings
+    from pytest_distperf.decide.regression import BaselineGate, GateSession
+    from pytest_distperf.decide.stopping import Budget
+    from pytest_distperf.spec.job import JobSpec
+
+    args = ("--distperf-baselines", "my-baselines", "--distperf-device", "cpu", "--distperf-world-size", "1")
+    session = GateSession(GateSettings(str(tmp_path / "baselines"), True, Policy(), accept_args=args), str(tmp_path))
+    old = JobSpec(world_size=2, device="cpu", strategy="ddp", options={"bucket_cap_mb": 1}, steps=4)
+    gate = BaselineGate(session, "t.py::test_x", "cpu", 2, Policy())
+    gate.budget = Budget(max_pairs=3)
+    gate.check(old, [fake_run(old, 100) for _ in range(3)])
+    gate.finish(test_passed=True)
+    session = GateSession(GateSettings(str(tmp_path / "baselines"), False, Policy(), accept_args=args), str(tmp_path))
+    new = JobSpec(world_size=2, device="cpu", strategy="ddp", options={"bucket_cap_mb": 2}, steps=4)
+    gate = BaselineGate(session, "t.py::test_x", "cpu", 2, Policy())
+    gate.check(new, [fake_run(new, 100) for _ in range(3)])
+    landing = gate.finish(test_passed=True)
+    assert landing.context.save_args == list(args)
+    doc = TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records, landing.context)
+    for d in (doc, TestDocument.from_json(json.loads(json.dumps(doc.to_json())))):  # also read back from JSON
+        lines = render([d])
+        start = lines.index("no baseline yet for 1 job(s); to record one, run the command shown:")
+        assert lines[start + 1].endswith(": pytest --distperf --distperf-save --distperf-baselines my-baselines "
+                                         "--distperf-device cpu --distperf-world-size 1 t.py::test_x"), lines[start + 1]
+        assert lines[start + 2] == ("    this job is not in the baseline; the nearest there, ddp[bucket_cap_mb=1] tiny "
+                                    "x2 cpu, differs in: options.bucket_cap_mb 1 -> 2"), lines[start + 2:]

@@ -24,7 +24,7 @@ from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
 from pytest_distperf.decide.verdicts import (MetricVerdict, decide_metric, failure_lines, is_failing, job_metrics,
-                                             property_text, secondary_text)
+                                             property_text, secondary_text, set_job_runs)
 from pytest_distperf.store.baselines import explain_tables, job_identity, metrics_from_runs
 from pytest_distperf.decide import decision
 from pytest_distperf.decide.stopping import Budget, Clock
@@ -182,6 +182,7 @@ def decide_pairs(test: str, job: str, pairs: list[tuple[RunResult, RunResult]], 
         v = decide_metric(test, job, name, base[name], head[name], policy, design, paired=True)
         v.secondary = secondary_text(name, device, base, head, ("base", "head"))
         out.append(v)
+    set_job_runs(out, base, head)
     return out
 
 
@@ -247,6 +248,7 @@ class AgainstGate:
               clock: Clock | None = None, progress: Callable[[str], None] | None = None) -> list[MetricVerdict]:
         paired = self._job(job)
         if self._paired(paired):
+            self.stopped.pop(paired.label, None)  # an earlier check's stop (shared runs) is not this one's
             self.stopped[paired.label] = until_job_decided(
                 lambda: self._decide(paired), lambda: len(paired.base_runs), extend, self.budget, clock or Clock(),
                 False, progress, paired.label, against="head vs base", unit="pairs")

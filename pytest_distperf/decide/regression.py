@@ -21,7 +21,7 @@ from pytest_distperf.decide.decision import Design
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.decide.verdicts import (DetectableChange, MetricVerdict, decide_metric, describe_verdict,
                                              detectable_changes, failure_lines, is_failing, is_pending, job_metrics,
-                                             property_text, secondary_text)
+                                             property_text, secondary_text, set_job_runs)
 from pytest_distperf.figures.explain import explain, explain_by
 from pytest_distperf.figures.quantities import WORK_METRICS, JobFigures, JobRuns
 from pytest_distperf.spec.job import JobSpec
@@ -50,6 +50,7 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
             v.note = (v.note + "; " if v.note else "") + script
         v.secondary = secondary_text(name, device, stored, current)
         out.append(v)
+    set_job_runs(out, stored, current)
     return out
 
 
@@ -66,6 +67,9 @@ def config_change(entry: JobEntry, config_hash: str, config: dict[str, Any] | No
             f"(hash {entry.config_hash} -> {config_hash})")
 
 
+NEAREST = "the nearest there"  # how nearest_job's note begins: the terminal's "no baseline yet" section shows it
+
+
 def nearest_job(stored: dict[str, JobEntry], config: dict[str, Any] | None) -> str:
     """'; the nearest there, <label>, differs in: script.args [...] -> [...]': the stored job whose configuration
     differs from this one's in the fewest fields, so a job renamed by a changed argument or option reads as that
@@ -77,7 +81,7 @@ def nearest_job(stored: dict[str, JobEntry], config: dict[str, Any] | None) -> s
     if not found:
         return ""
     _, label, changes = min(found)
-    return f"; the nearest there, {label}, differs in: {'; '.join(changes)}"
+    return f"; {NEAREST}, {label}, differs in: {'; '.join(changes)}"
 
 
 def script_change(entry: JobEntry | None, script_sha256: str | None) -> str:
@@ -91,7 +95,9 @@ def script_change(entry: JobEntry | None, script_sha256: str | None) -> str:
 
 def save_command(nodeid: str, args: Sequence[str] = ()) -> str:
     """The command that records `nodeid`'s baseline, each word shell-quoted: a parametrized id's brackets are a
-    glob to zsh, and an id may hold spaces."""
+    glob to zsh, and an id may hold spaces. `args`: the options that decide where the baseline goes (the machine
+    class's world size, device, launcher ..., and the baselines folder: GateSettings.accept_args), which every
+    caller must pass, else the command saves into another machine class's folder."""
     return shlex.join(["pytest", "--distperf", "--distperf-save", *args, nodeid])
 
 
@@ -136,9 +142,14 @@ def until_job_decided(verdicts: Callable[[], list[MetricVerdict]], runs: Callabl
                  f"{v.interval_text()} vs +{(v.threshold or 0):.1%}), running {unit} {n + 1}-{target} "
                  f"for the look at {target}")
 
-    _, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
-                                 say if progress else None, unit)
-    return f"{runs()} runs recorded" if save_mode and why == "decided" else why
+    last, why = stopping.look_until(verdicts, pending, lambda _: runs(), extend, budget, clock,
+                                    say if progress else None, unit)
+    if save_mode:
+        return f"{runs()} runs recorded" if why == "decided" else why
+    failed = [v.metric for v in last if v.status == "fail"]
+    if why == "decided" and failed and any(is_pending(v) for v in last):
+        return f"{', '.join(dict.fromkeys(failed))} failed"  # the undecided ones got no further look
+    return why
 
 
 class GateSession:
@@ -197,6 +208,8 @@ class GateContext:
     saved: str | None = None  # the baseline file --distperf-save wrote
     replaced: dict[str, Any] | None = None  # what that save wrote over (replacement); None: no baseline was there
     against: dict[str, Any] | None = None  # head vs base: BaseCheckout.to_json
+    # the options that decide where the test's baseline goes (GateSettings.accept_args): save_command repeats them
+    save_args: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -225,7 +238,8 @@ class GateContext:
             return None
         return cls(**{**{name: d[name] for name in cls.__dataclass_fields__ if d.get(name) is not None},
                       "machine": dict(d.get("machine") or {}), "environment": dict(d.get("environment") or {}),
-                      "environment_changes": [str(c) for c in d.get("environment_changes") or []]})
+                      "environment_changes": [str(c) for c in d.get("environment_changes") or []],
+                      "save_args": [str(a) for a in d.get("save_args") or []]})
 
 
 @dataclass
@@ -343,6 +357,7 @@ class BaselineGate:
         """Gate.check; with --distperf-save `extend` adds runs up to the budget's count instead."""
         m = self._job(job)
         m.add(runs)
+        self.stopped.pop(m.label, None)  # an earlier check's stop (shared runs) is not this one's
         self.stopped[m.label] = until_job_decided(lambda: self._decide(m), lambda: len(m.runs), extend, self.budget,
                                                   clock or Clock(), self.save_mode, progress, m.label)
         return self._decide(m)
@@ -423,7 +438,7 @@ class BaselineGate:
             machine_class=self.machine.name, machine=self.machine.to_dict(), environment=self.environment,
             baseline_file=self.path, baseline_saved_at=self.baseline.saved_at if self.baseline else None,
             baseline_environment=self.baseline.environment if self.baseline else None,
-            environment_changes=list(self.env_changes))
+            environment_changes=list(self.env_changes), save_args=list(self.session.settings.accept_args))
 
     def _message(self, failing: list[MetricVerdict]) -> str:
         rel = os.path.relpath(self.path, self.session.rootdir)

@@ -40,8 +40,12 @@ class MetricVerdict:
     current: float | None = None
     baseline_cv: float | None = None  # run-to-run: sd of the log run values
     current_cv: float | None = None
-    baseline_runs: int = 0
+    baseline_runs: int = 0  # the runs behind the figure (a count: the runs that counted it)
     current_runs: int = 0
+    # The job's runs on each side (0: not known, as many as the figure's): a count is measured in a job's first run
+    # of a session only (rank/work.py), so its figure stands on fewer runs than the job has.
+    baseline_job_runs: int = 0
+    current_job_runs: int = 0
     delta: float | None = None  # current/baseline - 1
     low: float | None = None  # the interval of delta (None: unbounded or exact)
     high: float | None = None
@@ -69,9 +73,11 @@ class MetricVerdict:
         if self.metric_kind == "count" or (self.low is None and self.high is None and self.level is None):
             return "-"
         low, high = self.low, self.high
+        # a verdict whose runs stopped (a budget, another figure's failure) gets no next look: none is said
+        next_look = self.next_look if self.stopped in ("", "decided") else None
         return bound_text(1.0 + (self.delta or 0.0), None if low is None else 1.0 + low,
                           None if high is None else 1.0 + high, self.current_runs, "runs", self.current_cv,
-                          "run-to-run", self.next_look, delta=True, decided=self.status in ("pass", "fail", "improved"))
+                          "run-to-run", next_look, delta=True, decided=self.status in ("pass", "fail", "improved"))
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "baseline", **asdict(self), "interval_text": self.interval_text()}
@@ -109,6 +115,20 @@ def decide_metric(test: str, job: str, metric: str, baseline: MetricSeries | Non
         t, v.threshold_text = limit_of(baseline, policy, metric)
         _decide_interval(v, baseline, current, t, design, paired)
     return v
+
+
+def job_runs(series: Mapping[str, MetricSeries]) -> int:
+    """How many runs a job's figures come from: its most-measured figure's (step time is measured in every run)."""
+    return max((len(s.runs) for s in series.values()), default=0)
+
+
+def set_job_runs(verdicts: list[MetricVerdict], reference: Mapping[str, MetricSeries],
+                 current: Mapping[str, MetricSeries]) -> None:
+    """Each verdict's job run counts, so a count measured in fewer runs says how many the job had."""
+    for v in verdicts:
+        v.current_job_runs = job_runs(current)
+        if v.baseline_runs:
+            v.baseline_job_runs = job_runs(reference)
 
 
 def job_metrics(current: dict[str, MetricSeries], policy: Policy, device: str | None) -> list[str]:
@@ -296,12 +316,23 @@ def is_failing(v: MetricVerdict, policy: Policy) -> bool:
             or (v.status == "inconclusive" and policy.strict))
 
 
-def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str) -> str:
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str, job_runs: int = 0,
+                 center: str = "worst") -> str:
+    """The figure with the runs behind it. A count: `center` ("worst" of the candidate's runs, "median" of the
+    reference's) of the runs that counted it, and the job's runs where it had more (counts are measured in a
+    job's first run of a session only)."""
     text = fmt_value(value, unit)
     if kind == "count":
-        return f"{text} ({'worst of ' if runs > 1 else ''}{runs} run{'s' if runs != 1 else ''})"
+        if job_runs > runs:
+            counted = "the first" if runs == 1 else f"{center} of {runs}"
+            return f"{text} (counted in {counted} of {job_runs} runs)"
+        return f"{text} ({f'{center} of ' if runs > 1 else ''}{_runs(runs)})"
     spread = f", run-to-run {cv:.1%}" if cv is not None else ""
-    return f"{text} (geometric mean of {runs} run{'s' if runs != 1 else ''}{spread})"
+    return f"{text} (geometric mean of {_runs(runs)}{spread})"
 
 
 def failure_lines(failing: list[MetricVerdict], policy: Policy,
@@ -318,18 +349,20 @@ def failure_lines(failing: list[MetricVerdict], policy: Policy,
 def describe_verdict(v: MetricVerdict, policy: Policy, sides: tuple[str, str] = ("baseline", "current")) -> list[str]:
     """The lines of a failure message for one verdict; `sides` names its reference and candidate."""
     head = f"{v.job}: {v.metric} {v.status.upper()}"
-    current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind)
+    current = _with_spread(v.current, v.current_cv, v.current_runs, v.unit, v.metric_kind, v.current_job_runs)
     if v.status in ("new", "not comparable"):
         why = " (--distperf-require-baseline)" if policy.require_baseline else ""
         return [f"{head}: {v.note}{why}; current {current}"]
     text = v.interval_text()
     interval = ("" if v.level is None else f": {text}" if is_words(text) else f", {v.level:.0%} interval {text}")
     width = max(map(len, sides))
+    reference = _with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind, v.baseline_job_runs,
+                             "median")  # a count's reference figure is the median of its runs
     lines = [f"{head}: {fmt_pct(v.delta)} vs {sides[0]}{interval}; limit {v.threshold_text}",
-             f"  {sides[0]:<{width}} {_with_spread(v.baseline, v.baseline_cv, v.baseline_runs, v.unit, v.metric_kind)}",
-             f"  {sides[1]:<{width}} {current}"]
+             f"  {sides[0]:<{width}} {reference}", f"  {sides[1]:<{width}} {current}"]
     if v.note:
-        lines.append(f"  {v.note}" + (f"; {v.stopped}" if v.stopped and v.stopped != "decided" else ""))
+        stopped = v.status == "inconclusive" and v.stopped not in ("", "decided")  # why it stayed undecided
+        lines.append(f"  {v.note}" + (f"; stopped: {v.stopped}" if stopped else ""))
     if v.secondary:
         lines.append(f"  {v.secondary}")
     if v.status == "inconclusive" and policy.strict:

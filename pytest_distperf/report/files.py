@@ -32,8 +32,13 @@ def json_report(entries: Iterable[TestDocument], environment: dict[str, Any], in
 
 
 # -- Markdown job summary ---------------------------------------------------------------------------------------
+NO_TEST = "no distperf test ran"  # the PR comment's words for a session without one (report/pr_comment.py)
+
+
 def markdown_summary(entries: Iterable[TestDocument]) -> str:
     entries = list(entries)
+    if not entries:  # nothing selected (exit 5), or no test used distperf: said, not left out
+        return f"## distperf\n\n**{NO_TEST}** (0 tests)\n"
     lines = _md_counts(entries) + out_of_budget.markdown_lines(entries)  # not measured: as visible as a failure
     if lines[-1] != "":
         lines.append("")
@@ -64,7 +69,16 @@ def _md_counts(entries: list[TestDocument]) -> list[str]:
     return ["## distperf", "",
             f"**{len(entries)} test(s)**: {sum(e.outcome == 'passed' for e in entries)} passed, {failed} failed"
             + (f", {out_of_budget.count_text(unmeasured)}" if unmeasured else "")
-            + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else ""), ""]
+            + (f" · machine class {', '.join(f'`{c}`' for c in classes)}" if classes else "")
+            + "".join(f" · {label}" for label in _references(entries)), ""]
+
+
+def _references(entries: list[TestDocument]) -> list[str]:
+    """Head vs base (--distperf-against): 'head 03dfeb6b... vs base e5bebb81... (merge base of main and HEAD)',
+    as the terminal, the PR comment and the JSON report name both commits; [] against stored baselines."""
+    labels = [str((e.context.against or {}).get("label") or "") for e in entries if e.context is not None]
+    labels += [v.reference for e in entries for v in e.verdicts]
+    return [label for label in dict.fromkeys(labels) if label]
 
 
 def _md_undecided(entries: list[TestDocument]) -> list[str]:
@@ -89,8 +103,15 @@ def _md_jobs(entries: list[TestDocument]) -> list[str]:
 
 
 def _md_verdicts(entries: list[TestDocument]) -> list[str]:
-    return _md_table(["test", "job", "metric", "baseline", "current", "Δ", "98% interval", "status"],
-                     [baseline_row(e.nodeid, v) for e in entries for v in e.verdicts])
+    """The verdicts against stored baselines (baseline / current), then head vs base's under their commits
+    (base / head), as the terminal shows them."""
+    lines = _md_table(["test", "job", "metric", "baseline", "current", "Δ", "98% interval", "status"],
+                      [baseline_row(e.nodeid, v) for e in entries for v in e.verdicts if not v.reference])
+    for reference in dict.fromkeys(v.reference for e in entries for v in e.verdicts if v.reference):
+        rows = [baseline_row(e.nodeid, v) for e in entries for v in e.verdicts if v.reference == reference]
+        lines += ([""] if lines else []) + [f"**{md_cell(reference)}**", ""] + _md_table(
+            ["test", "job", "metric", "base", "head", "Δ", "98% interval", "status"], rows)
+    return lines
 
 
 def _md_checks(entries: list[TestDocument]) -> list[str]:
@@ -181,11 +202,16 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
                           benchmark_path: str | None, step_summary_path: str | None,
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
                           pr_comment_path: str | None = None, html_url: str | None = None,
-                          history_url: str | None = None) -> list[str]:
+                          history_url: str | None = None, enabled: bool | None = None) -> list[str]:
     """Write the reports asked for, all drawn from the one redacted JSON report document (appended to the
-    history first, with `history_url`); returns what was written, one line each."""
+    history first, with `history_url`); returns what was written, one line each. `enabled`: the session ran with
+    --distperf (None: read from `invocation`, whose baselines folder is set only then); a session with it and no
+    distperf test (none selected, exit 5) still appends its line to the job summary, as the PR comment says it."""
     written: list[str] = []
-    if not (json_path or benchmark_path or html_path or pr_comment_path or (step_summary_path and entries)
+    if enabled is None:
+        enabled = invocation.get("baselines") is not None
+    step_summary_path = step_summary_path if step_summary_path and (entries or enabled) else None
+    if not (json_path or benchmark_path or html_path or pr_comment_path or step_summary_path
             or (history_url and entries)):
         return written
     from pytest_distperf.store.redact import redact, redact_text
@@ -218,7 +244,7 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
     if benchmark_path:
         write_json_atomic(benchmark_path, redact(benchmark_json(entries, environment)), lock=False)
         written.append(f"pytest-benchmark JSON {benchmark_path}")
-    if step_summary_path and entries:
+    if step_summary_path:
         with open(step_summary_path, "a", encoding="utf-8") as f:  # $GITHUB_STEP_SUMMARY: each step appends
             f.write(redact_text(markdown_summary(entries)))
         written.append(f"job summary to {step_summary_path}")

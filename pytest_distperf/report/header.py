@@ -22,13 +22,74 @@ def _gpus(n: int) -> str:
 
 
 def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
-    """(device, why) for the session's default world size, as `--distperf-device` resolves it."""
+    """(device, why) for the session's default world size, as `--distperf-device` resolves it. Said before the
+    tests are collected: a marker's world_size may differ, unless the command line overrides it."""
     ws = settings.world_size
     if settings.device == "cpu":
         return "cpu", "--distperf-device=cpu"
     if settings.device == "cuda":
         return "cuda", f"--distperf-device=cuda, {_gpus(gpus)} visible"
-    return "cuda" if gpus >= ws else "cpu", f"auto: {_gpus(gpus)} visible, tests need {ws}"
+    need = (f"tests need {ws}" if getattr(settings, "world_size_override", False)
+            else f"a test of world size {ws} needs {ws}")
+    return "cuda" if gpus >= ws else "cpu", f"auto: {_gpus(gpus)} visible, {need}"
+
+
+def _planned(plans: Sequence[TestPlan]) -> list[TestPlan]:
+    """The tests that will run (a skipped test's plan has no device)."""
+    return [p for p in plans if p.device is not None]
+
+
+def _count(items: Sequence[object], what: str) -> str:
+    return f"{len(items)} {what}{'s' if len(items) != 1 else ''}"
+
+
+def world_size_text(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
+    """'world size 2', 'world size 1-4 by test' for the planned tests; before collection the default, said as
+    one that a test's marker may override (the command line's is every test's)."""
+    planned = _planned(plans)
+    if planned:
+        sizes = sorted({p.world_size for p in planned})
+        return f"world size {sizes[0]}" if len(sizes) == 1 else f"world size {sizes[0]}-{sizes[-1]} by test"
+    if getattr(settings, "world_size_override", False):
+        return f"world size {settings.world_size}"
+    return f"world size {settings.world_size} by default (a test's distperf(world_size=N) sets its own)"
+
+
+def machine_classes(settings: Settings, plans: Sequence[TestPlan] = (), device: str = "cpu") -> list[str]:
+    """The machine classes (baseline folders) of the planned tests, each once with how many tests use it; before
+    collection the class of the default world size on `device`."""
+    from pytest_distperf.launch.fingerprint import machine_class
+
+    cluster = settings.cluster
+
+    def name(dev: str, ws: int, nodes: int) -> str:
+        if cluster.launcher == "local":
+            return machine_class(dev, ws).name
+        from pytest_distperf.launch.base import make_launcher
+
+        return machine_class(dev, ws, nodes, make_launcher(cluster, nodes).inter_node()).name
+
+    planned = _planned(plans)
+    if not planned:
+        return [name(device, settings.world_size, cluster.nodes)]
+    counts: dict[str, int] = {}
+    for p in planned:
+        key = name(p.device or device, p.world_size, p.nodes)
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{c} ({n} test{'s' if n != 1 else ''})" if len(counts) > 1 else c for c, n in counts.items()]
+
+
+def collection_lines(settings: Settings, plans: Sequence[TestPlan]) -> list[str]:
+    """After collection (pytest_report_collectionfinish, with the selected items' plans): the world sizes,
+    devices and machine classes the selected tests use, which the header, written before collection, can only
+    give as defaults. [] without --distperf or a planned test."""
+    planned = _planned(plans)
+    if not settings.enabled or not planned:
+        return []
+    devices = sorted({p.device for p in planned if p.device})
+    classes = machine_classes(settings, planned)
+    return [f"distperf: the {_count(planned, 'selected test')} to run: {world_size_text(settings, planned)}, "
+            f"device {'/'.join(devices)}; machine class{'es' if len(classes) != 1 else ''} {', '.join(classes)}"]
 
 
 def looks_line(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
@@ -86,13 +147,12 @@ def agent_line(settings: Settings) -> str:
 def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence[TestPlan] = ()) -> list[str]:
     if not settings.enabled:
         return ["distperf: off (performance tests are skipped; run with --distperf)"]
-    from pytest_distperf.launch.fingerprint import machine_class
     from pytest_distperf.launch.devices import visible_gpu_count
 
     gpus = visible_gpu_count()
     device, why = device_reason(settings, gpus)
     shape = settings.shape_cuda if device == "cuda" else settings.shape_cpu
-    lines = [f"distperf: device {device} ({why}); world size {settings.world_size}; shape {shape}; "
+    lines = [f"distperf: device {device} ({why}); {world_size_text(settings, plans)}; shape {shape}; "
              f"{settings.repeats} runs a side, up to {settings.max_repeats} pairs while inconclusive "
              f"({settings.test_budget:g} s a test" + (f", {settings.session_budget:g} s a session"
                                                       if settings.session_budget else "")
@@ -103,17 +163,17 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
     if device == "cuda" and nccl:
         stack.append(f"nccl {nccl}")
     cluster = settings.cluster
-    if cluster.launcher == "local":
-        machine = machine_class(device, settings.world_size)
-    else:
-        from pytest_distperf.launch.base import make_launcher
-
-        machine = machine_class(device, settings.world_size, cluster.nodes,
-                                make_launcher(cluster, cluster.nodes).inter_node())
+    if cluster.launcher != "local":
         lines.append(f"distperf: launcher {cluster.launcher}, {cluster.nodes} node agent(s) a job"
                      + (f" (agents {cluster.agents})" if cluster.launcher == "torchrun" else "")
                      + (f"; job folders in {cluster.shared_dir}" if cluster.shared_dir else ""))
-    lines.append(f"distperf: machine class {machine.name}; {', '.join(stack)}")
+    classes = machine_classes(settings, plans, device)
+    line = f"distperf: machine class{'es' if len(classes) != 1 else ''} {', '.join(classes)}; {', '.join(stack)}"
+    if not (_planned(plans) or getattr(settings, "world_size_override", False)):
+        # before collection: the default world size's class; a test of another world size saves under its own
+        line += (f"; that class is world size {settings.world_size}'s: a test of another world size uses its own "
+                 f"(...-ws<N>)")
+    lines.append(line)
     lines.append(agent_line(settings))
     if gate is not None:
         mode = "save" if gate.settings.save else "compare"

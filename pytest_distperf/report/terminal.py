@@ -9,7 +9,7 @@ from pytest_distperf.figures.wording import pair_to_pair, short_test
 from pytest_distperf.figures.quantities import TIME_PARTS, JobFigures, time_split_text
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
-from pytest_distperf.decide.regression import save_command
+from pytest_distperf.decide.regression import NEAREST, save_command
 from pytest_distperf.decide.verdicts import MetricVerdict, DetectableChange
 from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.rank.probes.results import ProbeSummary
@@ -232,17 +232,24 @@ def explanation_lines(verdicts: list[MetricVerdict], sides: tuple[str, str] = ("
 
 
 def _unrecorded_section(tests: list[TestDocument]) -> list[str]:
+    """The jobs with no baseline yet, each with the command that records it (repeating the options that decide
+    where the baseline goes) and, where the baseline holds a job near it, how that one differs."""
     saved = {(t.nodeid, r.job) for t in tests for r in t.saved}
-    unrecorded: dict[tuple[str, str], list[str]] = {}  # (test, job) -> metrics with no baseline yet
+    unrecorded: dict[tuple[str, str], list[MetricVerdict]] = {}  # (test, job) -> its metrics with no baseline yet
+    args: dict[str, list[str]] = {}
     for t in tests:
         for v in t.verdicts:
             if not v.reference and v.status == "new" and (t.nodeid, v.job) not in saved:
-                unrecorded.setdefault((t.nodeid, v.job), []).append(v.metric)
+                unrecorded.setdefault((t.nodeid, v.job), []).append(v)
+                args[t.nodeid] = list(t.context.save_args) if t.context is not None else []
     if not unrecorded:
         return []
-    return ([f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
-            + [f"  {job} ({len(metrics)} metrics) in {short_test(nodeid)}: "
-               f"{save_command(nodeid)}" for (nodeid, job), metrics in unrecorded.items()])
+    lines = [f"no baseline yet for {len(unrecorded)} job(s); to record one, run the command shown:"]
+    for (nodeid, job), verdicts in unrecorded.items():
+        lines.append(f"  {job} ({len(verdicts)} metrics) in {short_test(nodeid)}: {save_command(nodeid, args[nodeid])}")
+        # the job's missing-baseline note where it names the stored job nearest to this one (regression.nearest_job)
+        lines += [f"    {note}" for note in dict.fromkeys(v.note for v in verdicts) if NEAREST in note]
+    return lines
 
 
 def _saved_section(tests: list[TestDocument]) -> list[str]:

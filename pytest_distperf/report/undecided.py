@@ -87,13 +87,46 @@ def undecided(tests: Iterable[TestDocument]) -> list[tuple[str, Verdict]]:
     return out
 
 
+def failed_by(test: TestDocument) -> str:
+    """Why a test that did not pass did not, in words for an undecided verdict of it: 'its test failed on another
+    verdict (flops_per_step of ddp x2 cpu FAIL)'; 'its test failed (<reason>)' where no verdict failed it; '' for
+    a test that passed."""
+    if test.outcome == "passed":
+        return ""
+    if test.outcome == "skipped":
+        return (f"its test is an expected failure (xfail: {test.xfail_reason})" if test.xfail_reason is not None
+                else "its test was skipped")
+    failing = ([f"{c.name} ({c.a} vs {c.b}) FAIL" for c in test.checks if c.outcome == "fail"]
+               + [f"{v.metric} of {v.job} {v.status.upper()}" for v in test.verdicts
+                  if v.fails or v.status == "fail"])
+    if failing:
+        shown = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+        return f"its test failed on another verdict ({shown})"
+    reason = " ".join((test.failure or "").split())[:200]
+    return f"its test {'errored' if test.outcome == 'error' else 'failed'}" + (f" ({reason})" if reason else "")
+
+
 def summary_lines(tests: Iterable[TestDocument], strict: bool = False) -> list[str]:
-    """The terminal summary's lines: a count, then each undecided verdict."""
+    """The terminal summary's lines: a count and what the verdicts do to their tests, then each undecided verdict
+    (one whose test did not pass says why: an undecided verdict never lets a failed test pass)."""
+    tests = list(tests)
     found = undecided(tests)
     if not found:
         return []
-    policy = ("they fail their tests (--distperf-strict)" if strict
-              else f"they neither passed nor failed; their tests pass ({STRICT_HINT})")
+    by_id = {t.nodeid: t for t in tests}
+    why = {nodeid: failed_by(by_id[nodeid]) for nodeid, _ in found}
+    if strict:
+        policy = "they fail their tests (--distperf-strict)"
+    elif not any(why.values()):
+        policy = f"they neither passed nor failed; their tests pass ({STRICT_HINT})"
+    else:
+        other = sum(1 for w in why.values() if w)
+        passed = len(why) - other
+        tests_ = "their test" + ("s" if len(why) != 1 else "")
+        policy = ("they neither passed nor failed; " + (f"{passed} of their tests pass, {other} did not"
+                                                         if passed else f"{tests_} did not pass")
+                  + f" for another reason, said under each ({STRICT_HINT})")
     lines = [f"distperf: {len(found)} undecided (inconclusive) verdict{'s' if len(found) != 1 else ''}: {policy}"]
-    lines += [f"  {short_test(nodeid)}: {subject(r)}: {undecided_text(r)}" for nodeid, r in found]
+    lines += [f"  {short_test(nodeid)}: {subject(r)}: {undecided_text(r)}"
+              + (f"; {why[nodeid]}" if why[nodeid] and not strict else "") for nodeid, r in found]
     return lines
