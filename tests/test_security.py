@@ -285,6 +285,9 @@ def test_slow(distperf):
     assert len(aside) == 1 and aside[0].read_bytes() == corrupt  # nothing lost
     assert parse(json.loads(path.read_text()), str(path)).jobs  # the new one is valid
     result.stdout.fnmatch_lines(["*BaselineReplacedWarning*moved it aside to test_slow--test_slow.json.corrupt-*"])
+    # and the reports' "replaced" section says where it went, as for a valid file replaced
+    result.stdout.fnmatch_lines(["saved baselines that replaced one (1)*",
+                                 "*test_slow--test_slow.json: the unusable file there was moved aside to *.corrupt-*"])
 
 
 # -- 5. leftovers and limits ---------------------------------------------------------------------------------

@@ -206,7 +206,8 @@ class GateContext:
     baseline_environment: dict[str, Any] | None = None
     environment_changes: list[str] = field(default_factory=list)  # versions changed since the baseline
     saved: str | None = None  # the baseline file --distperf-save wrote
-    replaced: dict[str, Any] | None = None  # what that save wrote over (replacement); None: no baseline was there
+    # what that save wrote over (replacement), or where an unusable file there went; None: no file was there
+    replaced: dict[str, Any] | None = None
     against: dict[str, Any] | None = None  # head vs base: BaseCheckout.to_json
     # the options that decide where the test's baseline goes (GateSettings.accept_args): save_command repeats them
     save_args: list[str] = field(default_factory=list)
@@ -220,6 +221,9 @@ class GateContext:
         r = self.replaced
         if not r:
             return ""
+        if r.get("moved_aside"):
+            return (f"{r.get('file') or self.saved}: the unusable file there was moved aside to {r['moved_aside']} "
+                    f"(kept, not read again: delete it once its contents are not needed; {r.get('unusable')})")
         was, now = r.get("was") or {}, r.get("now") or {}
         text = (f"{r.get('file') or self.saved}: replaced a baseline of {_provenance_text(was)} with "
                 f"{_provenance_text(now)}")
@@ -385,9 +389,13 @@ class BaselineGate:
                 return GateOutcome(True, f"distperf --distperf-save: {e}", props, context, records)
             context.saved = saved.path
             props.append(("distperf.baseline.saved", saved.path))
+            file = os.path.relpath(saved.path, self.session.rootdir)
             if saved.replaced is not None:  # never unsaid: the reports name what the file held
-                context.replaced = replacement(os.path.relpath(saved.path, self.session.rootdir), saved.replaced,
-                                               saved.written)
+                context.replaced = replacement(file, saved.replaced, saved.written)
+            elif saved.aside is not None:  # an unusable file (a merge conflict, a truncated write) kept beside it
+                context.replaced = {"file": file, "unusable": saved.unusable,
+                                    "moved_aside": os.path.relpath(saved.aside, self.session.rootdir)}
+            if context.replaced:
                 props.append(("distperf.baseline.replaced", context.replaced_text()))
             return GateOutcome(False, None, props, context, records + self._detectable_changes(saved.path, jobs))
         for v in self.verdicts:
