@@ -29,7 +29,7 @@ def device_reason(settings: Settings, gpus: int) -> tuple[str, str]:
         return "cpu", "--distperf-device=cpu"
     if settings.device == "cuda":
         return "cuda", f"--distperf-device=cuda, {_gpus(gpus)} visible"
-    need = (f"tests need {ws}" if getattr(settings, "world_size_override", False)
+    need = (f"tests need {ws}" if settings.world_size_override
             else f"a test of world size {ws} needs {ws}")
     return "cuda" if gpus >= ws else "cpu", f"auto: {_gpus(gpus)} visible, {need}"
 
@@ -50,7 +50,7 @@ def world_size_text(settings: Settings, plans: Sequence[TestPlan] = ()) -> str:
     if planned:
         sizes = sorted({p.world_size for p in planned})
         return f"world size {sizes[0]}" if len(sizes) == 1 else f"world size {sizes[0]}-{sizes[-1]} by test"
-    if getattr(settings, "world_size_override", False):
+    if settings.world_size_override:
         return f"world size {settings.world_size}"
     return f"world size {settings.world_size} by default (a test's distperf(world_size=N) sets its own)"
 
@@ -119,7 +119,7 @@ def gpu_use_lines(settings: Settings, gpus: int, device: str) -> list[str]:
     markers'."""
     ws = settings.world_size
     lines = []
-    if getattr(settings, "world_size_override", False):
+    if settings.world_size_override:
         lines.append(f"distperf: world size {ws} from the command line, over every marker's world_size")
     if gpus and device == "cpu":
         if settings.device == "cpu":
@@ -169,7 +169,7 @@ def header_lines(settings: Settings, gate: "GateSession | None", plans: Sequence
                      + (f"; job folders in {cluster.shared_dir}" if cluster.shared_dir else ""))
     classes = machine_classes(settings, plans, device)
     line = f"distperf: machine class{'es' if len(classes) != 1 else ''} {', '.join(classes)}; {', '.join(stack)}"
-    if not (_planned(plans) or getattr(settings, "world_size_override", False)):
+    if not (_planned(plans) or settings.world_size_override):
         # before collection: the default world size's class; a test of another world size saves under its own
         line += (f"; that class is world size {settings.world_size}'s: a test of another world size uses its own "
                  f"(...-ws<N>)")
