@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from pytest_distperf import strategies
 from pytest_distperf.strategies import ds_ops
@@ -118,6 +118,18 @@ class DistPerf:
         self._slot_wait = 0.0  # the last launch's waits for its measurement slot (RunResult.slot_wait_seconds)
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         self._op_build = 0.0  # the last launch's DeepSpeed op builds, seconds (RunResult.op_build_seconds)
+        # What one run of a job suffices for (JobSpec.measure_once: the counting pass, the breakdown) is measured
+        # in the test's own runs of it: a test's figures and gate read its runs only, so they never depend on which
+        # tests ran the job before. (side, config hash) that this test measured so far; _run sets _joins, the run
+        # list the next run joins (it also counts where that list holds no such run yet: a second list of a job).
+        self._measured_once: set[tuple[str, str]] = set()
+        self._joins: list[RunResult] = []
+        # The first look under way (_first_look): its unit, its planned count and how many are done; and whether
+        # the next run is a pair's second. For the words of a budget stop (_look_note).
+        self._look: tuple[str, int, Callable[[], int]] | None = None
+        self._second_of_pair = False
+        # The run a half pair left out (compare's one_more_pair): its label, its side's list and the run
+        self._half_pair: tuple[str, list[RunResult], RunResult] | None = None
         if gate is not None:
             gate.budget = self.budget
         self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
@@ -265,7 +277,9 @@ class DistPerf:
         # without a relaunch. User functions (run_function) are always run.
         key = job.config_hash() if job.function is None and remember_failure else None
         self._prepare_ops(job)
-        self._check_budget(f"job {job.describe()}")  # before its slot: a wait for it is off the budget's clock
+        note = self._look_note()  # a first look's later run: a stop says which
+        # before its slot: a wait for it is off the budget's clock
+        self._check_budget(f"job {job.describe()}" + (f" ({note})" if note else ""))
         with outcomes.as_pytest_outcome():
             if key in self.ledger.failed_jobs:
                 nodeid, error = self.ledger.failed_jobs[key]
@@ -344,19 +358,24 @@ class DistPerf:
     def _measured(self, strategy: str | JobSpec, repeats: int, kwargs: dict, adaptive: bool) -> list[RunResult]:
         job = strategy if isinstance(strategy, JobSpec) else self.job(strategy, **_job_keywords(strategy, kwargs))
         self._first_look_fits((job,), repeats)
-        label, runs = _label(job), [self._run(job) for _ in range(repeats)]
-        self._record_run(label, runs)
+        label, runs = _label(job), []
 
         def one_more() -> None:
-            runs.append(self._run(job))
-            self._record_run(label, runs)
+            runs.append(self._run(job, runs))
+            self._record_run(label, runs)  # each run as it ends: a look the budget cuts short keeps what ran
+
+        with self._first_look(repeats, "run", lambda: len(runs)):
+            while len(runs) < repeats:
+                one_more()
 
         self._gate(job, runs, one_more if adaptive else None)
         return runs
 
-    def _run(self, job: JobSpec) -> RunResult:
-        """One run of the job; the gate may pair it with its twin on the base's code (Gate.run)."""
+    def _run(self, job: JobSpec, joins: list[RunResult]) -> RunResult:
+        """One run of the job, for the run list `joins` (the test's view of the job: its reports and gate read it);
+        the gate may pair it with its twin on the base's code (Gate.run)."""
         started = self.clock.now()
+        self._joins = joins
         result = self.gate.run(job, self._run_once) if self.gate is not None else self._run_once(job)
         self.ledger.run_seconds[job.describe()] = self.clock.now() - started - result.op_build_seconds
         return result
@@ -376,15 +395,65 @@ class DistPerf:
                 f"({runs} run{'s' if runs != 1 else ''} of {names}) would take about {expected:.0f} s at this "
                 f"session's runs of the same jobs: not started")
 
+    @contextlib.contextmanager
+    def _first_look(self, planned: int, unit: str, done: Callable[[], int],
+                    keep: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Around a test's first look of `planned` runs (or pairs): a session budget that stops it after some ran
+        says so, "cut short", not "not started"; what ran stays among the test's jobs (`keep` records the run
+        lists), in every report, with no verdict (the look is not done)."""
+        self._look, self._half_pair = (unit, planned, done), None
+        try:
+            yield
+        except SessionBudgetSpent as e:
+            keep()
+            kept = self._keep_half_pair()
+            n = done()
+            if not (n or kept):
+                raise
+            ran = (f"{n} of its {planned} {unit}s" if not kept else
+                   f"{n} of its {planned} pairs and one run of pair {n + 1}" if n else
+                   f"one run of its first pair ({planned} pairs planned)")
+            cut = SessionBudgetSpent(f"{e}; the first look was cut short after {ran}: what ran is in the report, "
+                                     f"with no verdict")
+            cut.cut_short = True  # type: ignore[attr-defined]  # launch/outcomes.out_of_budget's words
+            raise cut from None
+        finally:
+            self._look, self._half_pair = None, None
+
+    def _look_note(self) -> str:
+        """Which run of a first look a budget stop leaves unstarted, once one ran: "run 2 of the first look's 3",
+        "pair 1 of the first look's 3, its second run"; '' outside a first look or before its first run."""
+        if self._look is None:
+            return ""
+        unit, planned, done = self._look
+        n = done()
+        if not (n or self._second_of_pair):
+            return ""
+        return f"{unit} {n + 1} of the first look's {planned}" + (", its second run" if self._second_of_pair else "")
+
+    def _keep_half_pair(self) -> bool:
+        """A first look cut short between a pair's two runs: the run that ran joins the test's view of its job,
+        beside its side's list (which stays paired: tests sharing it read whole pairs). True when there was one."""
+        if self._half_pair is None:
+            return False
+        label, runs, run = self._half_pair
+        mine = self._jobs.get(id(runs))
+        if mine is not None:
+            mine.add([run])
+        else:
+            self._record_run(label, [run])
+        return True
+
     def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
         """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
         once = (side, job.config_hash())
-        job = dataclasses.replace(job, measure_once=once not in self.ledger.measured_once)
+        joined = side == "base" or any(r.spec.measure_once for r in self._joins)  # base: the gate's list, per test
+        job = dataclasses.replace(job, measure_once=once not in self._measured_once or not joined)
         start = time.monotonic()
         self._slot_wait, self._launched_at, self._op_build = 0.0, None, 0.0
         agents_before = len(warm_pool.STATE.start_seconds)
         values = self._launch(job, remember_failure=side == "head")
-        self.ledger.measured_once.add(once)
+        self._measured_once.add(once)
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
                            agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]),
@@ -425,19 +494,31 @@ class DistPerf:
                 self.say(f"pair {i + 1}: {label_a} vs {label_b}")
             # A B, then B A: what drifts within a pair hits both orders alike
             (first, first_runs), (second, second_runs) = ((a, runs_a), (b, runs_b))[::1 if i % 2 == 0 else -1]
-            first_runs.append(self._run(first))
+            first_runs.append(self._run(first, first_runs))
+            self._second_of_pair = True
             try:
-                second_runs.append(self._run(second))
+                second_runs.append(self._run(second, second_runs))
             except SessionBudgetSpent:
-                first_runs.pop()  # no half pair: the sides (also of tests sharing them) stay paired
+                # no half pair: the sides (also of tests sharing them) stay paired; a first look keeps the run
+                half = ((label_a, label_b)[first_runs is runs_b], first_runs, first_runs.pop())
+                if self._look is not None:
+                    self._half_pair = half
                 raise
+            finally:
+                self._second_of_pair = False
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
         if not runs_a:
             self._first_look_fits((a, b), repeats or self.plan.repeats)
-        while len(runs_a) < (repeats or self.plan.repeats):
-            one_more_pair()
+        def keep() -> None:  # a first look cut short: the pairs that ran (also shared ones) are the test's
+            for label, runs in ((label_a, runs_a), (label_b, runs_b)):
+                if runs:
+                    self._record_run(label, runs)
+
+        with self._first_look(repeats or self.plan.repeats, "pair", lambda: min(len(runs_a), len(runs_b)), keep):
+            while len(runs_a) < (repeats or self.plan.repeats):
+                one_more_pair()
         side_a, side_b = self._record_run(label_a, runs_a), self._record_run(label_b, runs_b)
         # Every test that uses these runs (also shared ones) is gated on them against its own baseline.
         self._gate(a, runs_a, one_more_pair)
@@ -457,7 +538,7 @@ class DistPerf:
         if key not in runs:
             self._first_look_fits((job,), 1)
             try:
-                runs[key] = self._run(job)
+                runs[key] = self._run(job, [])
             except BaseException as e:
                 if type(e).__name__ == "Skipped":  # true for every test of this job
                     runs[key] = e

@@ -36,8 +36,10 @@ class StatTally:
 
 @dataclass
 class SessionLedger:
-    """What the session's tests share: runs (shared comparisons and probe runs), failed jobs, jobs measured once,
-    and the time spent waiting for a measurement slot (off the budgets' clock)."""
+    """What the session's tests share: runs (shared comparisons and probe runs), failed jobs, what runs took, and
+    the time spent waiting for a measurement slot (off the budgets' clock). What one run of a job suffices for
+    (JobSpec.measure_once) is not shared: each test measures it in its own runs (fixture._run_once), as its figures
+    and gate read those only."""
 
     # (A's config hash, B's) -> both sides' runs (lists that adaptive repeats extend) and the test that began them
     comparisons: dict[tuple[str, str], tuple[list["RunResult"], list["RunResult"], str]] = field(
@@ -45,9 +47,6 @@ class SessionLedger:
     probe_runs: dict[str, "RunResult | BaseException"] = field(default_factory=dict)  # config hash -> run or skip
     # config hash -> (test that ran it, its error): not launched again for the next test that shares it
     failed_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # (side, config hash) whose first run is done: later runs leave out what one run suffices for
-    # (JobSpec.measure_once); head and base count apart (their code differs)
-    measured_once: set[tuple[str, str]] = field(default_factory=set)
     slot_wait_seconds: float = 0.0  # waits for a measurement slot another process's job held: not our time
     # a job's label -> its latest run's seconds on the budget clock, op builds left out: what a first look of the
     # job is expected to take (fixture._first_look_fits)

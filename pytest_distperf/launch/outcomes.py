@@ -30,9 +30,11 @@ def as_pytest_outcome() -> Iterator[None]:
 
 
 def out_of_budget(error: SessionBudgetSpent, strict: bool) -> NoReturn:
-    """A test the session budget stopped before its first look: skipped with the budget's words, or with
-    --distperf-strict failed (as an undecided verdict fails under it: an unmeasured test is no pass either)."""
+    """A test the session budget stopped before its first look was done (not started, or cut short after some of
+    its runs: `error.cut_short`, fixture._first_look): skipped with the budget's words, or with --distperf-strict
+    failed (as an undecided verdict fails under it: an unmeasured test is no pass either)."""
     if strict:
-        raise pytest.fail.Exception(f"{error}\n  (--distperf-strict: a test the session budget left unstarted "
-                                    f"fails)", pytrace=False) from None
+        what = "cut short in its first look" if getattr(error, "cut_short", False) else "left unstarted"
+        raise pytest.fail.Exception(f"{error}\n  (--distperf-strict: a test the session budget {what} fails)",
+                                    pytrace=False) from None
     raise pytest.skip.Exception(str(error), _use_item_location=True) from None  # shown at the test, not here
