@@ -251,8 +251,9 @@ class Settings:
                                      "failing, inconclusive or improved metric listed", ini=False, metavar="PATH")
     html_url: str | None = setting(None, "where the HTML report will be, for the PR comment's link (default: "
                                    "$DISTPERF_HTML_URL)", ini=False, metavar="URL")
-    history: str | None = setting(None, "append this session's results to a history database: a file, "
-                                  "sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m "
+    history: str | None = setting(None, "append this session's results to a history database: a file path, "
+                                  "sqlite:///RELATIVE/PATH, sqlite:////ABSOLUTE/PATH (four slashes) or "
+                                  "postgresql://USER:PASSWORD@HOST:PORT/DB (`python -m "
                                   "pytest_distperf history URL` prints the trends and their change points)",
                                   ini=False, metavar="URL")
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
@@ -321,12 +322,32 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
         values[s.name] = s.parse(value, where[s.name])
     cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
     _check_cluster(cluster, where)
+    if enabled:  # the shapes' list lives beside torch (rank/workload.py): read only where jobs will run
+        check_shapes(values, where, known_shapes())
     given = {name: "" if where[name].startswith("default") else f"{where[name]}={values[name]}"
              for name in ("repeats", "max_repeats")}
     values["repeats"] = first_look(values["repeats"], given["repeats"], values["max_repeats"],
                                    given["max_repeats"] or f"{where['max_repeats']}={values['max_repeats']}", "")
     return Settings(enabled=enabled, cluster=cluster, world_size_override=where["world_size"].startswith("--"),
                     repeats_given=given["repeats"], max_repeats_given=given["max_repeats"], **values)
+
+
+SHAPE_SETTINGS = ("shape_cpu", "shape_cuda")
+
+
+def known_shapes() -> tuple[str, ...]:
+    """The built-in workload's shape names (imports torch: called only for a session with --distperf)."""
+    from pytest_distperf.rank.workload import SHAPES
+
+    return tuple(SHAPES)
+
+
+def check_shapes(values: dict[str, Any], where: dict[str, str], known: tuple[str, ...]) -> None:
+    """Each default-shape setting names a shape: else a usage error naming the ini key, before any job (a test
+    would otherwise fail in resolve_shape with a traceback that names no setting)."""
+    for name in SHAPE_SETTINGS:
+        if values[name] not in known:
+            raise SettingsError(f"{where[name]}: unknown shape {values[name]!r}; known: {', '.join(known)}")
 
 
 def first_look(repeats: int, repeats_given: str, max_repeats: int, max_repeats_given: str, where: str) -> int:
