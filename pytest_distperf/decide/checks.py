@@ -164,13 +164,21 @@ def _device(side: JobRuns) -> str:
 
 
 def check_limit(method: str, value: Any, zero: bool = False) -> float:
-    """A check's limit, checked at the call, before any pair is added: a finite number above 0 (`zero`: 0 too).
-    NaN passes no comparison (a check against it only ever says inconclusive), a string fails deep inside."""
+    """A check's limit, checked when the assert_* method is called: a finite number above 0 (`zero`: 0 too). NaN
+    passes no comparison (a check against it only ever says inconclusive), a string fails deep inside.
+
+    Not before any job: `distperf.compare(a, b)` runs its first pairs and returns the Comparison, and only then is
+    `.assert_step_time_within(k)` called with `k`, so a bad limit is seen after those runs. It is seen before any
+    further pair is added (a check that would stay undecided adds pairs, `Adaptive.extend`) and before anything
+    is decided or recorded; the error says that the comparison's runs came first."""
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
             or not (value > 0 or (zero and value == 0))):
         what = "a finite number >= 0" if zero else "a finite number > 0"
-        raise UsageError(f"{method if '.' in method else 'Comparison.' + method}({value!r}): expected {what}, "
-                         f"got {value!r}")
+        name = method if "." in method else "Comparison." + method
+        after = ("" if "." in method else
+                 " (a limit is known only when the check is called, after distperf.compare() ran the comparison's "
+                 "first pairs; no further pair was added)")
+        raise UsageError(f"{name}({value!r}): expected {what}, got {value!r}{after}")
     return float(value)
 
 
