@@ -561,3 +561,62 @@ def test_readme_states_the_format_versions_the_code_reads():
     assert "migrated" not in readme
     assert "`format_version` 1 is the only version there is so far" in readme
     assert "version 1, the only one so far" in readme
+
+
+# -- a baseline saved from a dirty tree; keys of jobs that once shared a label ----------------------------------------
+def test_a_baseline_saved_from_uncommitted_code_says_so_and_an_old_file_reads_as_before(tmp_path):
+    """git_dirty/git_dirty_files are optional environment fields (format version 1 still): an old file, without
+    them, reads as the plain commit it always named; a dirty one is named '+ uncommitted changes'."""
+    store = Store(str(tmp_path))
+    doc = sample_file("t.py::test_a")
+    doc.environment = {"git_commit": "c" * 40, "git_dirty": True, "git_dirty_files": 3, "host": "box"}
+    path = store.save(doc)
+    raw = json.loads(open(path).read())
+    assert raw["format_version"] == 1 and raw["environment"]["git_dirty"] is True
+    loaded = store.load(path, "t.py::test_a")
+    assert loaded.provenance()["git_dirty"] is True and loaded.provenance()["git_dirty_files"] == 3
+    assert fingerprint.commit_text(loaded.environment) == "c" * 12 + " + uncommitted changes"
+    assert fingerprint.commit_text(loaded.provenance()) == "c" * 12 + " + uncommitted changes"
+    old = sample_file("t.py::test_b")
+    old.environment = {"git_commit": "d" * 40, "host": "box"}  # written before the flag existed
+    loaded = store.load(store.save(old), "t.py::test_b")
+    assert "git_dirty" not in loaded.provenance() and fingerprint.commit_text(loaded.provenance()) == "d" * 12
+
+
+def _entry(label: str, config: dict) -> JobEntry:
+    return JobEntry(label, hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16], config,
+                    {"step_time": MetricSeries("s", "lower", "time", [0.1, 0.1, 0.1])})
+
+
+def test_an_old_numbered_key_is_read_under_the_label_the_job_has_now(tmp_path):
+    """Saves before labels told jobs apart keyed job("ddp") and job("ddp", steps=5) of one test as 'ddp ... cpu' and
+    'ddp ... cpu #2': the second is read as 'ddp ... cpu steps=5', the key its job has now, found by the stored
+    configurations (the file itself unchanged); the job with nothing but defaults keeps its key."""
+    from pytest_distperf.spec.job import FunctionRef, JobSpec, label_scope
+    from pytest_distperf.store.baselines import job_identity
+
+    w = dict(world_size=2, device="cpu", strategy="ddp", workload=FunctionRef("bench", "make_workload"))
+    with label_scope():
+        first, second = JobSpec(**w), JobSpec(**w, steps=5)
+        (label_1, hash_1, config_1, _), (label_2, hash_2, config_2, _) = job_identity(first), job_identity(second)
+    assert (label_1, label_2) == ("ddp bench:make_workload x2 cpu", "ddp bench:make_workload x2 cpu steps=5")
+    doc = sample_file("t.py::test_a")
+    doc.jobs = {label_1: _entry(label_1, config_1), f"{label_1} #2": _entry(f"{label_1} #2", config_2),
+                f"{label_1} #2 +extra_work=0.4": _entry(f"{label_1} #2 +extra_work=0.4", config_2)}
+    store = Store(str(tmp_path))
+    path = store.save(doc)
+    before = digest(path)
+    loaded = store.load(path, "t.py::test_a")
+    assert sorted(loaded.jobs) == [label_1, label_2, f"{label_2} +extra_work=0.4"]
+    assert loaded.jobs[label_2].config == config_2 and loaded.jobs[label_2].label == label_2
+    assert loaded.jobs[label_1].config == config_1
+    assert digest(path) == before  # reading never writes
+    # a save over it replaces the old key by the new one, and does not call the job dropped
+    doc2 = sample_file("t.py::test_a")
+    doc2.jobs = {label_1: _entry(label_1, config_1), label_2: _entry(label_2, config_2)}
+    saved = store.save_over(doc2)
+    assert sorted(set(saved.replaced.jobs) - set(doc2.jobs)) == [f"{label_2} +extra_work=0.4"]
+    # a numbered key whose first job is not in the file, or whose difference is nothing, keeps its key
+    lone = sample_file("t.py::test_c")
+    lone.jobs = {"x #2": _entry("x #2", config_2), "y": _entry("y", config_1), "y #2": _entry("y #2", config_1)}
+    assert sorted(store.load(store.save(lone), "t.py::test_c").jobs) == ["x #2", "y", "y #2"]

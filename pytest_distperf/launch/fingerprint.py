@@ -3,6 +3,9 @@
 Hard: what makes step times incomparable (device kind and model, device count, nodes, world size, the GPUs'
 interconnect and what connects the nodes); it names a baseline's folder (`cuda-nvidia-h200-2gpu-nvlink-1node-ws2`).
 Soft: what may explain a change (versions, host, git commit), recorded with each baseline and only warned about.
+The commit comes with whether the tree held uncommitted changes (`git_dirty`, and `git_dirty_files`: how many
+tracked files differ from it): a baseline saved from a dirty tree is not that commit's code, and `commit_text`
+says so wherever a commit is named.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import socket
 import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
-from typing import Any
+from typing import Any, Mapping
 
 from pytest_distperf.launch import devices
 
@@ -133,7 +136,7 @@ def soft_metadata(device: str, rootdir: str | None = None) -> dict[str, str | No
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "cpu": cpu_model(),
-        "git_commit": git_commit(rootdir),
+        **git_state(rootdir),
     }
     for dist in ("torch", "deepspeed", "lightning", "accelerate"):
         meta[dist] = dist_version(dist)
@@ -183,6 +186,47 @@ def git_commit(rootdir: str | None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def git_state(rootdir: str | None) -> dict[str, Any]:
+    """{"git_commit": HEAD, "git_dirty": whether tracked files differ from it (staged or not, as `git diff HEAD`
+    sees them, the head side of --distperf-against), "git_dirty_files": how many}; the last two only where a
+    commit was read (outside a repository: {"git_commit": None})."""
+    commit = git_commit(rootdir)
+    if commit is None:
+        return {"git_commit": None}
+    changed = changed_files(rootdir)
+    if changed is None:  # git answered HEAD but not the diff: say nothing rather than "clean"
+        return {"git_commit": commit}
+    return {"git_commit": commit, "git_dirty": bool(changed), "git_dirty_files": len(changed)}
+
+
+def changed_files(rootdir: str | None) -> list[str] | None:
+    """The tracked files that differ from HEAD (`git diff --name-only HEAD`); None when git cannot say."""
+    try:
+        out = subprocess.run(["git", "diff", "--name-only", "HEAD", "--"], cwd=rootdir or None, capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
+
+
+DIRTY_TEXT = " + uncommitted changes"
+
+
+def commit_text(record: Mapping[str, Any] | None, width: int = 12) -> str:
+    """The commit a record (an environment, a baseline's provenance) was measured at, as messages name it:
+    'cc03c20abcde', 'cc03c20abcde + uncommitted changes' when the tree was dirty, '?' when unknown. Records
+    written before `git_dirty` existed read as the plain commit."""
+    record = record or {}
+    return describe_commit(record.get("git_commit"), bool(record.get("git_dirty")), width)
+
+
+def describe_commit(commit: str | None, dirty: bool = False, width: int = 12) -> str:
+    """commit_text's words from the commit and the dirty flag themselves."""
+    if not commit:
+        return "?"
+    return str(commit)[:width] + (DIRTY_TEXT if dirty else "")
 
 
 def soft_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """`python -m pytest_distperf history URL ...`: print (and render) the trend of each metric with its change points.
 
-Exit status: 0, or 2 for a usage error, a history that cannot be read or an output that cannot be written (the
-message names the argument).
+Exit status: 0; 1 when no series matches the filters (--test, --job, --metric, --machine-class: the message names
+them), or the history holds none; 2 for a usage error, a history that cannot be read or an output that cannot be
+written (the message names the argument).
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from pytest_distperf.store.history import HistoryError, database_file, trends
 from pytest_distperf.store.outputs import OutputPathError
 from pytest_distperf.store.history.trend import Trend, render_text
 
+URL_HELP = ("the history: a file path (history.db, /abs/path/history.db), sqlite:///relative/path.db or "
+            "sqlite:////abs/path/history.db (SQLAlchemy's form: three slashes, then the path, so an absolute path "
+            "has four; sqlite:///tmp/x.db is tmp/x.db under the current folder), or "
+            "postgresql://user:password@host:port/db")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL",
-                        help="the history: a file path, sqlite:///path/history.db or postgresql://user@host/db")
+    parser.add_argument("url", metavar="URL", help=URL_HELP)
     parser.add_argument("--test", help="only tests whose node id contains this")
     parser.add_argument("--job", help="only jobs whose label contains this")
     parser.add_argument("--metric", help="only metrics whose name contains this (step_time, peak_memory, comms. ...)")
@@ -43,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     except (HistoryError, OutputPathError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not found:
+        print(f"error: {_no_match(args)}", file=sys.stderr)
+        return 1
     sys.stdout.write(render_text(found, points=args.points))
     for flag, path, write in (("--json", args.json, _write_json), ("--html", args.html, _write_html)):
         if not path:
@@ -54,6 +62,18 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"wrote {path}")
     return 0
+
+
+FILTERS = (("--test", "test"), ("--job", "job"), ("--metric", "metric"), ("--machine-class", "machine_class"))
+
+
+def _no_match(args: argparse.Namespace) -> str:
+    """Why nothing is printed: the filters that matched nothing, or an empty history."""
+    given = [f"{flag} {getattr(args, dest)!r}" for flag, dest in FILTERS if getattr(args, dest) is not None]
+    if not given:
+        return f"the history {args.url} holds no series (no session with measured jobs was recorded)"
+    return (f"no series matches {' and '.join(given)} in the history {args.url} (each filter keeps the series "
+            f"whose field contains it; run without it to list them all)")
 
 
 def _check_outputs(outputs: list[tuple[str, str]], url: str) -> None:

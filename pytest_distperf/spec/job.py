@@ -1,12 +1,26 @@
 """What a job is: dataclasses of builtins that cross from pytest to the ranks (pickled) and into reports and
-baselines (as JSON)."""
+baselines (as JSON).
+
+A job's label (`describe()`) names it in every report and keys its baseline. Two jobs of one test whose labels
+would read the same although their configurations differ (`job("ddp")` and `job("ddp", steps=5)`) are told apart:
+inside a test's `label_scope()` (the `distperf` fixture opens one) the first job keeps its label and each later one
+gets the fields it differs in (`ddp tiny x2 cpu steps=5`, `label_difference`). A job that no other job of its test
+is confused with keeps its label as it always was, so its baselines stay where they are.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
+
+# Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
+# slowdown reads as a regression (as a code change would), not as "not comparable"; their own label suffix
+# (store/baselines.injection_suffix) names them.
+INJECTION_FIELDS = ("extra_work",)
 
 
 def runs_deepspeed(strategy: str | None, options: dict[str, Any]) -> bool:
@@ -80,6 +94,14 @@ class JobSpec:
     full_options: dict[str, Any] = field(default_factory=dict)
     # A user's training script (distperf.script_job): its optimizer steps are the steps.
     script: ScriptRef | None = None
+    # What tells this job from an earlier job of its test whose label reads the same (" steps=5"); set by the
+    # test's label_scope, not part of the configuration.
+    label_suffix: str = ""
+
+    def __post_init__(self) -> None:
+        scope = _LABELS.get()
+        if scope is not None:
+            self.label_suffix = scope.suffix_for(self)
 
     @property
     def backend(self) -> str:
@@ -90,6 +112,12 @@ class JobSpec:
         return runs_deepspeed(self.strategy, self.full_options or self.options)
 
     def describe(self) -> str:
+        """The job's label: what it runs, then (label_suffix) how it differs from an earlier job of its test that
+        would read the same."""
+        return self.base_label() + self.label_suffix
+
+    def base_label(self) -> str:
+        """The label from what the job runs alone: strategy, options, workload, world size, device, launch."""
         launch = f" as_user:{self.launch_profile}" if self.launch != "controlled" else ""
         if self.script is not None:
             args = "".join(f" {a}" for a in self.script.args)
@@ -121,6 +149,7 @@ class JobSpec:
         d = asdict(self)
         # Bookkeeping goes, and fields at their defaults: a job that does not use them keeps its hash (and baseline).
         for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once", "script",
+                  "label_suffix",
                   *(() if self.probes else ("probes", "probe_steps"))):
             d.pop(k)
         for k, default in (("workload", None), ("workload_kwargs", {}), ("step", None),
@@ -139,3 +168,91 @@ class JobSpec:
     def config_hash(self, ignore_shape_fields: tuple[str, ...] = ()) -> str:
         blob = json.dumps(self.config_dict(ignore_shape_fields), sort_keys=True, default=repr).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+    def label_config(self) -> dict[str, Any]:
+        """The configuration as a baseline stores it (JSON types, injection knobs left out): what label
+        differences are read from, here and in a stored baseline (store/baselines.py)."""
+        return json.loads(json.dumps(self.config_dict(INJECTION_FIELDS), sort_keys=True, default=repr))
+
+
+# -- telling apart jobs that read the same --------------------------------------------------------------------
+# Field names as the job()/step_job() keywords give them.
+_KEYWORDS = {"warmup_steps": "warmup"}
+# Containers whose keys are the job's own words: shown without the container's name.
+_FLAT = ("options", "shape_overrides", "workload_kwargs", "kwargs")
+_MOST_SHOWN = 3
+_VALUE_CHARS = 24
+_UNSET = object()  # a key the other configuration lacks
+
+
+def _differing(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, new value) where `new` differs from `old`; a key one side lacks once, where it is missing
+    (_UNSET: `new` lacks it)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str)
+                for d in _differing(old.get(k, _UNSET), new.get(k, _UNSET), path + (str(k),))]
+    return [] if old == new else [(path, new)]
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    if len(text) > _VALUE_CHARS:
+        text = text[:_VALUE_CHARS - 9] + "~" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return text
+
+
+def label_difference(first: dict[str, Any], config: dict[str, Any]) -> str:
+    """' steps=5 warmup=1': the fields where `config` differs from `first` (both label_config()s), each as its
+    keyword (an option's or a shape field's name alone, a nested one by its path), at most four (else three and a
+    count of the rest); '' where they do not differ."""
+    parts = []
+    for path, value in _differing(first, config):
+        shown = path[1:] if len(path) > 1 and path[0] in _FLAT else path
+        name = ".".join(_KEYWORDS.get(p, p) for p in shown) or "config"
+        parts.append(f"{name}=(unset)" if value is _UNSET else f"{name}={_shown(value)}")
+    if len(parts) > _MOST_SHOWN + 1:  # "+1 more" would take the room of the one it leaves out
+        parts = parts[:_MOST_SHOWN] + [f"+{len(parts) - _MOST_SHOWN} more"]
+    return "".join(f" {p}" for p in parts)
+
+
+class LabelScope:
+    """One test's jobs by label: the first of a label keeps it, a later one with another configuration gets its
+    label_difference from the first (and ' #n' should that read the same as another's too)."""
+
+    def __init__(self) -> None:
+        self._firsts: dict[str, dict[str, Any]] = {}  # base label -> the first job's label_config
+        self._suffixes: dict[tuple[str, str], str] = {}  # (base label, config hash) -> suffix
+        self._taken: set[str] = set()  # full labels given out
+
+    def suffix_for(self, job: JobSpec) -> str:
+        base, config = job.base_label(), job.label_config()
+        key = (base, hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest())
+        if key in self._suffixes:
+            return self._suffixes[key]
+        first = self._firsts.setdefault(base, config)
+        suffix = label_difference(first, config)
+        n, unique = 1, suffix
+        while base + unique in self._taken:
+            n += 1
+            unique = f"{suffix} #{n}"
+        self._suffixes[key] = unique
+        self._taken.add(base + unique)
+        return unique
+
+
+_LABELS: contextvars.ContextVar[LabelScope | None] = contextvars.ContextVar("distperf_labels", default=None)
+
+
+@contextlib.contextmanager
+def label_scope() -> Iterator[LabelScope]:
+    """The jobs made inside it (one test's) are told apart by label (LabelScope)."""
+    scope = LabelScope()
+    token = _LABELS.set(scope)
+    try:
+        yield scope
+    finally:
+        try:
+            _LABELS.reset(token)
+        except ValueError:  # ended in another context than it began (a fixture torn down elsewhere)
+            _LABELS.set(None)

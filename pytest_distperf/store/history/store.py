@@ -29,7 +29,8 @@ from pytest_distperf.store.redact import redact_text
 SQLITE_BUSY_TIMEOUT_S = 60.0
 RETRY_ATTEMPTS = 8
 DEFAULT_OPTION = "--distperf-history"
-URL_FORMS = "a file path, sqlite:///path/history.db or postgresql://user:password@host:port/database"
+URL_FORMS = ("a file path, sqlite:///relative/path.db, sqlite:////absolute/path.db (four slashes) or "
+             "postgresql://user:password@host:port/database")
 
 T = TypeVar("T")
 
@@ -71,6 +72,9 @@ class SeriesRow:
     kind: str | None
     config_hash: str | None
     host_load: float | None
+    # The session's tree differed from its commit (the report's environment.git_dirty); False where the report
+    # did not say (written before it was recorded), as the commit alone was all it said.
+    git_dirty: bool = False
 
 
 def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
@@ -88,7 +92,7 @@ def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
             raise HistoryUrlError(f"{option}: {text!r} is an in-memory SQLite database, which keeps nothing; "
-                                  f"give a file: sqlite:///path/history.db")
+                                  f"give a file: {URL_FORMS.partition(' or postgresql')[0]}")
         return parsed.set(drivername="sqlite", database=os.path.abspath(os.path.expanduser(parsed.database)))
     if backend in ("postgresql", "postgres"):
         driver = parsed.get_driver_name() if "+" in parsed.drivername else "psycopg"
@@ -104,6 +108,7 @@ class HistoryStore:
         """`create`: a missing database (SQLite file, tables) is made, else HistoryError; `upgrade` False: only
         its format version is checked (check), nothing written."""
         self.option = option
+        self.given = url
         self.url = resolve_url(url, option)
         self.where = redact_text(self.url.render_as_string(hide_password=False))  # the one redaction (redact.py)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
@@ -205,7 +210,27 @@ class HistoryStore:
                  .where(m.machine_class == key.machine_class, m.test == key.test, m.job == key.job,
                         m.metric == key.metric)
                  .order_by(s.created_at, s.id, m.run_index))
-        return [SeriesRow(*row) for row in self._transaction(lambda conn: conn.execute(query).all())]
+        rows = self._transaction(lambda conn: conn.execute(query).all())
+        dirty = self._dirty_sessions({row[0] for row in rows})
+        return [SeriesRow(*row, git_dirty=row[0] in dirty) for row in rows]
+
+    def _dirty_sessions(self, session_ids: set[str]) -> set[str]:
+        """The sessions among these whose report says the tree held uncommitted changes (environment.git_dirty:
+        kept in the environment column, so the format needs no new column and no version step)."""
+        if not session_ids:
+            return set()
+        s, ids, found = schema.sessions.c, sorted(session_ids), []
+        for i in range(0, len(ids), 500):  # SQLite bounds the variables of one statement
+            query = sa.select(s.session_id, s.environment).where(s.session_id.in_(ids[i:i + 500]))
+            found += self._transaction(lambda conn: conn.execute(query).all())
+        dirty = set()
+        for sid, environment in found:
+            try:
+                if json.loads(environment or "{}").get("git_dirty") is True:
+                    dirty.add(sid)
+            except (ValueError, AttributeError):  # not an object: says nothing of the tree
+                continue
+        return dirty
 
     def count(self, table: sa.Table) -> int:
         return int(self._transaction(lambda conn: conn.execute(sa.select(sa.func.count()).select_from(table))
@@ -217,7 +242,7 @@ class HistoryStore:
         if os.path.lexists(path) and not os.path.isfile(path):  # a folder: check's words, not SQLite's "unable to
             _check_file(path, self.option)  # open database file"
         if not create and not os.path.exists(path):
-            raise HistoryError(f"{self.option}: no history database at {path}")
+            raise HistoryError(f"{self.option}: no history database at {path}{relative_hint(self.given)}")
         parent = os.path.dirname(path)
         try:
             os.makedirs(parent, exist_ok=True)
@@ -250,6 +275,17 @@ class HistoryStore:
                     raise
                 raise HistoryError(f"{self.option}: {self.where}: {_first_line(e.orig)}") from e
         raise AssertionError("unreachable")
+
+
+def relative_hint(url: str) -> str:
+    """For sqlite:///x/y.db (SQLAlchemy's relative form, three slashes), what the user may have meant: the
+    absolute /x/y.db takes four slashes. '' for any other URL."""
+    text = (url or "").strip()
+    if not text.startswith("sqlite:///") or text.startswith("sqlite:////"):
+        return ""
+    rest = text[len("sqlite:///"):]
+    return (f" (sqlite:///{rest} names {rest} relative to the current folder; the absolute /{rest} is "
+            f"sqlite:////{rest}, four slashes, or the plain path /{rest})")
 
 
 def _check_file(path: str, option: str) -> None:

@@ -31,6 +31,12 @@ class TrendPoint:
     value: float  # median of the session's runs
     runs: tuple[float, ...]
     host_load: float | None = None  # the most other load on the host's cores during any of its runs
+    git_dirty: bool = False  # the session ran uncommitted changes on top of git_commit
+
+    @property
+    def commit(self) -> str:
+        """'cc03c20abcde', or 'cc03c20abcde + uncommitted changes' (launch/fingerprint.commit_text)."""
+        return short_commit(self.git_commit, self.git_dirty)
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class ChangePoint:
 
     @property
     def commit_range(self) -> str:
-        return f"{short_commit(self.before.git_commit)}..{short_commit(self.after.git_commit)}"
+        return f"{self.before.commit}..{self.after.commit}"
 
     def text(self) -> str:
         """'<commit>..<commit> (+20.0%) regression, p = 0.001, ...': one line (the HTML trend page's)."""
@@ -78,6 +84,17 @@ class Trend:
     # With no change point: the strongest split over the whole series, which did not hold (None when too short).
     strongest: ChangePoint | None = None
 
+    @property
+    def sessions_needed(self) -> int:
+        """The sessions a change point needs: min_size on each side of it."""
+        return 2 * int(self.settings.get("min_size", changepoints.DEFAULT_MIN_SIZE))
+
+    @property
+    def searched(self) -> bool:
+        """Whether the series is long enough to look for a change point at all (else "none" would read as looked
+        for and not found)."""
+        return len(self.points) >= self.sessions_needed
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (times as ISO 8601 strings)."""
         def plain(x: Any) -> Any:
@@ -90,6 +107,7 @@ class Trend:
             return x
 
         doc = plain(asdict(self))
+        doc["searched"], doc["sessions_needed"] = self.searched, self.sessions_needed
         for cp, d in zip(self.change_points, doc["change_points"]):
             d["verdict"], d["commit_range"] = cp.verdict, cp.commit_range
         if self.strongest is not None:
@@ -119,7 +137,7 @@ def trend_of(key: SeriesKey, rows: list[SeriesRow], settings: dict[str, Any]) ->
                                  host=first.host, torch=first.torch, deepspeed=first.deepspeed,
                                  config_hash=first.config_hash, value=statistics.median(runs), runs=runs,
                                  host_load=max((r.host_load for r in session if r.host_load is not None),
-                                               default=None)))
+                                               default=None), git_dirty=first.git_dirty))
     last = rows[-1] if rows else None
     direction = last.direction if last else "lower"
     splits = changepoints.find_splits([p.value for p in points], **settings)
@@ -142,8 +160,11 @@ def _change_point(points: list[TrendPoint], split: changepoints.Split, direction
                        environment_changes=env)
 
 
-def short_commit(commit: str | None) -> str:
-    return commit[:12] if commit else "?"
+def short_commit(commit: str | None, dirty: bool = False) -> str:
+    """The commit's first 12 characters ('?' unknown), '+ uncommitted changes' after it when `dirty`."""
+    from pytest_distperf.launch.fingerprint import describe_commit
+
+    return describe_commit(commit, dirty)
 
 
 # -- as terminal text -----------------------------------------------------------------------------------------
@@ -159,7 +180,9 @@ def render_text(trends: list[Trend], points: bool = False) -> str:
     blocks = [_block(t, points) for t in trends]
     found = sum(len(t.change_points) for t in trends)
     settings = trends[0].settings
-    blocks.append(f"{len(trends)} series, {found} change point(s) (E-divisive split + Welch t-test, "
+    short = sum(not t.searched for t in trends)
+    unsearched = f"; {short} series too short to look for one" if short else ""
+    blocks.append(f"{len(trends)} series, {found} change point(s){unsearched} (E-divisive split + Welch t-test, "
                   f"p <= {settings['alpha']:g}, >= {settings['min_size']} sessions a side{_min_change(settings, ',')})")
     return "\n\n".join(blocks) + "\n"
 
@@ -170,18 +193,22 @@ def _block(t: Trend, points: bool) -> str:
     values = [p.value for p in pts]
     lines = [f"{k.test}  {k.job}  {k.metric}  [{k.machine_class}]",
              f"  {len(pts)} session(s), {pts[0].created_at:%Y-%m-%d %H:%M} .. {pts[-1].created_at:%Y-%m-%d %H:%M} "
-             f"UTC, commits {short_commit(pts[0].git_commit)} .. {short_commit(pts[-1].git_commit)}; "
+             f"UTC, commits {pts[0].commit} .. {pts[-1].commit}; "
              f"value = median of the session's runs ({t.unit}, {better})",
              f"  trend  {sparkline(values, {c.index for c in t.change_points})}  first {fmt_value(values[0], t.unit)}"
              f"  min {fmt_value(min(values), t.unit)}  max {fmt_value(max(values), t.unit)}"
              f"  last {fmt_value(values[-1], t.unit)}"]
-    if t.change_points:
+    if not t.searched:
+        lines.append(f"  change points: not looked for: too few sessions ({len(pts)}; a change point needs "
+                     f"{t.settings.get('min_size', changepoints.DEFAULT_MIN_SIZE)} on each side, "
+                     f"{t.sessions_needed} in all)")
+    elif t.change_points:
         lines.append("  change points:")
         lines += ["    " + describe(c, t.unit) for c in t.change_points]
     elif t.strongest is not None and t.strongest.change:
         s = t.strongest
         lines.append(f"  change points: none (the strongest split, sessions {s.index - 1}|{s.index} between "
-                     f"{short_commit(s.before.git_commit)} and {short_commit(s.after.git_commit)}: "
+                     f"{s.before.commit} and {s.after.commit}: "
                      f"{fmt_pct(s.change)}, p = {s.pvalue:.2g}; a change point needs p <= {t.settings['alpha']:g}"
                      f"{_min_change(t.settings, ' and')})")
     else:
@@ -193,7 +220,7 @@ def _block(t: Trend, points: bool) -> str:
             runs = ", ".join(fmt_value(v, t.unit) for v in p.runs)
             load = f"  other load {p.host_load:.1f} cores" if p.host_load is not None else ""
             lines.append(f"    {'|' if i in starts else ' '} {i:>4}  {p.created_at:%Y-%m-%d %H:%M:%S}  "
-                         f"{short_commit(p.git_commit):<12}  {fmt_value(p.value, t.unit):>11}  runs {runs}{load}")
+                         f"{p.commit:<12}  {fmt_value(p.value, t.unit):>11}  runs {runs}{load}")
     return "\n".join(lines)
 
 
@@ -207,8 +234,8 @@ def describe(c: ChangePoint, unit: str) -> str:
     if c.config_changed:
         notes.append("job configuration changed")
     notes += list(c.environment_changes)
-    return (f"{MARK[c.verdict]} {fmt_pct(c.change)} {c.verdict} between commit {short_commit(c.before.git_commit)} "
-            f"({c.before.created_at:%Y-%m-%d %H:%M}) and {short_commit(c.after.git_commit)} "
+    return (f"{MARK[c.verdict]} {fmt_pct(c.change)} {c.verdict} between commit {c.before.commit} "
+            f"({c.before.created_at:%Y-%m-%d %H:%M}) and {c.after.commit} "
             f"({c.after.created_at:%Y-%m-%d %H:%M}), sessions {c.index - 1}|{c.index}: "
             f"{fmt_value(c.before_mean, unit)} -> {fmt_value(c.after_mean, unit)}, p = {c.pvalue:.2g}, "
             f"t = {c.tstat:.2f}" + (f"; {'; '.join(notes)}" if notes else ""))
