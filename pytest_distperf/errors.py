@@ -61,7 +61,12 @@ class LockWaitTimeout(DistPerfError):
 class SessionBudgetSpent(DistPerfError):
     """--distperf-session-budget ran out before a job (or a DeepSpeed op build) could start; the message names the
     budget and what was not started. A test whose first look it stops is skipped (fails with --distperf-strict);
-    adaptive repeats it stops leave their verdict as the last planned look had it."""
+    adaptive repeats it stops leave their verdict as the last planned look had it. `cut_short`: the first look had
+    run some of its runs (kept in the reports)."""
+
+    def __init__(self, message: str, cut_short: bool = False):
+        super().__init__(message)
+        self.cut_short = cut_short
 
 
 class JobError(DistPerfError):

@@ -124,12 +124,6 @@ class DistPerf:
         # list the next run joins (it also counts where that list holds no such run yet: a second list of a job).
         self._measured_once: set[tuple[str, str]] = set()
         self._joins: list[RunResult] = []
-        # The first look under way (_first_look): its unit, its planned count and how many are done; and whether
-        # the next run is a pair's second. For the words of a budget stop (_look_note).
-        self._look: tuple[str, int, Callable[[], int]] | None = None
-        self._second_of_pair = False
-        # The run a half pair left out (compare's one_more_pair): its label, its side's list and the run
-        self._half_pair: tuple[str, list[RunResult], RunResult] | None = None
         if gate is not None:
             gate.budget = self.budget
         self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
@@ -277,9 +271,7 @@ class DistPerf:
         # without a relaunch. User functions (run_function) are always run.
         key = job.config_hash() if job.function is None and remember_failure else None
         self._prepare_ops(job)
-        note = self._look_note()  # a first look's later run: a stop says which
-        # before its slot: a wait for it is off the budget's clock
-        self._check_budget(f"job {job.describe()}" + (f" ({note})" if note else ""))
+        self._check_budget(f"job {job.describe()}")  # before its slot: a wait for it is off the budget's clock
         with outcomes.as_pytest_outcome():
             if key in self.ledger.failed_jobs:
                 nodeid, error = self.ledger.failed_jobs[key]
@@ -401,48 +393,14 @@ class DistPerf:
         """Around a test's first look of `planned` runs (or pairs): a session budget that stops it after some ran
         says so, "cut short", not "not started"; what ran stays among the test's jobs (`keep` records the run
         lists), in every report, with no verdict (the look is not done)."""
-        self._look, self._half_pair = (unit, planned, done), None
         try:
             yield
         except SessionBudgetSpent as e:
-            keep()
-            kept = self._keep_half_pair()
-            n = done()
-            if not (n or kept):
+            if not done():
                 raise
-            ran = (f"{n} of its {planned} {unit}s" if not kept else
-                   f"{n} of its {planned} pairs and one run of pair {n + 1}" if n else
-                   f"one run of its first pair ({planned} pairs planned)")
-            cut = SessionBudgetSpent(f"{e}; the first look was cut short after {ran}: what ran is in the report, "
-                                     f"with no verdict")
-            cut.cut_short = True  # type: ignore[attr-defined]  # launch/outcomes.out_of_budget's words
-            raise cut from None
-        finally:
-            self._look, self._half_pair = None, None
-
-    def _look_note(self) -> str:
-        """Which run of a first look a budget stop leaves unstarted, once one ran: "run 2 of the first look's 3",
-        "pair 1 of the first look's 3, its second run"; '' outside a first look or before its first run."""
-        if self._look is None:
-            return ""
-        unit, planned, done = self._look
-        n = done()
-        if not (n or self._second_of_pair):
-            return ""
-        return f"{unit} {n + 1} of the first look's {planned}" + (", its second run" if self._second_of_pair else "")
-
-    def _keep_half_pair(self) -> bool:
-        """A first look cut short between a pair's two runs: the run that ran joins the test's view of its job,
-        beside its side's list (which stays paired: tests sharing it read whole pairs). True when there was one."""
-        if self._half_pair is None:
-            return False
-        label, runs, run = self._half_pair
-        mine = self._jobs.get(id(runs))
-        if mine is not None:
-            mine.add([run])
-        else:
-            self._record_run(label, [run])
-        return True
+            keep()
+            raise SessionBudgetSpent(f"{e}; the first look was cut short after {done()} of its {planned} {unit}s: "
+                                     f"what ran is in the report, with no verdict", cut_short=True) from None
 
     def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
         """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
@@ -495,22 +453,17 @@ class DistPerf:
             # A B, then B A: what drifts within a pair hits both orders alike
             (first, first_runs), (second, second_runs) = ((a, runs_a), (b, runs_b))[::1 if i % 2 == 0 else -1]
             first_runs.append(self._run(first, first_runs))
-            self._second_of_pair = True
             try:
                 second_runs.append(self._run(second, second_runs))
             except SessionBudgetSpent:
-                # no half pair: the sides (also of tests sharing them) stay paired; a first look keeps the run
-                half = ((label_a, label_b)[first_runs is runs_b], first_runs, first_runs.pop())
-                if self._look is not None:
-                    self._half_pair = half
+                first_runs.pop()  # no half pair: the sides (also of tests sharing them) stay paired
                 raise
-            finally:
-                self._second_of_pair = False
             self._record_run(label_a, runs_a)
             self._record_run(label_b, runs_b)
 
         if not runs_a:
             self._first_look_fits((a, b), repeats or self.plan.repeats)
+
         def keep() -> None:  # a first look cut short: the pairs that ran (also shared ones) are the test's
             for label, runs in ((label_a, runs_a), (label_b, runs_b)):
                 if runs:

@@ -34,7 +34,7 @@ def out_of_budget(error: SessionBudgetSpent, strict: bool) -> NoReturn:
     its runs: `error.cut_short`, fixture._first_look): skipped with the budget's words, or with --distperf-strict
     failed (as an undecided verdict fails under it: an unmeasured test is no pass either)."""
     if strict:
-        what = "cut short in its first look" if getattr(error, "cut_short", False) else "left unstarted"
+        what = "cut short in its first look" if error.cut_short else "left unstarted"
         raise pytest.fail.Exception(f"{error}\n  (--distperf-strict: a test the session budget {what} fails)",
                                     pytrace=False) from None
     raise pytest.skip.Exception(str(error), _use_item_location=True) from None  # shown at the test, not here
