@@ -191,8 +191,8 @@ def run_figures(run: "RunResult") -> RunFigures:
 
 def metric_values(runs: Sequence[RunFigures]) -> dict[str, list[float]]:
     """The gated and tracked metrics of a job, one value per run (the baseline's and the history's series). A work
-    time needs every run; an exact count is measured in a job's first run of a session only (rank/work.py) and kept
-    from the runs that measured it. Collectives only where every run was probed (a kind not called counts 0)."""
+    time needs every run; an exact count is measured in the first run of each test's runs of a job only
+    (rank/work.py) and kept from the runs that measured it. Collectives only where every run was probed (a kind not called counts 0)."""
     out = {"step_time": [f.step_time for f in runs], "peak_memory": [f.peak_memory for f in runs],
            "optimizer_state_bytes": [f.optimizer_state_bytes for f in runs]}
     if not runs:

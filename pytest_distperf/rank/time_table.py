@@ -44,8 +44,8 @@ the figure that decides a host-bound step.
   the module's own FLOPs per step, what its children's rows do not (so the rows add up to the step's FLOPs), in
   the count column, and no time; the outermost index of repeated blocks folds into ``*`` (``layers.*.mlp``: every
   layer's MLP summed; an index inside a block, a Sequential's, stays), and the root keeps its class name. Exact,
-  so measured in a job's first run of a session only (rank/work.py `counts`) and given to its other runs'
-  tables (store/baselines.explain_tables).
+  so measured in the first run of each test's runs of a job only (rank/work.py `counts`) and given to its other
+  runs' tables (store/baselines.explain_tables).
 
 Per run: each row's count and time averaged over the profiled steps, then the mean over the ranks (a rank
 without the row did not run it: 0 there; ranks keep every row, so none is cut on one rank only). Then the TOP_ROWS

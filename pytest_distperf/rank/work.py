@@ -16,7 +16,8 @@ not. Per profiled step, per rank:
   pass's events (rank/time_table.py defines the rows).
 
 Three passes, so no figure is measured under another's overhead: the instruction counter, the counting modes,
-the profiler. The counting pass runs in a job's first run of a session only (`counts`): its figures are exact.
+the profiler. The counting pass runs in the first run of each test's runs of a job only (`counts`): its figures
+are exact.
 Dispatch modes are per thread: a step run on a library's own thread (Lightning's Trainer loop) has its operators
 and FLOPs reported as not measured, never as zero. Whatever is not measured, `not_measured` says why.
 """

@@ -197,8 +197,8 @@ def _measure(job: JobSpec, prepared: Any, ctx: Any, timer: Any, t0: float, build
         probe_result = run_probe_phase(probes=job.probes, steps=job.probe_steps, step=extra_step, sync=timer.sync,
                                        device=device, optimizer=optimizer, group_size=job.world_size, rank=rank,
                                        job_dir=job_dir, progress=say)
-    # Where the time goes: a few extra device-synchronised steps, in a job's first run of the session only
-    # (reports and checks read one run's breakdown).
+    # Where the time goes: a few extra device-synchronised steps, in the first run of each test's runs of a job
+    # only (reports and checks read one run's breakdown).
     step_breakdown: dict[str, float] = {}
     if job.measure_once:
         say("step breakdown")
