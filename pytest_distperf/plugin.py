@@ -49,8 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
                    "a distributed performance test, run with --distperf")
     cli = {s.name: config.getoption(s.dest) for s in declared() if s.option}
     ini = {s.name: config.getini(s.dest) for s in declared() if s.ini}
+    enabled = bool(cli.pop("enabled"))
     try:
-        settings = build_settings(bool(cli.pop("enabled")), cli, ini)
+        settings = build_settings(enabled, cli, ini, _known_shapes() if enabled else ())
     except SettingsError as e:
         raise pytest.UsageError(f"distperf: {e}") from None
     if settings.enabled:
@@ -82,6 +83,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         strategies.REGISTRY.end_session()
     elif strategies is not None:  # first imported during this session: nothing earlier to bring back
         strategies.REGISTRY.reset()
+
+
+def _known_shapes() -> tuple[str, ...]:
+    """The built-in workload's shape names (imports torch: only for a session with --distperf)."""
+    from pytest_distperf.rank.workload import SHAPES
+
+    return tuple(SHAPES)
 
 
 def _load_strategies() -> None:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from pytest_distperf.errors import SettingsError
-from pytest_distperf.spec.settings import build_settings, known_shapes
+from pytest_distperf.plugin import _known_shapes as known_shapes
+from pytest_distperf.spec.settings import build_settings
 
 KNOWN = "tiny, small, 350m, 1b, 3b, 7b"
 
@@ -18,9 +19,9 @@ KNOWN = "tiny, small, 350m, 1b, 3b, 7b"
 def test_an_unknown_shape_in_the_ini_is_an_error_naming_the_key(key):
     assert ", ".join(known_shapes()) == KNOWN
     with pytest.raises(SettingsError) as e:
-        build_settings(True, {}, {key: "huge"})
+        build_settings(True, {}, {key: "huge"}, known_shapes())
     assert str(e.value) == f"ini option distperf_{key}: unknown shape 'huge'; known: {KNOWN}"
-    assert getattr(build_settings(True, {}, {key: "small"}), key) == "small"
+    assert getattr(build_settings(True, {}, {key: "small"}, known_shapes()), key) == "small"
 
 
 def test_without_distperf_the_shapes_are_not_read_and_torch_not_imported():

@@ -190,7 +190,7 @@ def _provenance_text(p: dict[str, Any]) -> str:
             else f"{counts[0]}-{counts[-1]} runs")
     if len(p.get("runs") or {}) > 1:
         runs += f" a job ({len(p['runs'])} jobs)"
-    return (f"{runs} (saved {p.get('saved_at') or '?'} at commit {(p.get('git_commit') or '?')[:12]} on host "
+    return (f"{runs} (saved {p.get('saved_at') or '?'} at commit {fingerprint.commit_text(p)} on host "
             f"{p.get('host') or '?'})")
 
 
@@ -455,7 +455,7 @@ class BaselineGate:
         if self.baseline is not None:
             env = self.baseline.environment
             lines.append(f"  baseline: {rel}, saved {self.baseline.saved_at or '?'} at commit "
-                         f"{(env.get('git_commit') or '?')[:12]} on host {env.get('host') or '?'}")
+                         f"{fingerprint.commit_text(env)} on host {env.get('host') or '?'}")
             if self.env_changes:
                 lines.append(f"  versions changed since the baseline: {', '.join(self.env_changes)}")
         else:

@@ -12,6 +12,7 @@ import statistics
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
+from pytest_distperf.launch import fingerprint
 from pytest_distperf.figures.explain import Explanation
 from pytest_distperf.fs.jsonio import write_text_atomic
 from pytest_distperf.report.outcomes import counted, mark, rank, test_outcome
@@ -92,7 +93,7 @@ def _machine_line(session: SessionDocument) -> str:
     classes = sorted({t.machine_class for t in session.tests if t.machine_class})
     env = session.environment
     versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "deepspeed", "cuda", "nccl") if env.get(k))
-    commit = (env.get("git_commit") or "")[:12]
+    commit = fingerprint.commit_text(env) if env.get("git_commit") else ""
     return (f"**Machine class**: {', '.join(f'`{c}`' for c in classes) or '–'}"
             + (f" · {versions}" if versions else "") + (f" · commit `{commit}`" if commit else ""))
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from markupsafe import Markup
 
+from pytest_distperf.launch import fingerprint
 from pytest_distperf.decide.checks import Check
 from pytest_distperf.decide.probe_checks import ProbeCheck
 from pytest_distperf.decide.verdicts import MetricVerdict
@@ -133,7 +134,7 @@ def report_view(session: SessionDocument, history: Iterable[TrendSeries] = (),
     env, tests = session.environment, session.tests
     outcomes = {t.nodeid: test_outcome(t) for t in tests}
     rows = [RowView(s.row, tests_cell(s.tests, outcomes), s.tests) for s in shared_rows(verdict_rows(tests))]
-    subtitle = " · ".join(x for x in (session.created_at, (env.get("git_commit") or "")[:12], env.get("host") or "")
+    subtitle = " · ".join(x for x in (session.created_at, (fingerprint.commit_text(env) if env.get("git_commit") else ""), env.get("host") or "")
                           if x)
     return ReportView(title=title, subtitle=subtitle, summary=_summary(session, rows), verdicts=_verdicts(rows),
                       comparisons=_comparisons(tests), jobs=job_sections(tests), probes=probe_sections(tests),
@@ -150,7 +151,7 @@ def _summary(session: SessionDocument, rows: Sequence[RowView]) -> Summary:
     return Summary(tests=len(tests), test_counts=counted(test_outcome(t) for t in tests),
                    verdict_counts=counted(r.row.outcome for r in rows if r.row.kind != "test"),
                    machine_classes=sorted({t.machine_class for t in tests if t.machine_class}),
-                   commit=(session.environment.get("git_commit") or "–")[:12], written=session.created_at or "–")
+                   commit=fingerprint.commit_text(session.environment).replace("?", "–"), written=session.created_at or "–")
 
 
 def _verdicts(rows: Sequence[RowView]) -> Verdicts:

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pytest_distperf.errors import ProbeError, SettingsError
 from pytest_distperf.spec.probes import validate as validate_probes
@@ -306,8 +306,10 @@ def resolve_device(option: str, marker: str | None, world_size: int, gpus: int) 
                   f"has {gpus}")
 
 
-def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> Settings:
-    """cli/ini map setting names to a value or None (unset). Each value is checked, naming where it came from."""
+def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any], shapes: Sequence[str] = ()) -> Settings:
+    """cli/ini map setting names to a value or None (unset). Each value is checked, naming where it came from;
+    `shapes`: the built-in workload's shape names (rank/workload.py, beside torch: the plugin passes them where
+    jobs will run), the default shapes' check; () skips it."""
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
     for s in declared():
@@ -322,8 +324,8 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
         values[s.name] = s.parse(value, where[s.name])
     cluster = ClusterSettings(**{f.name: values.pop(f.name) for f in fields(ClusterSettings)})
     _check_cluster(cluster, where)
-    if enabled:  # the shapes' list lives beside torch (rank/workload.py): read only where jobs will run
-        check_shapes(values, where, known_shapes())
+    if enabled and shapes:
+        check_shapes(values, where, tuple(shapes))
     given = {name: "" if where[name].startswith("default") else f"{where[name]}={values[name]}"
              for name in ("repeats", "max_repeats")}
     values["repeats"] = first_look(values["repeats"], given["repeats"], values["max_repeats"],
@@ -333,13 +335,6 @@ def build_settings(enabled: bool, cli: dict[str, Any], ini: dict[str, Any]) -> S
 
 
 SHAPE_SETTINGS = ("shape_cpu", "shape_cuda")
-
-
-def known_shapes() -> tuple[str, ...]:
-    """The built-in workload's shape names (imports torch: called only for a session with --distperf)."""
-    from pytest_distperf.rank.workload import SHAPES
-
-    return tuple(SHAPES)
 
 
 def check_shapes(values: dict[str, Any], where: dict[str, str], known: tuple[str, ...]) -> None:
