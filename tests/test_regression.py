@@ -202,8 +202,9 @@ def test_missing_baseline_is_new_and_fails_only_when_required():
     assert v.status == "new" and not is_failing(v, Policy())
     assert is_failing(v, Policy(require_baseline=True))
     entry = JobEntry("job", "h", {}, {"peak_memory": mem([1.0])})
-    [v] = decide_job("t", "job", entry, "h", current, Policy(), "")
+    [v, stored_only] = decide_job("t", "job", entry, "h", current, Policy(), "")
     assert v.status == "new"  # the job is there, this metric is not
+    assert (stored_only.metric, stored_only.status) == ("peak_memory", "not comparable")  # and the reverse is said
 
 
 def test_a_changed_config_is_not_comparable_rather_than_a_regression():
@@ -656,3 +657,15 @@ def test_no_baseline_yet_shows_the_nearest_stored_job_and_a_save_command_with_th
                                          "--distperf-device cpu --distperf-world-size 1 t.py::test_x"), lines[start + 1]
         assert lines[start + 2] == ("    this job is not in the baseline; the nearest there, ddp[bucket_cap_mb=1] tiny "
                                     "x2 cpu, differs in: options.bucket_cap_mb 1 -> 2"), lines[start + 2:]
+
+
+def test_a_stored_figure_not_measured_now_is_said_and_fails_under_require_baseline():
+    """Nothing stored is dropped unsaid: a gated figure the baseline holds and this run lacks gets a verdict."""
+    entry = JobEntry("job", "h", {}, {"step_time": time_series([100, 101, 99]),
+                                      "flops_per_step": MetricSeries("flop", "lower", "count", [1e9])})
+    verdicts = decide_job("t", "job", entry, "h", {"step_time": time_series([100, 101, 99])}, Policy(), "")
+    [v] = [v for v in verdicts if v.metric == "flops_per_step"]
+    assert v.status == "not comparable" and v.current is None and "not measured now" in v.note
+    assert not is_failing(v, Policy()) and is_failing(v, Policy(require_baseline=True))
+    lines = render([TestDocument.from_records("t.py::test_x", "passed", 1.0, [u.landed(Policy()) for u in verdicts])])
+    assert any("not measured now" in line for line in lines)

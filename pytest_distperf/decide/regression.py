@@ -50,8 +50,19 @@ def decide_job(test: str, label: str, entry: JobEntry | None, config_hash: str, 
             v.note = (v.note + "; " if v.note else "") + script
         v.secondary = secondary_text(name, device, stored, current)
         out.append(v)
+    out += [_not_measured(test, label, name, stored[name]) for name in job_metrics(stored, policy, device)
+            if name not in current]
     set_job_runs(out, stored, current)
     return out
+
+
+def _not_measured(test: str, label: str, metric: str, stored: MetricSeries) -> MetricVerdict:
+    """A gated figure the baseline holds and this run did not measure: said, never dropped (it fails under
+    --distperf-require-baseline, as a figure with no baseline does)."""
+    return MetricVerdict(test=test, job=label, metric=metric, metric_kind=stored.kind, unit=stored.unit,
+                         direction=stored.direction, status="not comparable", baseline=stored.center,
+                         baseline_cv=stored.variation, baseline_runs=len(stored.runs),
+                         note="in the baseline, not measured now (the JSON report's work_not_measured says why)")
 
 
 MAX_CHANGES_SHOWN = 4
