@@ -195,7 +195,10 @@ class DistPerf:
         if isinstance(shape, dict):
             shape = shape.get(self.device)
         name = shape or self.plan.default_shape(self.settings)
-        resolve_shape(name, shape_overrides)  # reject a bad shape here, not in every rank
+        try:
+            resolve_shape(name, shape_overrides)  # reject a bad shape here, not in every rank
+        except ValueError as e:
+            raise UsageError(f"distperf.job(shape={name!r}, shape_overrides={shape_overrides!r}): {e}") from None
         return self._spec("distperf.job", world_size, probes, probe_steps, strategy=strategy, options=options,
                           shape=name, shape_overrides=dict(shape_overrides or {}), steps=steps, warmup_steps=warmup,
                           seed=seed, **user)

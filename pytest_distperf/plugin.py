@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pytest
 
@@ -222,6 +222,15 @@ def _project_root(config: pytest.Config) -> str:
 
 def _is_distperf(item: pytest.Item) -> bool:
     return item.get_closest_marker("distperf") is not None or "distperf" in getattr(item, "fixturenames", ())
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: Sequence[pytest.Item]) -> list[str]:
+    """The world sizes, devices and machine classes of the selected tests (the header, before collection, gives
+    the defaults)."""
+    from pytest_distperf.report.header import collection_lines
+
+    plans = [item.stash[plan_key] for item in items if plan_key in item.stash]
+    return collection_lines(config.stash[session_key].settings, plans)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -47,3 +47,17 @@ def test_a_bad_shape_ini_value_stops_the_session_before_any_job(pytester: pytest
     result.stderr.fnmatch_lines([f"ERROR: distperf: ini option distperf_shape_cpu: unknown shape 'huge'; "
                                  f"known: {KNOWN}"])
     assert "a job would have started here" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_unknown_shape_given_to_job_is_a_usage_error_naming_the_call(pytester: pytest.Pytester):
+    pytester.makepyfile(test_perf="""
+import pytest
+
+@pytest.mark.distperf(world_size=1)
+def test_x(distperf):
+    distperf.job("ddp", shape="huge")
+""")
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*UsageError: distperf.job(shape='huge', shape_overrides=None): unknown workload "
+                                 "shape 'huge'; known shapes: tiny, *"])

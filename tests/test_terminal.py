@@ -77,3 +77,23 @@ def test_the_header_does_not_name_the_default_world_size_as_the_tests():
     # the command line's world size is every test's
     forced = build_settings(True, {"world_size": 1}, {})
     assert forced.world_size_override and "tests need 1); world size 1;" in header_lines(forced, None)[0]
+
+
+def test_after_collection_the_selected_tests_world_sizes_and_machine_classes_are_named(pytester):
+    pytester.makepyfile(test_h="""
+import pytest
+
+@pytest.mark.distperf(world_size=1)
+def test_one(distperf):
+    pass
+
+@pytest.mark.distperf(world_size=2)
+def test_two(distperf):
+    pass
+""")
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--co", "-k", "one")
+    result.stdout.fnmatch_lines(["distperf: the 1 selected test to run: world size 1, device cpu; machine class "
+                                 "*-ws1"])
+    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider", "--co")
+    result.stdout.fnmatch_lines(["distperf: the 2 selected tests to run: world size 1-2 by test, device cpu; machine "
+                                 "classes *-ws1 (1 test), *-ws2 (1 test)"])
