@@ -223,7 +223,8 @@ class DistPerfSession:
                             "against": self.against.to_json() if self.against else None},
                 device="cuda" if any(p.device == "cuda" for p in self.plans) else "cpu",  # the environment's
                 html_path=opt("distperf_html"), pr_comment_path=opt("distperf_pr_comment"),
-                html_url=opt("distperf_html_url"), history_url=self.config.getoption("distperf_history", None))
+                html_url=opt("distperf_html_url"), history_url=self.config.getoption("distperf_history", None),
+                enabled=self.settings.enabled)
         except (BaselineError, HistoryError, OSError) as e:
             # The paths were checked before the first job; what fails now fails the run, never as an internal error.
             self.write_errors.append(redact_text(str(e)))

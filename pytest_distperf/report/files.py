@@ -202,14 +202,12 @@ def write_session_reports(entries: list[TestDocument], rootdir: str, json_path: 
                           benchmark_path: str | None, step_summary_path: str | None,
                           invocation: dict[str, Any], device: str = "cpu", html_path: str | None = None,
                           pr_comment_path: str | None = None, html_url: str | None = None,
-                          history_url: str | None = None, enabled: bool | None = None) -> list[str]:
+                          history_url: str | None = None, enabled: bool = False) -> list[str]:
     """Write the reports asked for, all drawn from the one redacted JSON report document (appended to the
     history first, with `history_url`); returns what was written, one line each. `enabled`: the session ran with
-    --distperf (None: read from `invocation`, whose baselines folder is set only then); a session with it and no
+    --distperf; a session with it and no
     distperf test (none selected, exit 5) still appends its line to the job summary, as the PR comment says it."""
     written: list[str] = []
-    if enabled is None:
-        enabled = invocation.get("baselines") is not None
     step_summary_path = step_summary_path if step_summary_path and (entries or enabled) else None
     if not (json_path or benchmark_path or html_path or pr_comment_path or step_summary_path
             or (history_url and entries)):
