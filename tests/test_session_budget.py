@@ -240,7 +240,7 @@ def test_a_session_ends_at_its_budget_and_every_report_names_the_tests_left_out(
         f"*no job starts past it (waits for the measurement slot not counted, each xdist worker its own), nor a "
         f"first look that would end past it at this session's runs of the same jobs: a test whose first look "
         f"cannot start is skipped, out of budget",  # the header
-        "distperf: 3 out of budget: not measured: the session budget ran out before their first look "
+        "distperf: 3 out of budget: not decided: the session budget ran out before their first look was done "
         "(--distperf-session-budget); skipped, no verdict",
         f"  test_late: {not_started}",
         f"  test_late_measure: {not_started}",

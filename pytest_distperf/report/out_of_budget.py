@@ -12,7 +12,7 @@ from pytest_distperf.figures.wording import short_test
 from pytest_distperf.report.document import TestDocument
 
 STAT = "out of budget"  # pytest's stats line: '3 passed, 2 skipped, 2 out of budget'
-WHAT = "not measured: the session budget ran out before their first look (--distperf-session-budget)"
+WHAT = "not decided: the session budget ran out before their first look was done (--distperf-session-budget)"
 
 
 def out_of_budget(tests: Iterable[TestDocument]) -> list[TestDocument]:
