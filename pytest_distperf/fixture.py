@@ -251,7 +251,7 @@ class DistPerf:
         _count(where, "steps", fields["steps"], 1)
         _count(where, "warmup", fields["warmup_steps"], 0)
         return JobSpec(world_size=self._world_size(where, world_size), device=self.device, sys_path=list(sys.path),
-                       progress=self.verbose, probes=probes, probe_steps=probe_steps, **fields)
+                       probes=probes, probe_steps=probe_steps, **fields)
 
     def _world_size(self, where: str, world_size: int | None) -> int:
         """A verb's world_size (None: the test's); 0 is no world size, not the test's."""
@@ -434,7 +434,7 @@ class DistPerf:
         ref = userjobs.function_ref(fn, "distperf.run_function", "function")
         job = JobSpec(world_size=self._world_size("distperf.run_function", world_size), device=self.device,
                       function=ref, args=tuple(args),
-                      kwargs=kwargs, sys_path=list(sys.path), progress=False)
+                      kwargs=kwargs, sys_path=list(sys.path))
         values = self._launch(job)
         return [values[r] for r in sorted(values)]
 

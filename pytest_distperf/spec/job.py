@@ -73,7 +73,6 @@ class JobSpec:
     args: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     sys_path: list[str] = field(default_factory=list)
-    progress: bool = False
     # Phases after timing: the probes over `probe_steps` profiled steps; the work phase's steps per pass (0: none).
     probes: tuple[str, ...] = ()
     probe_steps: int = 3
@@ -148,7 +147,7 @@ class JobSpec:
                     **({"probes": list(self.probes), "probe_steps": self.probe_steps} if self.probes else {})}
         d = asdict(self)
         # Bookkeeping goes, and fields at their defaults: a job that does not use them keeps its hash (and baseline).
-        for k in ("sys_path", "progress", "adapter", "full_options", "work_steps", "measure_once", "script",
+        for k in ("sys_path", "adapter", "full_options", "work_steps", "measure_once", "script",
                   "label_suffix",
                   *(() if self.probes else ("probes", "probe_steps"))):
             d.pop(k)
