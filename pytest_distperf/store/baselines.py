@@ -5,10 +5,7 @@ hash of the job's configuration and, per metric, its unit, direction, kind, one 
 step samples; `explain` (optional, so the format stays version 1) holds each run's operator/kernel table, what a
 failing verdict's "what changed" is diffed against; `script_sha256` (optional too) a script job's file hash. The
 environment's `git_dirty`/`git_dirty_files` (optional, version 1 still) say the save ran uncommitted changes on top
-of `git_commit`; a file without them names its commit as it always did. A job keyed ' #2' by saves from before a
-test's jobs were told apart by label is read under its label of now (relabel_numbered), also without a new version:
-the file is unchanged until the next save, and an older pytest-distperf reads a new file (the renamed job then
-reads as new to it).
+of `git_commit`; a file without them names its commit as it always did.
 
 Reading never writes: an unusable file raises BaselineError naming it and stays byte-identical; an older format
 is brought up to date in memory. What picks the decision rule is not taken on the file's word: a known metric's
@@ -31,7 +28,7 @@ from typing import Any, Iterable
 
 from pytest_distperf.errors import BaselineError, FileError
 from pytest_distperf.fs import jsonio
-from pytest_distperf.spec.job import INJECTION_FIELDS, JobSpec, label_difference
+from pytest_distperf.spec.job import INJECTION_FIELDS, JobSpec
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.rank.time_table import FLOPS, Table, run_table
 from pytest_distperf.figures.quantities import (KNOWN_METRICS, geometric_mean, metric_traits, metric_values,
@@ -346,45 +343,11 @@ def parse(doc: Any, path: str) -> BaselineFile:
                                config=check.obj(job.get("config", {}), f"{at}.config"), metrics=metrics,
                                explain=_explain(check, job.get("explain"), f"{at}.explain"),
                                script_sha256=None if script is None else check.str_(script, f"{at}.script_sha256"))
-    jobs = relabel_numbered(jobs)
     return BaselineFile(test=check.str_(doc.get("test"), "test"),
                         machine_class=check.str_(doc.get("machine_class"), "machine_class"),
                         machine=check.obj(doc.get("machine", {}), "machine"),
                         environment=check.obj(doc.get("environment", {}), "environment"),
                         saved_at=check.str_(doc.get("saved_at", ""), "saved_at"), jobs=jobs)
-
-
-_NUMBERED = re.compile(r"^(?P<label>.*) #(?P<n>[0-9]+)(?P<injection>(?: \+[A-Za-z_][A-Za-z0-9_]*=\S+)*)$")
-
-
-def relabel_numbered(jobs: dict[str, JobEntry]) -> dict[str, JobEntry]:
-    """Entries keyed the way saves before labels told jobs apart keyed the second job of a label ('ddp tiny x2 cpu
-    #2', its configuration another than the first's) under the label the job has now: the first's label plus the
-    fields it differs in ('ddp tiny x2 cpu steps=5', spec/job.label_difference, as the test's label scope names it),
-    read from the two entries' stored configurations. In memory only; the file is unchanged until the next save
-    writes the new key. An entry whose first job or configuration is not in the file, or whose new key is taken,
-    keeps its key."""
-    renamed: dict[str, str] = {}
-    for key, entry in jobs.items():
-        m = _NUMBERED.match(key)
-        if m is None or int(m["n"]) < 2 or not entry.config:
-            continue
-        first = jobs.get(m["label"]) or next((e for k, e in jobs.items() if k.startswith(m["label"] + " +")
-                                              and _NUMBERED.match(k) is None), None)
-        if first is None or not first.config:
-            continue
-        suffix = label_difference(first.config, entry.config)
-        new = m["label"] + suffix + m["injection"]
-        if suffix and new not in jobs and new not in renamed.values():
-            renamed[key] = new
-    if not renamed:
-        return jobs
-    out = {}
-    for key, entry in jobs.items():
-        new = renamed.get(key, key)
-        entry.label = new
-        out[new] = entry
-    return out
 
 
 # -- the store --------------------------------------------------------------------------------------------------
