@@ -469,3 +469,13 @@ def test_a_cuda_out_of_memory_names_the_rank_and_its_memory(tmp_path):
     with pytest.raises(RankFailed, match=r"CUDA out of memory on rank 0 \(cuda:0, .*\): allocated [\d,]+ MiB, "
                                          r"reserved [\d,]+ MiB, peak allocated [\d,]+ MiB, total [\d,]+ MiB"):
         launch(job, timeout=300, base_dir=str(tmp_path))
+
+
+def test_a_timeout_names_the_ranks_that_had_not_started(tmp_path):
+    from pytest_distperf.launch.launcher import _timeout_message
+    from pytest_distperf.spec.job import JobSpec
+
+    (tmp_path / "rank0.pid").write_text("123")
+    text = _timeout_message(JobSpec(world_size=2, device="cpu", strategy="ddp"), str(tmp_path), 3)
+    assert "rank(s) 1 had not started (still importing: no stacks to show)" in text
+    assert "timed out after 3 s (last progress: none)" in text

@@ -289,9 +289,13 @@ def _how(failure: jobfiles.RankFailure, errors: dict[int, str], brief: bool) -> 
 
 
 def _timeout_message(job: JobSpec, job_dir: str, timeout: float) -> str:
+    started = jobfiles.started_ranks(job_dir)
+    unstarted = [str(r) for r in range(job.world_size) if r not in started]
     return "\n".join([
         f"distperf job {job.describe()} timed out after {timeout:g} s "
         f"(last progress: {jobfiles.read_progress(job_dir) or 'none'}); every rank was ended.",
+        *([f"rank(s) {', '.join(unstarted)} had not started (still importing: no stacks to show); a timeout "
+           f"shorter than the ranks' start cannot show where they were"] if unstarted else []),
         "Python stacks of each rank at the timeout (faulthandler):",
         _stderr_tails(job, job_dir, lines=60),
         f"job folder (logs of every rank): {job_dir}",
