@@ -119,10 +119,10 @@ class DistPerf:
         self._launched_at: float | None = None  # when the last launch began (RunResult.launched_at)
         self._op_build = 0.0  # the last launch's DeepSpeed op builds, seconds (RunResult.op_build_seconds)
         # What one run of a job suffices for (JobSpec.measure_once: the counting pass, the breakdown) is measured
-        # in the test's own runs of it: a test's figures and gate read its runs only, so they never depend on which
-        # tests ran the job before. (side, config hash) that this test measured so far; _run sets _joins, the run
-        # list the next run joins (it also counts where that list holds no such run yet: a second list of a job).
-        self._measured_once: set[tuple[str, str]] = set()
+        # once in each run list, the test's view of a job (_run sets _joins, the list the next run joins; a list
+        # that tests share holds its one such run for all of them), so a test's figures never depend on which
+        # tests ran the job before. The base side's runs go to the gate's lists: once a test (config hashes).
+        self._base_measured: set[str] = set()
         self._joins: list[RunResult] = []
         if gate is not None:
             gate.budget = self.budget
@@ -407,14 +407,15 @@ class DistPerf:
 
     def _run_once(self, job: JobSpec, side: str = "head") -> RunResult:
         """One launch of `job`; the base side of a pair ("base") is never remembered as a failed job."""
-        once = (side, job.config_hash())
-        joined = side == "base" or any(r.spec.measure_once for r in self._joins)  # base: the gate's list, per test
-        job = dataclasses.replace(job, measure_once=once not in self._measured_once or not joined)
+        first = (job.config_hash() not in self._base_measured if side == "base"
+                 else not any(r.spec.measure_once for r in self._joins))
+        job = dataclasses.replace(job, measure_once=first)
         start = time.monotonic()
         self._slot_wait, self._launched_at, self._op_build = 0.0, None, 0.0
         agents_before = len(warm_pool.STATE.start_seconds)
         values = self._launch(job, remember_failure=side == "head")
-        self._measured_once.add(once)
+        if side == "base":
+            self._base_measured.add(job.config_hash())
         result = RunResult(spec=job, ranks=[values[r] for r in sorted(values)], wall_seconds=time.monotonic() - start,
                            slot_wait_seconds=self._slot_wait, launched_at=self._launched_at,
                            agent_start_seconds=math.fsum(warm_pool.STATE.start_seconds[agents_before:]),
