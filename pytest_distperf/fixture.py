@@ -35,7 +35,7 @@ from pytest_distperf.launch.launcher import JobError
 from pytest_distperf.spec.settings import Settings, TestPlan
 from pytest_distperf.errors import DistPerfInconclusive, GpuClockWarning, SessionBudgetSpent, UsageError, warn
 from pytest_distperf.rank.probes.results import probe_summary
-from pytest_distperf.spec.job import JobSpec
+from pytest_distperf.spec.job import JobSpec, LabelScope
 from pytest_distperf.rank.results import RunResult
 from pytest_distperf.decide.stopping import Budget, Clock
 from pytest_distperf.figures.quantities import JobRuns
@@ -124,6 +124,7 @@ class DistPerf:
         # tests ran the job before. The base side's runs go to the gate's lists: once a test (config hashes).
         self._base_measured: set[str] = set()
         self._joins: list[RunResult] = []
+        self._labels = LabelScope()  # this test's jobs whose labels would read the same are told apart
         if gate is not None:
             gate.budget = self.budget
         self._jobs: dict[int, JobRuns] = {}  # by the id of its run list: each job the test ran
@@ -250,8 +251,8 @@ class DistPerf:
         _count(where, "probe_steps", probe_steps, 1)
         _count(where, "steps", fields["steps"], 1)
         _count(where, "warmup", fields["warmup_steps"], 0)
-        return JobSpec(world_size=self._world_size(where, world_size), device=self.device, sys_path=list(sys.path),
-                       probes=probes, probe_steps=probe_steps, **fields)
+        return self._labels.label(JobSpec(world_size=self._world_size(where, world_size), device=self.device,
+                                          sys_path=list(sys.path), probes=probes, probe_steps=probe_steps, **fields))
 
     def _world_size(self, where: str, world_size: int | None) -> int:
         """A verb's world_size (None: the test's); 0 is no world size, not the test's."""

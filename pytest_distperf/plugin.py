@@ -322,10 +322,7 @@ def distperf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
                   gate=gate, deadline=session.deadline, pairs_share=session.pairs_share(_tests_left(request)),
                   check_budget=session.check_budget, root=_project_root(config))
     request.node.stash[fixture_key] = dp
-    from pytest_distperf.spec.job import label_scope
-
-    with label_scope():  # the test's jobs whose labels would read the same are told apart (spec/job.py)
-        yield dp
+    yield dp
     session.test_seconds.append(dp.clock.elapsed())  # what later tests' shares reserve for each (pairs_share)
 
 

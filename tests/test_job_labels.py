@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from pytest_distperf.spec.job import FunctionRef, JobSpec, label_difference, label_scope
+from pytest_distperf.spec.job import FunctionRef, JobSpec, LabelScope, label_difference
 
 W = dict(world_size=2, device="cpu", strategy="ddp", workload=FunctionRef("bench", "make_workload"))
 LABEL = "ddp bench:make_workload x2 cpu"
@@ -16,24 +16,23 @@ LABEL = "ddp bench:make_workload x2 cpu"
 
 def test_a_job_alone_keeps_its_label_also_off_its_defaults():
     assert JobSpec(**W).describe() == JobSpec(**W, steps=5).describe() == LABEL  # outside a test: as always
-    with label_scope():
-        assert JobSpec(**W, steps=5).describe() == LABEL  # nothing to tell it from
-    with label_scope():
-        assert JobSpec(world_size=2, device="cpu", strategy="ddp", steps=20).describe() == "ddp tiny x2 cpu"
+    assert LabelScope().label(JobSpec(**W, steps=5)).describe() == LABEL  # nothing to tell it from
+    assert LabelScope().label(JobSpec(world_size=2, device="cpu", strategy="ddp", steps=20)).describe() == (
+        "ddp tiny x2 cpu")
 
 
 def test_jobs_that_read_the_same_are_told_apart_by_what_differs():
-    with label_scope():
-        a, b = JobSpec(**W), JobSpec(**W, steps=5)
-        c = JobSpec(**W, steps=5, warmup_steps=1, seed=7)
-        again = JobSpec(**W, steps=5)  # the same configuration: the same label
-        moved = dataclasses.replace(b, sys_path=["/elsewhere"], measure_once=False)  # bookkeeping only
-        injected = JobSpec(**W, shape_overrides={"extra_work": 0.4})  # named by its own suffix (baselines.py)
-        zero3 = JobSpec(world_size=2, device="cpu", strategy="deepspeed",
-                        options={"stage": 3, "ds_config": {"zero_optimization": {"stage3_prefetch_bucket_size": 5e7}}})
-        plain3 = JobSpec(world_size=2, device="cpu", strategy="deepspeed", options={"stage": 3})
-        small = JobSpec(world_size=2, device="cpu", strategy="deepspeed", options={"stage": 3}, shape_overrides={
-            "n_layers": 4})
+    label = LabelScope().label
+    a, b = label(JobSpec(**W)), label(JobSpec(**W, steps=5))
+    c = label(JobSpec(**W, steps=5, warmup_steps=1, seed=7))
+    again = label(JobSpec(**W, steps=5))  # the same configuration: the same label
+    moved = dataclasses.replace(b, sys_path=["/elsewhere"], measure_once=False)  # bookkeeping only
+    injected = label(JobSpec(**W, shape_overrides={"extra_work": 0.4}))  # named by its own suffix (baselines.py)
+    zero3 = label(JobSpec(world_size=2, device="cpu", strategy="deepspeed",
+                          options={"stage": 3, "ds_config": {"zero_optimization": {"stage3_prefetch_bucket_size": 5e7}}}))
+    plain3 = label(JobSpec(world_size=2, device="cpu", strategy="deepspeed", options={"stage": 3}))
+    small = label(JobSpec(world_size=2, device="cpu", strategy="deepspeed", options={"stage": 3},
+                          shape_overrides={"n_layers": 4}))
     assert [j.describe() for j in (a, b, c, again, moved, injected)] == [
         LABEL, f"{LABEL} steps=5", f"{LABEL} seed=7 steps=5 warmup=1", f"{LABEL} steps=5", f"{LABEL} steps=5", LABEL]
     assert zero3.describe() == "deepspeed[stage=3] tiny x2 cpu"

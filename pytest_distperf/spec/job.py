@@ -3,19 +3,17 @@ baselines (as JSON).
 
 A job's label (`describe()`) names it in every report and keys its baseline. Two jobs of one test whose labels
 would read the same although their configurations differ (`job("ddp")` and `job("ddp", steps=5)`) are told apart:
-inside a test's `label_scope()` (the `distperf` fixture opens one) the first job keeps its label and each later one
+by the test's `LabelScope` (the `distperf` fixture holds one) the first job keeps its label and each later one
 gets the fields it differs in (`ddp tiny x2 cpu steps=5`, `label_difference`). A job that no other job of its test
 is confused with keeps its label as it always was, so its baselines stay where they are.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 # Fault-injection knobs of the workload: left out of the config hash on purpose, so an injected
 # slowdown reads as a regression (as a code change would), not as "not comparable"; their own label suffix
@@ -94,13 +92,8 @@ class JobSpec:
     # A user's training script (distperf.script_job): its optimizer steps are the steps.
     script: ScriptRef | None = None
     # What tells this job from an earlier job of its test whose label reads the same (" steps=5"); set by the
-    # test's label_scope, not part of the configuration.
+    # test's LabelScope, not part of the configuration.
     label_suffix: str = ""
-
-    def __post_init__(self) -> None:
-        scope = _LABELS.get()
-        if scope is not None:
-            self.label_suffix = scope.suffix_for(self)
 
     @property
     def backend(self) -> str:
@@ -224,6 +217,10 @@ class LabelScope:
         self._suffixes: dict[tuple[str, str], str] = {}  # (base label, config hash) -> suffix
         self._taken: set[str] = set()  # full labels given out
 
+    def label(self, job: JobSpec) -> JobSpec:
+        """`job` with its label told apart from the test's earlier jobs'."""
+        return replace(job, label_suffix=self.suffix_for(job))
+
     def suffix_for(self, job: JobSpec) -> str:
         base, config = job.base_label(), job.label_config()
         key = (base, hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest())
@@ -238,20 +235,3 @@ class LabelScope:
         self._suffixes[key] = unique
         self._taken.add(base + unique)
         return unique
-
-
-_LABELS: contextvars.ContextVar[LabelScope | None] = contextvars.ContextVar("distperf_labels", default=None)
-
-
-@contextlib.contextmanager
-def label_scope() -> Iterator[LabelScope]:
-    """The jobs made inside it (one test's) are told apart by label (LabelScope)."""
-    scope = LabelScope()
-    token = _LABELS.set(scope)
-    try:
-        yield scope
-    finally:
-        try:
-            _LABELS.reset(token)
-        except ValueError:  # ended in another context than it began (a fixture torn down elsewhere)
-            _LABELS.set(None)
