@@ -498,6 +498,9 @@ def test_a_save_over_an_existing_baseline_says_what_it_replaced(tmp_path):
     assert ("distperf.baseline.replaced", text) in landing.properties
     doc = TestDocument.from_records("t.py::test_x", "passed", 1.0, landing.records, landing.context)
     lines = render([doc])
+    # its verdicts against the old baseline are shown, and said not to gate
+    assert ("--distperf-save: the saved tests' verdicts compare the runs just saved with the baseline they replace: "
+            "shown, not enforced") in lines
     assert lines[-2].startswith("saved baselines that replaced one (1): the old contents are gone from the folder")
     assert lines[-1] == f"  {text}"
     # the JSON report carries it, and reads it back

@@ -186,8 +186,13 @@ def _baselines_section(tests: list[TestDocument]) -> list[str]:
     shown = [(nodeid, v) for nodeid, v in verdicts if v.status != "new"]
     # the failed and undecided verdicts' notes are in the failure message and the warning; a pass's, and a changed
     # configuration's that fails nothing (what changed), only here
-    return _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current"),
-                          lambda v: v.status == "pass" or v.status == "not comparable" and not v.fails) if shown else []
+    if not shown:
+        return []
+    saved = {t.nodeid for t in tests if t.saved}
+    note = (["--distperf-save: the saved tests' verdicts compare the runs just saved with the baseline they replace: "
+             "shown, not enforced"] if any(nodeid in saved for nodeid, _ in shown) else [])
+    return note + _verdict_lines(shown, [v for _, v in verdicts], ("baseline", "current"),
+                                 lambda v: v.status == "pass" or v.status == "not comparable" and not v.fails)
 
 
 def _against_sections(tests: list[TestDocument]) -> list[list[str]]:
