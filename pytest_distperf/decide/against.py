@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from pytest_distperf.errors import SessionBudgetSpent, SettingsError
+from pytest_distperf.launch import fingerprint
 from pytest_distperf.launch.fingerprint import MachineClass
 from pytest_distperf.decide.policy import Policy
 from pytest_distperf.decide.regression import GateContext, GateOutcome, note_deciding_figure, until_job_decided
@@ -61,8 +62,8 @@ class BaseCheckout:
     problem: str = ""  # why no job can be compared ("" none)
 
     def label(self) -> str:
-        """'head 1a2b3c4d5e6f (+ uncommitted changes) vs base 9f8e7d6c5b4a (merge base of main and HEAD)'."""
-        head = self.head_commit[:12] + (" (+ uncommitted changes)" if self.dirty else "")
+        """'head 1a2b3c4d5e6f + uncommitted changes vs base 9f8e7d6c5b4a (merge base of main and HEAD)'."""
+        head = fingerprint.describe_commit(self.head_commit, bool(self.dirty))
         how = f"{self.ref}" if self.exact else f"merge base of {self.ref} and HEAD"
         return f"head {head} vs base {self.base_commit[:12]} ({how})"
 
