@@ -121,8 +121,8 @@ def _step_line(side: JobRuns) -> str:
 
 
 def _work(side: JobRuns, metric: str) -> list[float]:
-    """One value per run of a work figure; skips the test where a run has none. An exact count is measured in a
-    job's first run of a session only (rank/work.py): its values are those of the runs that measured it."""
+    """One value per run of a work figure; skips the test where a run has none. An exact count is measured in the
+    first run of each run list of a job only (rank/work.py): its values are those of the runs that measured it."""
     values = [run_work(r).get(metric) for r in side.runs]
     if WORK_METRICS.get(metric, ("", ""))[1] == "count":
         values = [v for v in values if v is not None] or [None]

@@ -42,8 +42,8 @@ class MetricVerdict:
     current_cv: float | None = None
     baseline_runs: int = 0  # the runs behind the figure (a count: the runs that counted it)
     current_runs: int = 0
-    # The job's runs on each side (0: not known, as many as the figure's): a count is measured in a job's first run
-    # of a session only (rank/work.py), so its figure stands on fewer runs than the job has.
+    # The job's runs on each side (0: not known, as many as the figure's): a count is measured in the first run of each
+    # run list of a job only (rank/work.py), so its figure stands on fewer runs than the job has.
     baseline_job_runs: int = 0
     current_job_runs: int = 0
     delta: float | None = None  # current/baseline - 1
@@ -323,8 +323,8 @@ def _runs(n: int) -> str:
 def _with_spread(value: float | None, cv: float | None, runs: int, unit: str, kind: str, job_runs: int = 0,
                  center: str = "worst") -> str:
     """The figure with the runs behind it. A count: `center` ("worst" of the candidate's runs, "median" of the
-    reference's) of the runs that counted it, and the job's runs where it had more (counts are measured in a
-    job's first run of a session only)."""
+    reference's) of the runs that counted it, and the job's runs where it had more (counts are measured in the
+    first run of each run list of a job only)."""
     text = fmt_value(value, unit)
     if kind == "count":
         if job_runs > runs:

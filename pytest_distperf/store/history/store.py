@@ -77,6 +77,15 @@ class SeriesRow:
     git_dirty: bool = False
 
 
+def _dirty(environment: str | None) -> bool:
+    """Whether a session's environment (its report's, as stored) says the tree held uncommitted changes: kept in
+    the environment column, so the format needs no new column and no version step."""
+    try:
+        return json.loads(environment or "{}").get("git_dirty") is True
+    except (ValueError, AttributeError):  # not an object: says nothing of the tree
+        return False
+
+
 def resolve_url(url: str, option: str = DEFAULT_OPTION) -> sa.URL:
     """A history URL -> SQLAlchemy URL: a bare path means SQLite; postgresql:// uses psycopg 3."""
     text = (url or "").strip()
@@ -205,32 +214,13 @@ class HistoryStore:
     def series_rows(self, key: SeriesKey) -> list[SeriesRow]:
         s, m = schema.sessions.c, schema.measurements.c
         query = (sa.select(s.session_id, s.created_at, s.git_commit, s.host, s.torch, s.deepspeed, m.run_index,
-                           m.value, m.unit, m.direction, m.kind, m.config_hash, m.host_load)
+                           m.value, m.unit, m.direction, m.kind, m.config_hash, m.host_load, s.environment)
                  .join_from(schema.measurements, schema.sessions, m.session_pk == s.id)
                  .where(m.machine_class == key.machine_class, m.test == key.test, m.job == key.job,
                         m.metric == key.metric)
                  .order_by(s.created_at, s.id, m.run_index))
-        rows = self._transaction(lambda conn: conn.execute(query).all())
-        dirty = self._dirty_sessions({row[0] for row in rows})
-        return [SeriesRow(*row, git_dirty=row[0] in dirty) for row in rows]
-
-    def _dirty_sessions(self, session_ids: set[str]) -> set[str]:
-        """The sessions among these whose report says the tree held uncommitted changes (environment.git_dirty:
-        kept in the environment column, so the format needs no new column and no version step)."""
-        if not session_ids:
-            return set()
-        s, ids, found = schema.sessions.c, sorted(session_ids), []
-        for i in range(0, len(ids), 500):  # SQLite bounds the variables of one statement
-            query = sa.select(s.session_id, s.environment).where(s.session_id.in_(ids[i:i + 500]))
-            found += self._transaction(lambda conn: conn.execute(query).all())
-        dirty = set()
-        for sid, environment in found:
-            try:
-                if json.loads(environment or "{}").get("git_dirty") is True:
-                    dirty.add(sid)
-            except (ValueError, AttributeError):  # not an object: says nothing of the tree
-                continue
-        return dirty
+        return [SeriesRow(*row[:-1], git_dirty=_dirty(row[-1]))
+                for row in self._transaction(lambda conn: conn.execute(query).all())]
 
     def count(self, table: sa.Table) -> int:
         return int(self._transaction(lambda conn: conn.execute(sa.select(sa.func.count()).select_from(table))
